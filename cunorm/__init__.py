@@ -1,0 +1,6 @@
+"""cunorm: LayerNorm and RMSNorm kernels for CuPy arrays, compiled at run time by NVRTC."""
+from .ops.layer_norm import layer_norm, layer_norm_backward
+from .ops.rms_norm import rms_norm, rms_norm_backward
+
+__version__ = "0.1.0"
+__all__ = ["layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward"]

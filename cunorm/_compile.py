@@ -1,0 +1,106 @@
+"""Kernel sources and their compiled modules.
+
+Each ``kernels/<op>.cu`` is compiled by NVRTC through ``cupy.RawModule``, one module per
+template instantiation (so a first call compiles only what it launches), cached per device.
+CuPy's on-disk cache keys on the source string, so ``common.cuh`` is inlined into the
+source here: editing the header changes the key and no stale kernel runs.
+
+``compile_check`` compiles instantiations with NVRTC directly for a named architecture, no
+GPU needed; CI uses it to compile every instantiation for sm_80 and sm_90.
+"""
+from __future__ import annotations
+
+import functools
+import pathlib
+import re
+import threading
+
+import numpy
+
+# Extra NVRTC options on top of CuPy's own (CuPy adds -arch for the device and -ftz=true).
+COMPILE_OPTIONS: tuple[str, ...] = ()
+
+_INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.M)
+
+_C_TYPE = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double"}
+
+
+def c_type(dtype) -> str:
+    """The C++ type name of a supported float dtype (a dtype or its name)."""
+    return _C_TYPE[dtype if isinstance(dtype, str) else numpy.dtype(dtype).name]
+
+
+def kernel_dir() -> pathlib.Path:
+    """kernels/ of a source checkout, or cunorm/kernels/ inside an installed wheel."""
+    here = pathlib.Path(__file__).resolve().parent
+    for candidate in (here / "kernels", here.parent / "kernels"):
+        if (candidate / "common.cuh").is_file():
+            return candidate
+    raise FileNotFoundError("cunorm: kernel sources (kernels/*.cu) not found next to the package")
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_source(filename: str) -> str:
+    """The source of kernels/<filename> with its local includes inlined (each once)."""
+    root = kernel_dir()
+    seen: set[str] = set()
+
+    def expand(name: str) -> str:
+        if name in seen:
+            return ""
+        seen.add(name)
+        text = (root / name).read_text()
+        return _INCLUDE.sub(lambda m: expand(m.group(1)), text)
+
+    return expand(filename)
+
+
+_modules: dict = {}
+_lock = threading.Lock()
+
+
+def get_function(filename: str, name_expression: str):
+    """The compiled kernel ``name_expression`` of kernels/<filename> on the current device."""
+    import cupy
+
+    key = (filename, name_expression, cupy.cuda.runtime.getDevice())
+    fn = _modules.get(key)
+    if fn is None:
+        with _lock:  # one compile per kernel, even when many threads ask at once
+            fn = _modules.get(key)
+            if fn is None:
+                module = cupy.RawModule(code=kernel_source(filename), options=COMPILE_OPTIONS,
+                                        name_expressions=(name_expression,))
+                fn = module.get_function(name_expression)
+                _modules[key] = fn
+    return fn
+
+
+def _nvrtc_include_options() -> list[str]:
+    from cuda.pathfinder import find_nvidia_header_directory
+
+    headers = find_nvidia_header_directory("cudart")
+    if headers is None:
+        raise RuntimeError("CUDA runtime headers not found: pip install nvidia-cuda-runtime")
+    return [f"-I{headers}"]
+
+
+def compile_check(filename: str, name_expressions: list[str], arch: str) -> None:
+    """Compile instantiations of kernels/<filename> for ``arch`` (e.g. "sm_90") with NVRTC,
+    as CuPy would (same source, options, -ftz=true). Raises RuntimeError with the log on a
+    compile error or a name expression NVRTC cannot lower. Needs no GPU."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    options = ["--std=c++17", f"-arch={arch}", "-ftz=true", *COMPILE_OPTIONS, *_nvrtc_include_options()]
+    prog = nvrtc.createProgram(kernel_source(filename), filename, [], [])
+    try:
+        for name in name_expressions:
+            nvrtc.addNameExpression(prog, name)
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError as err:
+            raise RuntimeError(f"{filename} ({arch}): {err}\n{nvrtc.getProgramLog(prog)}") from None
+        for name in name_expressions:
+            nvrtc.getLoweredName(prog, name)
+    finally:
+        nvrtc.destroyProgram(prog)

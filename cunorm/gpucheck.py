@@ -1,0 +1,115 @@
+"""The GPU check: the whole GPU test suite and the benchmark in one command.
+
+    python -m cunorm.gpucheck --out DIR
+
+Writes DIR/gpu-latest.json (commit it as benchmarks/results/gpu-latest.json), the pytest log
+and JUnit XML, and prints a short table last. ``source_digest`` ties the numbers to the
+exact kernels/ and cunorm/ sources they were measured with."""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def source_digest(root: pathlib.Path = ROOT) -> str:
+    """sha256 over kernels/ and cunorm/ sources (.cu .cuh .h .py), sorted relative POSIX paths,
+    feeding path, NUL, bytes, NUL for each."""
+    files = sorted(p.relative_to(root) for d in ("kernels", "cunorm") if (root / d).is_dir()
+                   for p in (root / d).rglob("*")
+                   if p.is_file() and p.suffix in {".cu", ".cuh", ".h", ".py"} and "__pycache__" not in p.parts)
+    h = hashlib.sha256()
+    for rel in files:
+        h.update(rel.as_posix().encode())
+        h.update(b"\0")
+        h.update((root / rel).read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+class _Counts:
+    """pytest plugin: passed / failed / skipped, counting setup and teardown errors as failed."""
+
+    def __init__(self):
+        self.passed = self.failed = self.skipped = 0
+
+    def pytest_runtest_logreport(self, report):
+        if report.skipped:
+            self.skipped += 1
+        elif report.failed:
+            self.failed += 1
+        elif report.when == "call":
+            self.passed += 1
+
+
+# CI compiles every instantiation for sm_80/sm_90 without a GPU; repeating that here would
+# spend minutes of device time on CPU work.
+DEFAULT_PYTEST_ARGS = ["-k", "not all_row_norm_instantiations_compile"]
+
+
+def run_tests(out: pathlib.Path, extra: list[str]) -> dict:
+    import importlib.util
+
+    import pytest
+
+    counts = _Counts()
+    args = [str(ROOT / "tests"), "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={out / 'pytest.xml'}",
+            "-o", "junit_family=xunit2", *DEFAULT_PYTEST_ARGS, *extra]
+    if importlib.util.find_spec("xdist") is not None:
+        args += ["-n", "8"]  # the float64 NumPy references are the slow part; spread them
+    code = pytest.main(args, plugins=[counts])
+    return {"passed": counts.passed, "failed": counts.failed, "skipped": counts.skipped, "exit_code": int(code)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--no-tests", action="store_true", help="benchmark only")
+    ap.add_argument("--no-bench", action="store_true", help="tests only")
+    ap.add_argument("--pytest-args", default="", help="extra pytest arguments, space separated")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    import cupy
+
+    from . import _bench
+
+    record = {
+        "source_digest": source_digest(),
+        "gpu": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+        "cupy": cupy.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "tests": None,
+        "copy_GBps": None,
+        "bench": [],
+    }
+    if not args.no_tests:
+        record["tests"] = run_tests(args.out, args.pytest_args.split())
+    if not args.no_bench:
+        record["copy_GBps"] = round(_bench.copy_gbps(), 1)
+        print(f"device-to-device copy: {record['copy_GBps']} GB/s", flush=True)
+        record["bench"] = _bench.run(log=lambda s: print(s, flush=True))
+    (args.out / "gpu-latest.json").write_text(json.dumps(record, indent=1) + "\n")
+
+    print("\n=== cunorm GPU check ===")
+    print(f"{record['gpu']}  cupy {record['cupy']}  digest {record['source_digest'][:12]}")
+    if record["tests"]:
+        t = record["tests"]
+        print(f"tests: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped")
+    if record["bench"]:
+        copy = record["copy_GBps"]
+        print(f"copy {copy} GB/s; fraction of copy:")
+        print(f"{'op':10s} {'dtype':8s} {'N':>7s} {'fwd':>6s} {'bwd':>6s}")
+        for r in record["bench"]:
+            print(f"{r['op']:10s} {r['dtype']:8s} {r['N']:7d} {r['fwd_GBps'] / copy:6.2f} {r['bwd_GBps'] / copy:6.2f}")
+    failed = record["tests"] and record["tests"]["failed"]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""RMSNorm: public functions for CuPy arrays (GPU kernels) and NumPy arrays (reference)."""
+from __future__ import annotations
+
+from .. import _checks, reference
+from . import _row_norm
+
+
+def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, return_stats=False):
+    """RMS normalization over the last ``normalized_ndim`` axes: ``x * rstd * weight`` with
+    ``rstd = 1 / sqrt(mean(x**2) + eps)``; ``eps=None`` means ``finfo(x.dtype).eps`` as in
+    ``torch.nn.functional.rms_norm``. Returns ``y`` or ``(y, rstd)`` with ``return_stats``
+    (one float32 value per row, float64 for float64 ``x``). Layout rules as
+    :func:`cunorm.layer_norm`.
+    """
+    kind = _checks.backend(x=x, weight=weight)
+    _checks.float_dtype("x", x)
+    nd = _checks.normalized_ndim(x, normalized_ndim)
+    _checks.param("weight", weight, x, nd)
+    eps = _checks.eps(eps, x.dtype, default_to_finfo=True)
+    if kind == "numpy":
+        y, rstd = reference.rms_norm(x, weight, eps, normalized_ndim=nd, return_stats=True)
+        y, rstd = y.astype(x.dtype), rstd.astype(_checks.acc_dtype(x.dtype))
+    else:
+        y, _, rstd = _row_norm.forward(x, weight, None, eps, nd, rms=True)
+    return (y, rstd) if return_stats else y
+
+
+def rms_norm_backward(dy, x, weight, rstd, *, normalized_ndim=1):
+    """Gradients of :func:`rms_norm`: ``(dx, dweight)``, ``dweight`` None without weight.
+    ``dweight`` has the weight's dtype. Bit-identical from run to run."""
+    kind = _checks.backend(dy=dy, x=x, weight=weight, rstd=rstd)
+    _checks.float_dtype("x", x)
+    _checks.same_shape("dy", dy, x)
+    nd = _checks.normalized_ndim(x, normalized_ndim)
+    _checks.param("weight", weight, x, nd)
+    _checks.stats("rstd", rstd, x, nd)
+    if kind == "numpy":
+        dx, dw = reference.rms_norm_backward(dy, x, weight, rstd, normalized_ndim=nd)
+        return dx.astype(x.dtype), None if dw is None else dw.astype(weight.dtype)
+    dx, dw, _ = _row_norm.backward(dy, x, weight, None, rstd, nd, rms=True, need_dw=weight is not None,
+                                   need_db=False, grad_dtype=x.dtype if weight is None else weight.dtype)
+    return dx, dw

@@ -1,0 +1,84 @@
+"""NumPy float64 references: the definition every kernel is tested against.
+
+Same signatures as the public functions; inputs of any float dtype are upcast to float64 and
+every result is float64. The public functions run these (then cast) on NumPy inputs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy
+
+
+def _axes(x, nd: int) -> tuple:
+    return tuple(range(x.ndim - nd, x.ndim))
+
+
+def _f64(a):
+    return None if a is None else numpy.asarray(a, dtype=numpy.float64)
+
+
+def _row_mean(a, axes):
+    """Mean over ``axes`` (kept), NaN for empty rows without NumPy's warning."""
+    n = math.prod(a.shape[i] for i in axes)
+    if n == 0:
+        return numpy.full([1 if i in axes else s for i, s in enumerate(a.shape)], numpy.nan)
+    return a.sum(axis=axes, keepdims=True) / n
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, return_stats=False, _rms=False):
+    """y = (x - mean) * rstd * weight + bias over the last ``normalized_ndim`` axes,
+    with biased variance; (y, mean, rstd) when ``return_stats``."""
+    x = _f64(x)
+    axes = _axes(x, normalized_ndim)
+    lead = x.shape[: x.ndim - normalized_ndim]
+    mean = numpy.zeros_like(_row_mean(x, axes)) if _rms else _row_mean(x, axes)
+    var = _row_mean((x - mean) ** 2, axes)
+    rstd = 1.0 / numpy.sqrt(var + eps)
+    y = (x - mean) * rstd
+    if weight is not None:
+        y = y * _f64(weight)
+    if bias is not None:
+        y = y + _f64(bias)
+    if not return_stats:
+        return y
+    return y, mean.reshape(lead), rstd.reshape(lead)
+
+
+def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, return_stats=False):
+    """y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); (y, rstd) when ``return_stats``.
+    ``eps=None`` means finfo(x.dtype).eps, as torch.nn.functional.rms_norm."""
+    if eps is None:
+        from ._checks import ml_finfo
+
+        eps = float(ml_finfo(numpy.asarray(x).dtype).eps)
+    out = layer_norm(x, weight, None, eps, normalized_ndim=normalized_ndim, return_stats=True, _rms=True)
+    return (out[0], out[2]) if return_stats else out[0]
+
+
+def layer_norm_backward(dy, x, weight, mean, rstd, *, normalized_ndim=1, has_bias=None, _rms=False):
+    """(dx, dweight, dbias) of layer_norm given the saved mean and rstd; dweight is None
+    without weight, dbias None unless ``has_bias`` (default: whether weight is given)."""
+    if has_bias is None:
+        has_bias = weight is not None
+    dy, x = _f64(dy), _f64(x)
+    axes = _axes(x, normalized_ndim)
+    lead_axes = tuple(range(x.ndim - normalized_ndim))
+    shape = [1 if i in axes else s for i, s in enumerate(x.shape)]
+    mean = numpy.zeros(shape) if _rms else _f64(mean).reshape(shape)
+    rstd = _f64(rstd).reshape(shape)
+    xhat = (x - mean) * rstd
+    wdy = dy if weight is None else dy * _f64(weight)
+    proj = _row_mean(wdy * xhat, axes)
+    centre = 0.0 if _rms else _row_mean(wdy, axes)
+    dx = rstd * (wdy - centre - xhat * proj)
+    dweight = (dy * xhat).sum(axis=lead_axes) if weight is not None else None
+    dbias = dy.sum(axis=lead_axes) if has_bias else None
+    return dx, dweight, dbias
+
+
+def rms_norm_backward(dy, x, weight, rstd, *, normalized_ndim=1):
+    """(dx, dweight) of rms_norm given the saved rstd; dweight is None without weight."""
+    dx, dweight, _ = layer_norm_backward(dy, x, weight, None, rstd, normalized_ndim=normalized_ndim,
+                                         has_bias=False, _rms=True)
+    return dx, dweight

@@ -1,0 +1,164 @@
+// Shared device code for every cunorm kernel: compute-type traits, vector packs,
+// conversions, row addressing and warp/block reductions. Nothing op-specific lives here.
+//
+// The host inlines this file into each .cu before compiling (CuPy's disk-cache key covers
+// the source string only, so an #include'd header edit would otherwise run stale kernels).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+#ifndef CUNORM_WARP_SIZE
+#define CUNORM_WARP_SIZE 32  // 64 on AMD wavefronts (HIP); every reduction below is written against it
+#endif
+
+namespace cunorm {
+
+typedef long long i64;
+constexpr int kWarp = CUNORM_WARP_SIZE;
+
+// ---- compute-type traits ------------------------------------------------------------
+// Half-precision and float inputs accumulate in float, double in double.
+template <typename T> struct AccOf { typedef float type; };
+template <> struct AccOf<double> { typedef double type; };
+
+// ---- conversions ---------------------------------------------------------------------
+template <typename To> struct Cvt;
+template <> struct Cvt<float> {
+  static __device__ __forceinline__ float from(float v) { return v; }
+  static __device__ __forceinline__ float from(double v) { return static_cast<float>(v); }
+  static __device__ __forceinline__ float from(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ float from(__nv_bfloat16 v) { return __bfloat162float(v); }
+};
+template <> struct Cvt<double> {
+  static __device__ __forceinline__ double from(float v) { return v; }
+  static __device__ __forceinline__ double from(double v) { return v; }
+  static __device__ __forceinline__ double from(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ double from(__nv_bfloat16 v) { return __bfloat162float(v); }
+};
+template <> struct Cvt<__half> {
+  static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
+  static __device__ __forceinline__ __half from(double v) { return __double2half(v); }
+};
+template <> struct Cvt<__nv_bfloat16> {
+  static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+  static __device__ __forceinline__ __nv_bfloat16 from(double v) { return __double2bfloat16(v); }
+};
+
+template <typename To, typename From>
+__device__ __forceinline__ To cvt(From v) { return Cvt<To>::from(v); }
+
+__device__ __forceinline__ float rsqrt_acc(float v) { return rsqrtf(v); }
+__device__ __forceinline__ double rsqrt_acc(double v) { return rsqrt(v); }
+
+// ---- vector packs --------------------------------------------------------------------
+// A pack of VEC elements, loaded and stored as one (or, past 16 bytes, several) wide memory
+// operations. The host only picks VEC > 1 when every pointer and row stride is aligned to
+// min(16, VEC * sizeof(T)) bytes and the row length is a multiple of VEC.
+template <typename T, int VEC>
+struct alignas(sizeof(T) * VEC < 16 ? sizeof(T) * VEC : 16) Pack {
+  T v[VEC];
+};
+
+template <typename A, typename T, int VEC>
+__device__ __forceinline__ void load_pack(const T* p, A (&out)[VEC]) {
+  const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(p);
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) out[k] = cvt<A>(pk.v[k]);
+}
+
+template <typename T, typename A, int VEC>
+__device__ __forceinline__ void store_pack(T* p, const A (&in)[VEC]) {
+  Pack<T, VEC> pk;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) pk.v[k] = cvt<T>(in[k]);
+  *reinterpret_cast<Pack<T, VEC>*>(p) = pk;
+}
+
+// ---- row addressing ------------------------------------------------------------------
+// Maps a flat row index to an element offset for up to four leading axes with arbitrary
+// strides (the host collapses the leading axes first, so the common cases are one axis).
+// inner sizes n1..n3 belong to the three innermost leading axes, s0..s3 are their strides.
+struct RowMap {
+  i64 s0, s1, s2, s3;
+  i64 n1, n2, n3;
+  __device__ __forceinline__ i64 offset(i64 r) const {
+    if (n1 == 1 && n2 == 1 && n3 == 1) return r * s0;
+    const i64 i3 = r % n3; r /= n3;
+    const i64 i2 = r % n2; r /= n2;
+    const i64 i1 = r % n1;
+    const i64 i0 = r / n1;
+    return i0 * s0 + i1 * s1 + i2 * s2 + i3 * s3;
+  }
+};
+
+// ---- reductions ----------------------------------------------------------------------
+// Butterfly sums over aligned groups of WIDTH lanes. Every lane of the group ends with the
+// same bits (each step adds the same two operands, only swapped), so results never depend
+// on which lane stores them, and the fixed tree makes them identical run after run.
+template <int WIDTH, typename A>
+__device__ __forceinline__ A group_warp_sum(A v) {
+#pragma unroll
+  for (int o = WIDTH / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o, WIDTH);
+  return v;
+}
+
+// Sum over the TPR threads of a row group. TPR <= warp: shuffles only. TPR > warp: the group
+// is the whole block; warp partials go through `smem` (2 * kWarp elements) and every thread
+// returns the total. Ends with a barrier so `smem` can be reused at once. Two sums at once
+// (backward needs sum(w*dy) and sum(w*dy*xhat) together) share one barrier pair.
+template <int TPR, typename A>
+__device__ __forceinline__ void group_sum2(A& a, A& b, A* smem) {
+  if constexpr (TPR <= kWarp) {
+    a = group_warp_sum<TPR>(a);
+    b = group_warp_sum<TPR>(b);
+  } else {
+    constexpr int kWarps = TPR / kWarp;
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    a = group_warp_sum<kWarp>(a);
+    b = group_warp_sum<kWarp>(b);
+    if (lane == 0) { smem[warp] = a; smem[kWarp + warp] = b; }
+    __syncthreads();
+    a = lane < kWarps ? smem[lane] : A(0);
+    b = lane < kWarps ? smem[kWarp + lane] : A(0);
+    a = group_warp_sum<kWarp>(a);
+    b = group_warp_sum<kWarp>(b);
+    __syncthreads();
+  }
+}
+
+template <int TPR, typename A>
+__device__ __forceinline__ A group_sum(A v, A* smem) {
+  if constexpr (TPR <= kWarp) {
+    return group_warp_sum<TPR>(v);
+  } else {
+    constexpr int kWarps = TPR / kWarp;
+    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    v = group_warp_sum<kWarp>(v);
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    v = lane < kWarps ? smem[lane] : A(0);
+    v = group_warp_sum<kWarp>(v);
+    __syncthreads();
+    return v;
+  }
+}
+
+// Chan et al.'s merge of two (count, mean, M2) summaries; exact in exact arithmetic and
+// free of the cancellation that E[x^2] - E[x]^2 suffers for large means.
+template <typename A>
+struct Welford {
+  A count, mean, m2;
+  __device__ __forceinline__ void merge(const Welford& o) {
+    if (o.count == A(0)) return;
+    if (count == A(0)) { *this = o; return; }
+    const A n = count + o.count;
+    const A delta = o.mean - mean;
+    const A frac = o.count / n;
+    mean += delta * frac;
+    m2 += o.m2 + delta * delta * count * frac;
+    count = n;
+  }
+};
+
+}  // namespace cunorm

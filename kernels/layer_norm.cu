@@ -1,0 +1,341 @@
+// LayerNorm and RMSNorm over the last axis of a (rows x N) view, forward and backward.
+// RMSNorm is LayerNorm without centring: the template flag RMS drops the mean, nothing else.
+//
+// Work is split into tiles: TPR threads ("a row group") hold one tile of PACKS packs of VEC
+// elements of one row in registers; lane l owns columns c0 + (p * TPR + l) * VEC + [0, VEC).
+//   kFullRow   : one tile spans the whole row (TPR * PACKS * VEC >= N); statistics are computed
+//                in the kernel. TPR <= warp: 128 / TPR rows per block; TPR > warp: a row a block.
+//   kChunk*    : rows longer than one tile ("split" path): the row is cut into C tiles of one
+//                block each, per-tile statistics are merged by a small finalize kernel, then an
+//                apply pass writes the output. Keeps the GPU busy when rows are long and few.
+#include "common.cuh"
+
+using namespace cunorm;
+
+enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
+
+template <int TPR>
+struct GroupShape {
+  static constexpr int kBlock = TPR < 128 ? 128 : TPR;  // threads per block
+  static constexpr int kRows = kBlock / TPR;            // row groups per block
+};
+
+#define CUNORM_ROWMAP_PARAMS(p) i64 p##_s0, i64 p##_s1, i64 p##_s2, i64 p##_s3, i64 p##_n1, i64 p##_n2, i64 p##_n3
+#define CUNORM_ROWMAP(p) RowMap{p##_s0, p##_s1, p##_s2, p##_s3, p##_n1, p##_n2, p##_n3}
+
+// Loads this thread's part of a tile (zeros outside the row) into registers.
+template <int VEC, int PACKS, int TPR, typename A, typename T>
+__device__ __forceinline__ void load_tile(const T* row, i64 c0, i64 N, int lane, bool row_ok,
+                                          A (&v)[PACKS][VEC]) {
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const i64 col = c0 + i64(p * TPR + lane) * VEC;
+    if (row_ok && col < N) {
+      load_pack<A, T, VEC>(row + col, v[p]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[p][k] = A(0);
+    }
+  }
+}
+
+// Optional affine parameter of one pack: `fill` where absent.
+template <int VEC, typename A, typename W>
+__device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)[VEC]) {
+  if (p) {
+    load_pack<A, W, VEC>(p + col, out);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = fill;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Forward. kFullRow writes y, mean, rstd; kChunkStats writes (tile mean, tile M2) pairs to
+// `tile_stats` [M, C, 2]; kChunkApply reads the finalized mean/rstd and writes y.
+template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE>
+__global__ void __launch_bounds__(GroupShape<TPR>::kBlock)
+norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
+         const W* __restrict__ weight, const W* __restrict__ bias,
+         typename AccOf<T>::type* __restrict__ mean, typename AccOf<T>::type* __restrict__ rstd,
+         typename AccOf<T>::type* __restrict__ tile_stats, i64 M, i64 N, i64 C,
+         typename AccOf<T>::type eps) {
+  typedef typename AccOf<T>::type A;
+  constexpr int kRows = GroupShape<TPR>::kRows;
+  constexpr i64 kTile = i64(TPR) * PACKS * VEC;
+  __shared__ A smem[2 * kWarp];
+  const RowMap xmap = CUNORM_ROWMAP(xm);
+  const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
+  const i64 items = (M + kRows - 1) / kRows * C;
+
+  // Block-uniform loop: every thread runs every iteration, so the barriers in group_sum hold.
+  for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
+    const i64 row = it / C * kRows + ty;
+    const i64 c0 = it % C * kTile;
+    const bool row_ok = row < M;
+    const i64 safe_row = row_ok ? row : 0;
+    A v[PACKS][VEC];
+    load_tile<VEC, PACKS, TPR>(x + xmap.offset(safe_row), c0, N, lane, row_ok, v);
+
+    A mu, r;
+    if constexpr (MODE == kChunkApply) {
+      mu = RMS ? A(0) : mean[safe_row];
+      r = rstd[safe_row];
+    } else {
+      const i64 n_tile = N - c0 < kTile ? N - c0 : kTile;
+      mu = A(0);
+      if constexpr (!RMS) {
+        A s = A(0);
+#pragma unroll
+        for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) s += v[p][k];
+        mu = group_sum<TPR>(s, smem) / A(n_tile);
+      }
+      // Second pass over the registers: squared deviations from the exact tile mean.
+      A q = A(0);
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const i64 col = c0 + i64(p * TPR + lane) * VEC;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const A d = col + k < N ? v[p][k] - mu : A(0);
+          q += d * d;
+        }
+      }
+      q = group_sum<TPR>(q, smem);
+      if constexpr (MODE == kChunkStats) {
+        if (lane == 0 && row_ok) {
+          tile_stats[(row * C + it % C) * 2] = mu;
+          tile_stats[(row * C + it % C) * 2 + 1] = q;
+        }
+        continue;
+      }
+      r = rsqrt_acc(q / A(N) + eps);
+      if (lane == 0 && row_ok) {
+        if (!RMS) mean[row] = mu;
+        rstd[row] = r;
+      }
+    }
+    if (!row_ok) continue;
+    T* yrow = y + row * N;
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const i64 col = c0 + i64(p * TPR + lane) * VEC;
+      if (col >= N) continue;
+      A wv[VEC], bv[VEC], out[VEC];
+      load_param<VEC>(weight, col, A(1), wv);
+      load_param<VEC>(bias, col, A(0), bv);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) out[k] = (v[p][k] - mu) * r * wv[k] + bv[k];
+      store_pack<T>(yrow + col, out);
+    }
+  }
+}
+
+// Merges the C tile summaries of each row into mean and rstd (split path). One warp a row;
+// lanes fold tiles lane, lane + 32, ... in order, then a fixed tree folds the lanes.
+template <typename A, bool RMS>
+__global__ void __launch_bounds__(128)
+norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ mean, A* __restrict__ rstd,
+                  i64 M, i64 N, i64 C, i64 tile, A eps) {
+  const int lane = threadIdx.x % kWarp;
+  const i64 warps = i64(gridDim.x) * (blockDim.x / kWarp);
+  for (i64 row = i64(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < M; row += warps) {
+    const A* st = tile_stats + row * C * 2;
+    Welford<A> acc{A(0), A(0), A(0)};
+    for (i64 c = lane; c < C; c += kWarp) {
+      const i64 n = N - c * tile < tile ? N - c * tile : tile;
+      acc.merge(Welford<A>{A(n), st[2 * c], st[2 * c + 1]});
+    }
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      Welford<A> other{__shfl_down_sync(0xffffffffu, acc.count, o),
+                       __shfl_down_sync(0xffffffffu, acc.mean, o),
+                       __shfl_down_sync(0xffffffffu, acc.m2, o)};
+      acc.merge(other);
+    }
+    if (lane == 0) {
+      if (!RMS) mean[row] = acc.mean;
+      // For RMS the tile "M2" is the plain sum of squares (tile mean is 0), so the merge adds
+      // them up unchanged.
+      rstd[row] = rsqrt_acc(acc.m2 / A(N) + eps);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Backward. dx = rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy*xhat)), without the mean(w*dy)
+// term for RMSNorm. Row groups are persistent: group g handles rows g, g + G, ... and keeps
+// its columns' dW = sum(dy * xhat) and dB = sum(dy) in registers, writing one fp32 (fp64)
+// partial row per group at the end; norm_reduce_partials folds the G rows in fixed order.
+// kFullRow computes the two row sums in the kernel; kChunkApply reads them from `row_sums`
+// [M, 2] (split path: the block owns column tile blockIdx.x % C).
+template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE>
+__global__ void __launch_bounds__(GroupShape<TPR>::kBlock)
+norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
+         CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight,
+         const typename AccOf<T>::type* __restrict__ mean,
+         const typename AccOf<T>::type* __restrict__ rstd,
+         const typename AccOf<T>::type* __restrict__ row_sums, T* __restrict__ dx,
+         typename AccOf<T>::type* __restrict__ dw_part,
+         typename AccOf<T>::type* __restrict__ db_part, i64 M, i64 N, i64 C) {
+  typedef typename AccOf<T>::type A;
+  constexpr int kRows = GroupShape<TPR>::kRows;
+  constexpr i64 kTile = i64(TPR) * PACKS * VEC;
+  __shared__ A smem[2 * kWarp];
+  const RowMap dymap = CUNORM_ROWMAP(dym), xmap = CUNORM_ROWMAP(xm);
+  const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
+  const i64 c0 = i64(blockIdx.x % C) * kTile;
+  const i64 group_block = blockIdx.x / C;
+  const i64 stride = i64(gridDim.x / C) * kRows;  // rows advanced per step, = groups G
+  const A inv_n = A(1) / A(N);
+
+  A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) { dw_acc[p][k] = A(0); db_acc[p][k] = A(0); }
+
+  for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
+    const i64 row = base + ty;
+    const bool row_ok = row < M;
+    const i64 safe_row = row_ok ? row : 0;
+    A xv[PACKS][VEC], g[PACKS][VEC];
+    load_tile<VEC, PACKS, TPR>(x + xmap.offset(safe_row), c0, N, lane, row_ok, xv);
+    load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe_row), c0, N, lane, row_ok, g);
+    const A mu = RMS ? A(0) : mean[safe_row];
+    const A r = rstd[safe_row];
+
+    // xv becomes xhat, g stays dy; wdy is recomputed where needed to spare registers.
+    A c1 = A(0), c2 = A(0);
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const i64 col = c0 + i64(p * TPR + lane) * VEC;
+      A wv[VEC];
+      load_param<VEC>(col < N ? weight : nullptr, col, A(1), wv);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        xv[p][k] = col + k < N ? (xv[p][k] - mu) * r : A(0);
+        const A wdy = wv[k] * g[p][k];
+        c1 += wdy;
+        c2 += wdy * xv[p][k];
+      }
+    }
+    if constexpr (MODE == kFullRow) {
+      if constexpr (RMS) c2 = group_sum<TPR>(c2, smem);
+      else group_sum2<TPR>(c1, c2, smem);
+    } else {
+      c1 = row_sums[safe_row * 2];
+      c2 = row_sums[safe_row * 2 + 1];
+    }
+    const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
+    if (!row_ok) continue;
+    T* dxrow = dx + row * N;
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const i64 col = c0 + i64(p * TPR + lane) * VEC;
+      if (col >= N) continue;
+      A wv[VEC], out[VEC];
+      load_param<VEC>(weight, col, A(1), wv);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        out[k] = r * (wv[k] * g[p][k] - m1 - xv[p][k] * m2);
+        dw_acc[p][k] += g[p][k] * xv[p][k];
+        db_acc[p][k] += g[p][k];
+      }
+      store_pack<T>(dxrow + col, out);
+    }
+  }
+
+  const i64 group = group_block * kRows + ty;
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const i64 col = c0 + i64(p * TPR + lane) * VEC;
+    if (col >= N) continue;
+    if (dw_part) store_pack<A>(dw_part + group * N + col, dw_acc[p]);
+    if (db_part) store_pack<A>(db_part + group * N + col, db_acc[p]);
+  }
+}
+
+// Split-path backward, first step: per tile partial sums of w*dy and w*dy*xhat -> [M, C, 2].
+template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS>
+__global__ void __launch_bounds__(GroupShape<TPR>::kBlock)
+norm_bwd_tile_sums(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
+                   CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight,
+                   const typename AccOf<T>::type* __restrict__ mean,
+                   const typename AccOf<T>::type* __restrict__ rstd,
+                   typename AccOf<T>::type* __restrict__ tile_sums, i64 M, i64 N, i64 C) {
+  typedef typename AccOf<T>::type A;
+  constexpr i64 kTile = i64(TPR) * PACKS * VEC;
+  static_assert(GroupShape<TPR>::kRows == 1, "split tiles are one block each");
+  __shared__ A smem[2 * kWarp];
+  const RowMap dymap = CUNORM_ROWMAP(dym), xmap = CUNORM_ROWMAP(xm);
+  const int lane = threadIdx.x;
+  for (i64 it = blockIdx.x; it < M * C; it += gridDim.x) {
+    const i64 row = it / C, c0 = it % C * kTile;
+    A xv[PACKS][VEC], g[PACKS][VEC];
+    load_tile<VEC, PACKS, TPR>(x + xmap.offset(row), c0, N, lane, true, xv);
+    load_tile<VEC, PACKS, TPR>(dy + dymap.offset(row), c0, N, lane, true, g);
+    const A mu = RMS ? A(0) : mean[row];
+    const A r = rstd[row];
+    A c1 = A(0), c2 = A(0);
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const i64 col = c0 + i64(p * TPR + lane) * VEC;
+      A wv[VEC];
+      load_param<VEC>(col < N ? weight : nullptr, col, A(1), wv);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const A xhat = col + k < N ? (xv[p][k] - mu) * r : A(0);
+        const A wdy = wv[k] * g[p][k];
+        c1 += wdy;
+        c2 += wdy * xhat;
+      }
+    }
+    group_sum2<TPR>(c1, c2, smem);
+    if (lane == 0) {
+      tile_sums[it * 2] = c1;
+      tile_sums[it * 2 + 1] = c2;
+    }
+  }
+}
+
+// Split-path backward, second step: row_sums[r] = sum over tiles of tile_sums[r], fixed order.
+template <typename A>
+__global__ void __launch_bounds__(128)
+norm_bwd_finalize(const A* __restrict__ tile_sums, A* __restrict__ row_sums, i64 M, i64 C) {
+  const int lane = threadIdx.x % kWarp;
+  const i64 warps = i64(gridDim.x) * (blockDim.x / kWarp);
+  for (i64 row = i64(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < M; row += warps) {
+    const A* ts = tile_sums + row * C * 2;
+    A c1 = A(0), c2 = A(0);
+    for (i64 c = lane; c < C; c += kWarp) { c1 += ts[2 * c]; c2 += ts[2 * c + 1]; }
+    c1 = group_warp_sum<kWarp>(c1);
+    c2 = group_warp_sum<kWarp>(c2);
+    if (lane == 0) { row_sums[row * 2] = c1; row_sums[row * 2 + 1] = c2; }
+  }
+}
+
+// dW / dB: out[col] = sum over g of part[g, col], the G partial rows folded in a fixed tree.
+// blockIdx.y picks the weight (0) or bias (1) gradient; an absent one has a null `out`.
+template <typename A, typename OUT>
+__global__ void __launch_bounds__(1024)
+norm_reduce_partials(const A* __restrict__ dw_part, OUT* __restrict__ dw,
+                     const A* __restrict__ db_part, OUT* __restrict__ db, i64 G, i64 N) {
+  __shared__ A tile[32][33];
+  const A* part = blockIdx.y == 0 ? dw_part : db_part;
+  OUT* out = blockIdx.y == 0 ? dw : db;
+  if (out == nullptr) return;
+  const i64 col = i64(blockIdx.x) * 32 + threadIdx.x;
+  A s = A(0);
+  if (col < N)
+    for (i64 g = threadIdx.y; g < G; g += 32) s += part[g * N + col];
+  tile[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  for (int h = 16; h > 0; h /= 2) {
+    if (threadIdx.y < h) tile[threadIdx.y][threadIdx.x] += tile[threadIdx.y + h][threadIdx.x];
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && col < N) out[col] = cvt<OUT>(tile[0][threadIdx.x]);
+}
