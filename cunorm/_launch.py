@@ -113,11 +113,7 @@ def blocks_per_sm(kernel, block: int) -> int:
     """Resident blocks per SM for ``kernel`` at this block size (the driver's occupancy)."""
     from cupy_backends.cuda.api import driver
 
-    try:
-        return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block, 0))
-    except Exception:  # pragma: no cover - older CuPy without .kernel: registers-based guess
-        regs = max(1, kernel.attributes.get("num_regs", 32))
-        return max(1, min(2048 // block, 65536 // (regs * block)))
+    return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block, 0))
 
 
 def launch(kernel, grid, block, args) -> None:

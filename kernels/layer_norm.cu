@@ -52,13 +52,19 @@ __device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)
 
 // ------------------------------------------------------------------------------------------
 // Forward. kFullRow writes y, mean, rstd; kChunkStats writes (tile mean, tile M2) pairs to
-// `tile_stats` [M, C, 2]; kChunkApply reads the finalized mean/rstd and writes y.
+// `tile_stats` [M, C, 2]; kChunkApply reads the finalized statistics and writes y.
+//
+// LayerNorm sums x - pivot, the pivot being the row's first element: a row with a large
+// common offset (1e4 + noise in fp32) then keeps its digits, where a plain fp32 sum of the
+// raw values would lose them. y uses the shifted mean; the stored mean is pivot + shift.
+// On the split path `row_shift` [M, 2] carries (pivot, shifted mean) between the kernels.
 template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE>
 __global__ void __launch_bounds__(GroupShape<TPR>::kBlock)
 norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
          const W* __restrict__ weight, const W* __restrict__ bias,
          typename AccOf<T>::type* __restrict__ mean, typename AccOf<T>::type* __restrict__ rstd,
-         typename AccOf<T>::type* __restrict__ tile_stats, i64 M, i64 N, i64 C,
+         typename AccOf<T>::type* __restrict__ tile_stats,
+         typename AccOf<T>::type* __restrict__ row_shift, i64 M, i64 N, i64 C,
          typename AccOf<T>::type eps) {
   typedef typename AccOf<T>::type A;
   constexpr int kRows = GroupShape<TPR>::kRows;
@@ -74,22 +80,26 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
     const i64 c0 = it % C * kTile;
     const bool row_ok = row < M;
     const i64 safe_row = row_ok ? row : 0;
+    const T* xrow = x + xmap.offset(safe_row);
     A v[PACKS][VEC];
-    load_tile<VEC, PACKS, TPR>(x + xmap.offset(safe_row), c0, N, lane, row_ok, v);
+    load_tile<VEC, PACKS, TPR>(xrow, c0, N, lane, row_ok, v);
 
-    A mu, r;
+    A pivot = A(0), mu = A(0), r;  // mu: the mean relative to the pivot
     if constexpr (MODE == kChunkApply) {
-      mu = RMS ? A(0) : mean[safe_row];
+      if constexpr (!RMS) {
+        pivot = row_shift[safe_row * 2];
+        mu = row_shift[safe_row * 2 + 1];
+      }
       r = rstd[safe_row];
     } else {
       const i64 n_tile = N - c0 < kTile ? N - c0 : kTile;
-      mu = A(0);
       if constexpr (!RMS) {
+        pivot = cvt<A>(xrow[0]);
         A s = A(0);
 #pragma unroll
         for (int p = 0; p < PACKS; ++p)
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) s += v[p][k];
+          for (int k = 0; k < VEC; ++k) s += v[p][k] - (c0 + i64(p * TPR + lane) * VEC + k < N ? pivot : A(0));
         mu = group_sum<TPR>(s, smem) / A(n_tile);
       }
       // Second pass over the registers: squared deviations from the exact tile mean.
@@ -99,7 +109,7 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
         const i64 col = c0 + i64(p * TPR + lane) * VEC;
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          const A d = col + k < N ? v[p][k] - mu : A(0);
+          const A d = col + k < N ? v[p][k] - pivot - mu : A(0);
           q += d * d;
         }
       }
@@ -108,12 +118,13 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
         if (lane == 0 && row_ok) {
           tile_stats[(row * C + it % C) * 2] = mu;
           tile_stats[(row * C + it % C) * 2 + 1] = q;
+          if (!RMS && c0 == 0) row_shift[row * 2] = pivot;
         }
         continue;
       }
       r = rsqrt_acc(q / A(N) + eps);
       if (lane == 0 && row_ok) {
-        if (!RMS) mean[row] = mu;
+        if (!RMS) mean[row] = pivot + mu;
         rstd[row] = r;
       }
     }
@@ -127,7 +138,7 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
       load_param<VEC>(weight, col, A(1), wv);
       load_param<VEC>(bias, col, A(0), bv);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) out[k] = (v[p][k] - mu) * r * wv[k] + bv[k];
+      for (int k = 0; k < VEC; ++k) out[k] = (v[p][k] - pivot - mu) * r * wv[k] + bv[k];
       store_pack<T>(yrow + col, out);
     }
   }
@@ -135,10 +146,12 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
 
 // Merges the C tile summaries of each row into mean and rstd (split path). One warp a row;
 // lanes fold tiles lane, lane + 32, ... in order, then a fixed tree folds the lanes.
+// Tile means are relative to the row's pivot (row_shift[r, 0]); the merged shifted mean
+// goes to row_shift[r, 1] for the apply pass.
 template <typename A, bool RMS>
 __global__ void __launch_bounds__(128)
-norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ mean, A* __restrict__ rstd,
-                  i64 M, i64 N, i64 C, i64 tile, A eps) {
+norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ row_shift, A* __restrict__ mean,
+                  A* __restrict__ rstd, i64 M, i64 N, i64 C, i64 tile, A eps) {
   const int lane = threadIdx.x % kWarp;
   const i64 warps = i64(gridDim.x) * (blockDim.x / kWarp);
   for (i64 row = i64(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < M; row += warps) {
@@ -156,7 +169,10 @@ norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ mean, A* __r
       acc.merge(other);
     }
     if (lane == 0) {
-      if (!RMS) mean[row] = acc.mean;
+      if (!RMS) {
+        row_shift[row * 2 + 1] = acc.mean;
+        mean[row] = row_shift[row * 2] + acc.mean;
+      }
       // For RMS the tile "M2" is the plain sum of squares (tile mean is 0), so the merge adds
       // them up unchanged.
       rstd[row] = rsqrt_acc(acc.m2 / A(N) + eps);

@@ -86,7 +86,9 @@ def check(op, rng, shape, dtype, *, nd=1, weight=True, bias=True, param_dtype=No
         rdx, rdw, rdb = reference.layer_norm_backward(hdy, hx, hw, hmean, rstd.get(), normalized_ndim=nd,
                                                       has_bias=hb is not None)
     assert dx.dtype == dtype and dx.shape == tuple(shape)
-    assert_close("dx", dx, rdx, *tol(dtype))
+    # dx = rstd * (terms of order 1): its rounding error scales with rstd (316 for N=1, eps=1e-5)
+    rtol, atol = tol(dtype)
+    assert_close("dx", dx, rdx, rtol, atol * max(1.0, float(rstd.max()) if rstd.size else 1.0))
     rows = math.prod(shape[: len(shape) - nd])
     for name, got, want in (("dweight", dw, rdw), ("dbias", db, rdb)):
         if want is None:

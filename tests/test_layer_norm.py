@@ -40,6 +40,13 @@ def test_split_path_many_rows(rng):
     check(OP, rng, (257, 20000), numpy.float32)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_split_path_2049_rows(rng, dtype):
+    # 2049 x 65537: many rows of scalar (odd N) tiles; 2049 x 262144 is left out, its float64
+    # reference alone would take tens of seconds per dtype
+    check(OP, rng, (2049, 65537), dtype)
+
+
 def test_split_path_million_row(rng):
     check(OP, rng, (2, 1 << 20), numpy.float32)
 

@@ -123,23 +123,24 @@ def _forward(x, weight, bias, eps, nd, rms):
     if cfg is not None:
         grid = min(-(-m // cfg.rows_per_block), _config.MAX_GRID)
         launch(get_function(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW)), grid, cfg.block,
-               (*rows.args(), y, ptr(w), ptr(b), ptr(mean), rstd, ptr(None),
+               (*rows.args(), y, ptr(w), ptr(b), ptr(mean), rstd, ptr(None), ptr(None),
                 numpy.int64(m), numpy.int64(n), numpy.int64(1), eps_arg))
         return y, mean, rstd
 
     cfg = _config.split_config(vec)
     tiles = -(-n // cfg.tile)
     tile_stats = empty((m, tiles, 2), acc)
+    row_shift = None if rms else empty((m, 2), acc)
     grid = min(m * tiles, _config.MAX_GRID)
     common = (numpy.int64(m), numpy.int64(n), numpy.int64(tiles), eps_arg)
     launch(get_function(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS)), grid, cfg.block,
-           (*rows.args(), y, ptr(w), ptr(b), ptr(mean), rstd, tile_stats, *common))
+           (*rows.args(), y, ptr(w), ptr(b), ptr(mean), rstd, tile_stats, ptr(row_shift), *common))
     launch(get_function(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>"),
            min(-(-m // 4), _config.MAX_GRID), 128,
-           (tile_stats, ptr(mean), rstd, numpy.int64(m), numpy.int64(n), numpy.int64(tiles),
+           (tile_stats, ptr(row_shift), ptr(mean), rstd, numpy.int64(m), numpy.int64(n), numpy.int64(tiles),
             numpy.int64(cfg.tile), eps_arg))
     launch(get_function(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY)), grid, cfg.block,
-           (*rows.args(), y, ptr(w), ptr(b), ptr(mean), rstd, tile_stats, *common))
+           (*rows.args(), y, ptr(w), ptr(b), ptr(mean), rstd, tile_stats, ptr(row_shift), *common))
     return y, mean, rstd
 
 
