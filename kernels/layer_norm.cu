@@ -23,15 +23,23 @@ struct GroupShape {
 #define CUNORM_ROWMAP_PARAMS(p) i64 p##_s0, i64 p##_s1, i64 p##_s2, i64 p##_s3, i64 p##_n1, i64 p##_n2, i64 p##_n3
 #define CUNORM_ROWMAP(p) RowMap{p##_s0, p##_s1, p##_s2, p##_s3, p##_n1, p##_n2, p##_n3}
 
-// Loads this thread's part of a tile (zeros outside the row) into registers.
+// Columns of this thread's pack p, relative to the tile start. A pack is either wholly in
+// the row or wholly out (VEC > 1 only when N % VEC == 0), so validity is one 32-bit compare
+// per pack against `limit`, the tile's valid length (0 for a row past the end).
+template <int VEC, int TPR>
+__device__ __forceinline__ int pack_col(int p, int lane) { return (p * TPR + lane) * VEC; }
+
+__device__ __forceinline__ int tile_limit(i64 N, i64 c0, i64 tile, bool row_ok) {
+  return row_ok ? int(N - c0 < tile ? N - c0 : tile) : 0;
+}
+
+// Loads this thread's part of a tile into registers, zeros outside the row.
 template <int VEC, int PACKS, int TPR, typename A, typename T>
-__device__ __forceinline__ void load_tile(const T* row, i64 c0, i64 N, int lane, bool row_ok,
-                                          A (&v)[PACKS][VEC]) {
+__device__ __forceinline__ void load_tile(const T* tile, int limit, int lane, A (&v)[PACKS][VEC]) {
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
-    const i64 col = c0 + i64(p * TPR + lane) * VEC;
-    if (row_ok && col < N) {
-      load_pack<A, T, VEC>(row + col, v[p]);
+    if (pack_col<VEC, TPR>(p, lane) < limit) {
+      load_pack<A, T, VEC>(tile + pack_col<VEC, TPR>(p, lane), v[p]);
     } else {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) v[p][k] = A(0);
@@ -80,38 +88,42 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
     const i64 c0 = it % C * kTile;
     const bool row_ok = row < M;
     const i64 safe_row = row_ok ? row : 0;
+    const int limit = tile_limit(N, c0, kTile, row_ok);
     const T* xrow = x + xmap.offset(safe_row);
     A v[PACKS][VEC];
-    load_tile<VEC, PACKS, TPR>(xrow, c0, N, lane, row_ok, v);
+    load_tile<VEC, PACKS, TPR>(xrow + c0, limit, lane, v);
 
-    A pivot = A(0), mu = A(0), r;  // mu: the mean relative to the pivot
+    // v becomes x - pivot, then x - pivot - mu (the centred value), in place.
+    A pivot = A(0), mu = A(0), r;
     if constexpr (MODE == kChunkApply) {
       if constexpr (!RMS) {
         pivot = row_shift[safe_row * 2];
         mu = row_shift[safe_row * 2 + 1];
       }
       r = rstd[safe_row];
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) v[p][k] = v[p][k] - pivot - mu;
     } else {
-      const i64 n_tile = N - c0 < kTile ? N - c0 : kTile;
       if constexpr (!RMS) {
         pivot = cvt<A>(xrow[0]);
         A s = A(0);
 #pragma unroll
-        for (int p = 0; p < PACKS; ++p)
+        for (int p = 0; p < PACKS; ++p) {
+          if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) s += v[p][k] - (c0 + i64(p * TPR + lane) * VEC + k < N ? pivot : A(0));
-        mu = group_sum<TPR>(s, smem) / A(n_tile);
+          for (int k = 0; k < VEC; ++k) { v[p][k] -= pivot; s += v[p][k]; }
+        }
+        mu = group_sum<TPR>(s, smem) / A(limit > 0 ? limit : 1);
       }
       // Second pass over the registers: squared deviations from the exact tile mean.
       A q = A(0);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
-        const i64 col = c0 + i64(p * TPR + lane) * VEC;
+        if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          const A d = col + k < N ? v[p][k] - pivot - mu : A(0);
-          q += d * d;
-        }
+        for (int k = 0; k < VEC; ++k) { v[p][k] -= mu; q += v[p][k] * v[p][k]; }
       }
       q = group_sum<TPR>(q, smem);
       if constexpr (MODE == kChunkStats) {
@@ -128,18 +140,17 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
         rstd[row] = r;
       }
     }
-    if (!row_ok) continue;
-    T* yrow = y + row * N;
+    T* ytile = y + (safe_row * N + c0);
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
-      const i64 col = c0 + i64(p * TPR + lane) * VEC;
-      if (col >= N) continue;
+      const int col = pack_col<VEC, TPR>(p, lane);
+      if (col >= limit) continue;
       A wv[VEC], bv[VEC], out[VEC];
-      load_param<VEC>(weight, col, A(1), wv);
-      load_param<VEC>(bias, col, A(0), bv);
+      load_param<VEC>(weight, c0 + col, A(1), wv);
+      load_param<VEC>(bias, c0 + col, A(0), bv);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) out[k] = (v[p][k] - pivot - mu) * r * wv[k] + bv[k];
-      store_pack<T>(yrow + col, out);
+      for (int k = 0; k < VEC; ++k) out[k] = v[p][k] * r * wv[k] + bv[k];
+      store_pack<T>(ytile + col, out);
     }
   }
 }
@@ -176,6 +187,28 @@ norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ row_shift, A
       // For RMS the tile "M2" is the plain sum of squares (tile mean is 0), so the merge adds
       // them up unchanged.
       rstd[row] = rsqrt_acc(acc.m2 / A(N) + eps);
+    }
+  }
+}
+
+// Backward's per-thread part of the two row sums: turns x into xhat in place and adds up
+// w*dy and w*dy*xhat. Packs outside the row hold x = dy = 0 and add nothing.
+template <int VEC, int PACKS, int TPR, typename A, typename W>
+__device__ __forceinline__ void xhat_and_sums(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* weight,
+                                              i64 c0, int limit, int lane, A mu, A r, A& c1, A& c2) {
+  c1 = A(0);
+  c2 = A(0);
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = pack_col<VEC, TPR>(p, lane);
+    A wv[VEC];
+    load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      xv[p][k] = (xv[p][k] - mu) * r;
+      const A wdy = wv[k] * g[p][k];
+      c1 += wdy;
+      c2 += wdy * xv[p][k];
     }
   }
 }
@@ -217,27 +250,16 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
     const i64 row = base + ty;
     const bool row_ok = row < M;
     const i64 safe_row = row_ok ? row : 0;
+    const int limit = tile_limit(N, c0, kTile, row_ok);
     A xv[PACKS][VEC], g[PACKS][VEC];
-    load_tile<VEC, PACKS, TPR>(x + xmap.offset(safe_row), c0, N, lane, row_ok, xv);
-    load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe_row), c0, N, lane, row_ok, g);
+    load_tile<VEC, PACKS, TPR>(x + xmap.offset(safe_row) + c0, limit, lane, xv);
+    load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe_row) + c0, limit, lane, g);
     const A mu = RMS ? A(0) : mean[safe_row];
     const A r = rstd[safe_row];
 
-    // xv becomes xhat, g stays dy; wdy is recomputed where needed to spare registers.
-    A c1 = A(0), c2 = A(0);
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const i64 col = c0 + i64(p * TPR + lane) * VEC;
-      A wv[VEC];
-      load_param<VEC>(col < N ? weight : nullptr, col, A(1), wv);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        xv[p][k] = col + k < N ? (xv[p][k] - mu) * r : A(0);
-        const A wdy = wv[k] * g[p][k];
-        c1 += wdy;
-        c2 += wdy * xv[p][k];
-      }
-    }
+    // xv becomes xhat, g stays dy; w*dy is recomputed below rather than kept in registers.
+    A c1, c2;
+    xhat_and_sums<VEC, PACKS, TPR>(xv, g, weight, c0, limit, lane, mu, r, c1, c2);
     if constexpr (MODE == kFullRow) {
       if constexpr (RMS) c2 = group_sum<TPR>(c2, smem);
       else group_sum2<TPR>(c1, c2, smem);
@@ -246,21 +268,20 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
       c2 = row_sums[safe_row * 2 + 1];
     }
     const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
-    if (!row_ok) continue;
-    T* dxrow = dx + row * N;
+    T* dxtile = dx + (safe_row * N + c0);
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
-      const i64 col = c0 + i64(p * TPR + lane) * VEC;
-      if (col >= N) continue;
+      const int col = pack_col<VEC, TPR>(p, lane);
+      if (col >= limit) continue;
       A wv[VEC], out[VEC];
-      load_param<VEC>(weight, col, A(1), wv);
+      load_param<VEC>(weight, c0 + col, A(1), wv);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         out[k] = r * (wv[k] * g[p][k] - m1 - xv[p][k] * m2);
         dw_acc[p][k] += g[p][k] * xv[p][k];
         db_acc[p][k] += g[p][k];
       }
-      store_pack<T>(dxrow + col, out);
+      store_pack<T>(dxtile + col, out);
     }
   }
 
@@ -290,25 +311,12 @@ norm_bwd_tile_sums(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T*
   const int lane = threadIdx.x;
   for (i64 it = blockIdx.x; it < M * C; it += gridDim.x) {
     const i64 row = it / C, c0 = it % C * kTile;
+    const int limit = tile_limit(N, c0, kTile, true);
     A xv[PACKS][VEC], g[PACKS][VEC];
-    load_tile<VEC, PACKS, TPR>(x + xmap.offset(row), c0, N, lane, true, xv);
-    load_tile<VEC, PACKS, TPR>(dy + dymap.offset(row), c0, N, lane, true, g);
-    const A mu = RMS ? A(0) : mean[row];
-    const A r = rstd[row];
-    A c1 = A(0), c2 = A(0);
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const i64 col = c0 + i64(p * TPR + lane) * VEC;
-      A wv[VEC];
-      load_param<VEC>(col < N ? weight : nullptr, col, A(1), wv);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const A xhat = col + k < N ? (xv[p][k] - mu) * r : A(0);
-        const A wdy = wv[k] * g[p][k];
-        c1 += wdy;
-        c2 += wdy * xhat;
-      }
-    }
+    load_tile<VEC, PACKS, TPR>(x + xmap.offset(row) + c0, limit, lane, xv);
+    load_tile<VEC, PACKS, TPR>(dy + dymap.offset(row) + c0, limit, lane, g);
+    A c1, c2;
+    xhat_and_sums<VEC, PACKS, TPR>(xv, g, weight, c0, limit, lane, RMS ? A(0) : mean[row], rstd[row], c1, c2);
     group_sum2<TPR>(c1, c2, smem);
     if (lane == 0) {
       tile_sums[it * 2] = c1;
