@@ -18,11 +18,24 @@ POISON_OUTPUTS = False
 
 
 def empty(shape, dtype):
+    """The default allocator of every op buffer: CuPy's pool. Frameworks pass their own
+    allocator (same signature, returning a CuPy view of their memory) instead."""
     import cupy
 
     out = cupy.empty(shape, dtype)
     if POISON_OUTPUTS:
         out.fill(numpy.nan)
+    return out
+
+
+def contiguous(a, alloc=empty, dtype=None):
+    """``a`` itself if C-contiguous (and of ``dtype``), else a C-contiguous copy in memory from
+    ``alloc`` (CuPy's elementwise copy writes it; nothing else is allocated)."""
+    dtype = a.dtype if dtype is None else numpy.dtype(dtype)
+    if a.flags.c_contiguous and a.dtype == dtype:
+        return a
+    out = alloc(a.shape, dtype)
+    out[...] = a
     return out
 
 
@@ -68,16 +81,14 @@ def _merged_leading(a, nd: int) -> list:
     return merged[::-1]
 
 
-def rows_of(a, nd: int) -> Rows:
+def rows_of(a, nd: int, alloc=empty) -> Rows:
     """The row view of ``a`` over its last ``nd`` axes. Copies once if those axes are not
     contiguous, or if the leading axes need more than four strides after merging."""
-    import cupy
-
     if not _last_axes_contiguous(a, nd):
-        a = cupy.ascontiguousarray(a)
+        a = contiguous(a, alloc)
     dims = _merged_leading(a, nd)
     if len(dims) > MAX_LEADING_AXES:
-        a = cupy.ascontiguousarray(a)
+        a = contiguous(a, alloc)
         dims = _merged_leading(a, nd)
     n = math.prod(a.shape[a.ndim - nd:])
     if not dims:

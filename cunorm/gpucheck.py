@@ -66,6 +66,20 @@ def run_tests(out: pathlib.Path, extra: list[str]) -> dict:
     return {"passed": counts.passed, "failed": counts.failed, "skipped": counts.skipped, "exit_code": int(code)}
 
 
+def _torch_numbers(cupy_rows) -> dict | None:
+    """The PyTorch adapter's overhead and bandwidth, where torch with CUDA is installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    from . import _bench_torch
+
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    return {"overhead": _bench_torch.overhead(log), "bandwidth": _bench_torch.bandwidth(cupy_rows, log=log)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results")
@@ -94,6 +108,7 @@ def main(argv=None) -> int:
         record["copy_GBps"] = round(_bench.copy_gbps(), 1)
         print(f"device-to-device copy: {record['copy_GBps']} GB/s", flush=True)
         record["bench"] = _bench.run(log=lambda s: print(s, flush=True))
+        record["torch"] = _torch_numbers(record["bench"])
     (args.out / "gpu-latest.json").write_text(json.dumps(record, indent=1) + "\n")
 
     print("\n=== cunorm GPU check ===")
@@ -107,6 +122,13 @@ def main(argv=None) -> int:
         print(f"{'op':10s} {'dtype':8s} {'N':>7s} {'fwd':>6s} {'bwd':>6s}")
         for r in record["bench"]:
             print(f"{r['op']:10s} {r['dtype']:8s} {r['N']:7d} {r['fwd_GBps'] / copy:6.2f} {r['bwd_GBps'] / copy:6.2f}")
+    if record.get("torch"):
+        print("torch adapter, bf16 LayerNorm wall time per call (cunorm / torch):")
+        for r in record["torch"]["overhead"]:
+            print(f"  {tuple(r['shape'])}: fwd x{r['fwd_wall_ratio']}, fwd+bwd x{r['fwdbwd_wall_ratio']}, "
+                  f"graph-replay kernel {r['cunorm_fwd_graph_us']} vs {r['torch_fwd_graph_us']} us")
+        worst = min(min(r.get("fwd_vs_cupy", 1), r.get("bwd_vs_cupy", 1)) for r in record["torch"]["bandwidth"])
+        print(f"  large shapes: torch path at >= {worst:.3f} of the CuPy API's bandwidth")
     failed = record["tests"] and record["tests"]["failed"]
     return 1 if failed else 0
 

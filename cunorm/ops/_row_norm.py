@@ -15,7 +15,7 @@ import numpy
 from .. import _config
 from .._checks import acc_dtype
 from .._compile import c_type, get_function
-from .._launch import blocks_per_sm, empty, launch, pick_vec, ptr, rows_of, sm_count
+from .._launch import blocks_per_sm, contiguous, empty, launch, pick_vec, ptr, rows_of, sm_count
 
 KERNEL_FILE = "layer_norm.cu"
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
@@ -75,7 +75,7 @@ def _np_name(name: str):
     return BFLOAT16 if name == "bfloat16" else numpy.dtype(name)
 
 
-def _param_dtype(x, weight, bias):
+def _param_dtype(x, weight, bias, alloc):
     """The parameter storage dtype the kernels read, and weight/bias in it."""
     params = [p for p in (weight, bias) if p is not None]
     if not params:
@@ -85,24 +85,25 @@ def _param_dtype(x, weight, bias):
         wdt = params[0].dtype
     else:
         wdt = numpy.dtype(numpy.float32)
-    import cupy
-
-    cast = [None if p is None else cupy.ascontiguousarray(p, dtype=wdt).reshape(-1) for p in (weight, bias)]
+    cast = [None if p is None else contiguous(p, alloc, wdt) for p in (weight, bias)]
     return wdt, cast[0], cast[1]
 
 
-def forward(x, weight, bias, eps: float, nd: int, rms: bool):
-    """y (x's dtype, contiguous), mean (None for rms) and rstd (leading shape, fp32/fp64)."""
+def forward(x, weight, bias, eps: float, nd: int, rms: bool, *, out=None, alloc=empty):
+    """y (x's dtype, contiguous), mean (None for rms) and rstd (leading shape, fp32/fp64).
+
+    ``out``: (y, mean, rstd) to write instead of allocating them (C-contiguous, those shapes
+    and dtypes); ``alloc(shape, dtype)`` provides every other buffer."""
     with x.device:  # allocations, compiled modules and launches all on x's device
-        return _forward(x, weight, bias, eps, nd, rms)
+        return _forward(x, weight, bias, eps, nd, rms, out, alloc)
 
 
-def _forward(x, weight, bias, eps, nd, rms):
+def _forward(x, weight, bias, eps, nd, rms, out, alloc):
     lead = x.shape[: x.ndim - nd]
     acc = acc_dtype(x.dtype)
-    y = empty(x.shape, x.dtype)
-    mean = None if rms else empty(lead, acc)
-    rstd = empty(lead, acc)
+    if out is None:
+        out = (alloc(x.shape, x.dtype), None if rms else alloc(lead, acc), alloc(lead, acc))
+    y, mean, rstd = out
     n = math.prod(x.shape[x.ndim - nd:])
     m = math.prod(lead)
     if m == 0:
@@ -113,8 +114,8 @@ def _forward(x, weight, bias, eps, nd, rms):
             mean.fill(numpy.nan)
         return y, mean, rstd
 
-    rows = rows_of(x, nd)
-    wdt, w, b = _param_dtype(x, weight, bias)
+    rows = rows_of(x, nd, alloc)
+    wdt, w, b = _param_dtype(x, weight, bias, alloc)
     vec = pick_vec(x.itemsize, n, [(rows.array, x.itemsize), (y, x.itemsize), (w, wdt.itemsize),
                                    (b, wdt.itemsize)], list(rows.strides))
     t, wn = x.dtype.name, wdt.name
@@ -129,8 +130,8 @@ def _forward(x, weight, bias, eps, nd, rms):
 
     cfg = _config.split_config(vec)
     tiles = -(-n // cfg.tile)
-    tile_stats = empty((m, tiles, 2), acc)
-    row_shift = None if rms else empty((m, 2), acc)
+    tile_stats = alloc((m, tiles, 2), acc)
+    row_shift = None if rms else alloc((m, 2), acc)
     grid = min(m * tiles, _config.MAX_GRID)
     common = (numpy.int64(m), numpy.int64(n), numpy.int64(tiles), eps_arg)
     launch(get_function(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS)), grid, cfg.block,
@@ -144,31 +145,34 @@ def _forward(x, weight, bias, eps, nd, rms):
     return y, mean, rstd
 
 
-def backward(dy, x, weight, mean, rstd, nd: int, rms: bool, need_dw: bool, need_db: bool, grad_dtype):
+def backward(dy, x, weight, mean, rstd, nd: int, rms: bool, need_dw: bool, need_db: bool, grad_dtype,
+             *, out=None, alloc=empty):
     """dx (x's dtype, contiguous), dweight and dbias (shape x.shape[-nd:], ``grad_dtype``; None
-    where not needed). Deterministic: fixed reduction trees, no atomics."""
+    where not needed). Deterministic: fixed reduction trees, no atomics. ``out`` and ``alloc``
+    as in :func:`forward`, ``out`` = (dx, dweight or None, dbias or None)."""
     with x.device:
-        return _backward(dy, x, weight, mean, rstd, nd, rms, need_dw, need_db, grad_dtype)
+        return _backward(dy, x, weight, mean, rstd, nd, rms, need_dw, need_db, grad_dtype, out, alloc)
 
 
-def _backward(dy, x, weight, mean, rstd, nd, rms, need_dw, need_db, grad_dtype):
-    import cupy
-
+def _backward(dy, x, weight, mean, rstd, nd, rms, need_dw, need_db, grad_dtype, out, alloc):
     acc = acc_dtype(x.dtype)
     norm_shape = x.shape[x.ndim - nd:]
     n = math.prod(norm_shape)
     m = math.prod(x.shape[: x.ndim - nd])
-    dx = empty(x.shape, x.dtype)
+    if out is None:
+        out = (alloc(x.shape, x.dtype), alloc(norm_shape, grad_dtype) if need_dw else None,
+               alloc(norm_shape, grad_dtype) if need_db else None)
+    dx, dw, db = out
     if m == 0 or n == 0:  # a sum over no rows is zero
-        zeros = (lambda need: cupy.zeros(norm_shape, grad_dtype) if need else None)
-        return dx, zeros(need_dw), zeros(need_db)
-    dw = empty(norm_shape, grad_dtype) if need_dw else None
-    db = empty(norm_shape, grad_dtype) if need_db else None
+        for g in (dw, db):
+            if g is not None:
+                g.fill(0)
+        return dx, dw, db
 
-    xr, dyr = rows_of(x, nd), rows_of(dy, nd)
-    wdt, w, _ = _param_dtype(x, weight, None)
-    mean = None if rms else cupy.ascontiguousarray(mean)
-    rstd = cupy.ascontiguousarray(rstd)
+    xr, dyr = rows_of(x, nd, alloc), rows_of(dy, nd, alloc)
+    wdt, w, _ = _param_dtype(x, weight, None, alloc)
+    mean = None if rms else contiguous(mean, alloc)
+    rstd = contiguous(rstd, alloc)
     vec = pick_vec(x.itemsize, n, [(xr.array, x.itemsize), (dyr.array, x.itemsize), (dx, x.itemsize),
                                    (w, wdt.itemsize)], [*xr.strides, *dyr.strides])
     t, wn = x.dtype.name, wdt.name
@@ -183,19 +187,19 @@ def _backward(dy, x, weight, mean, rstd, nd, rms, need_dw, need_db, grad_dtype):
     else:
         cfg = _config.split_config(vec)
         tiles = -(-n // cfg.tile)
-        tile_sums = empty((m, tiles, 2), acc)
+        tile_sums = alloc((m, tiles, 2), acc)
         launch(get_function(KERNEL_FILE, _tile_name("norm_bwd_tile_sums", t, wn, cfg, rms)),
                min(m * tiles, _config.MAX_GRID), cfg.block,
                (*dyr.args(), *xr.args(), ptr(w), ptr(mean), rstd, tile_sums, *dims, numpy.int64(tiles)))
-        row_sums = empty((m, 2), acc)
+        row_sums = alloc((m, 2), acc)
         launch(get_function(KERNEL_FILE, f"norm_bwd_finalize<{_acc_name(t)}>"), min(-(-m // 4), _config.MAX_GRID),
                128, (tile_sums, row_sums, numpy.int64(m), numpy.int64(tiles)))
         kernel = get_function(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, CHUNK_APPLY))
         resident = sms * blocks_per_sm(kernel, cfg.block)
         blocks = max(1, min(m, -(-resident // tiles)))
         groups = blocks
-    dw_part = empty((groups, n), acc) if need_dw else None
-    db_part = empty((groups, n), acc) if need_db else None
+    dw_part = alloc((groups, n), acc) if need_dw else None
+    db_part = alloc((groups, n), acc) if need_db else None
     launch(kernel, blocks * tiles, cfg.block,
            (*dyr.args(), *xr.args(), ptr(w), ptr(mean), rstd, ptr(row_sums), dx, ptr(dw_part), ptr(db_part),
             *dims, numpy.int64(tiles)))

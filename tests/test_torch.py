@@ -1,0 +1,318 @@
+"""The PyTorch adapter: custom ops, autograd, compile, modules (CPU wiring, runs in CI) and
+the CUDA path (zero copy, streams, graphs, training) on the GPU."""
+from __future__ import annotations
+
+import math
+
+import numpy
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch)")
+import torch.nn.functional as F  # noqa: E402
+
+import cunorm.torch as ct  # noqa: E402
+from cunorm import reference  # noqa: E402
+from tolerances import assert_close, reduction_tol, tol  # noqa: E402
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def _np_dtype(dtype):
+    return ct._NUMPY_DTYPE[dtype]
+
+
+# ---- CPU wiring ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,nd", [((4, 8), 1), ((3, 5, 8), 2), ((2, 1), 1)])
+def test_cpu_values_match_torch(shape, nd):
+    x = torch.randn(shape, dtype=torch.float64)
+    w, b = torch.randn(shape[-nd:], dtype=torch.float64), torch.randn(shape[-nd:], dtype=torch.float64)
+    torch.testing.assert_close(ct.layer_norm(x, shape[-nd:], w, b), F.layer_norm(x, shape[-nd:], w, b))
+    torch.testing.assert_close(ct.rms_norm(x, shape[-nd:], w), F.rms_norm(x, shape[-nd:], w))
+    torch.testing.assert_close(ct.rms_norm(x, shape[-nd:], None, 1e-3), F.rms_norm(x, shape[-nd:], None, 1e-3))
+
+
+@pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, False), (False, True)])
+def test_cpu_gradcheck_layer_norm(weight, bias):
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, dtype=torch.float64, requires_grad=True) if weight else None
+    b = torch.randn(6, dtype=torch.float64, requires_grad=True) if bias else None
+    inputs = tuple(t for t in (x, w, b) if t is not None)
+
+    def f(*args):
+        it = iter(args)
+        xx = next(it)
+        ww = next(it) if weight else None
+        bb = next(it) if bias else None
+        return ct.layer_norm(xx, (6,), ww, bb)
+
+    assert torch.autograd.gradcheck(f, inputs)
+
+
+@pytest.mark.parametrize("weight", [True, False])
+def test_cpu_gradcheck_rms_norm(weight):
+    x = torch.randn(3, 2, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(2, 5, dtype=torch.float64, requires_grad=True) if weight else None
+    if weight:
+        assert torch.autograd.gradcheck(lambda a, c: ct.rms_norm(a, (2, 5), c), (x, w))
+    else:
+        assert torch.autograd.gradcheck(lambda a: ct.rms_norm(a, (2, 5)), (x,))
+
+
+def _opcheck_cases(device):
+    x = torch.randn(3, 5, 8, device=device)
+    w, b = torch.randn(8, device=device), torch.randn(8, device=device)
+    _, mean, rstd = torch.ops.cunorm.layer_norm_fwd(x, 1, w, b, 1e-5)
+    _, rrstd = torch.ops.cunorm.rms_norm_fwd(x, 2, None, 1e-5)
+    return [
+        (torch.ops.cunorm.layer_norm_fwd.default, (x.requires_grad_(), 1, w.requires_grad_(), b, 1e-5)),
+        (torch.ops.cunorm.layer_norm_fwd.default, (x, 2, None, None, 1e-3)),
+        (torch.ops.cunorm.rms_norm_fwd.default, (x, 1, w, 1e-6)),
+        (torch.ops.cunorm.layer_norm_bwd.default, (torch.randn_like(x), x.detach(), w.detach(), mean, rstd, 1, True)),
+        (torch.ops.cunorm.rms_norm_bwd.default, (torch.randn_like(x), x.detach(), None, rrstd, 2)),
+    ]
+
+
+def test_cpu_opcheck():
+    for op, args in _opcheck_cases("cpu"):
+        torch.library.opcheck(op, args)
+
+
+def test_cpu_modules_state_dict_round_trip():
+    ref = torch.nn.LayerNorm((4, 6), eps=1e-4, bias=False)
+    ours = ct.LayerNorm((4, 6), eps=1e-4, bias=False)
+    assert set(ref.state_dict()) == set(ours.state_dict())
+    with torch.no_grad():
+        ref.weight.uniform_()
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 4, 6)
+    torch.testing.assert_close(ours(x), ref(x))
+    rms_ref, rms_ours = torch.nn.RMSNorm(6, eps=1e-5), ct.RMSNorm(6, eps=1e-5)
+    rms_ref.load_state_dict(rms_ours.state_dict())
+    torch.testing.assert_close(rms_ours(x), rms_ref(x))
+
+
+def test_cpu_replace_norms_keeps_parameters():
+    model = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.LayerNorm(6),
+                                torch.nn.Sequential(torch.nn.RMSNorm(6), torch.nn.LayerNorm(6, elementwise_affine=False)))
+    x = torch.randn(3, 6)
+    before = model(x)
+    params = {n: p.data_ptr() for n, p in model.named_parameters()}
+    assert ct.replace_norms(model) is model
+    assert type(model[1]) is ct.LayerNorm and type(model[2][0]) is ct.RMSNorm and type(model[2][1]) is ct.LayerNorm
+    assert {n: p.data_ptr() for n, p in model.named_parameters()} == params
+    torch.testing.assert_close(model(x), before)
+
+
+def test_cpu_compile_fullgraph_forward_and_backward():
+    model = ct.replace_norms(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.RMSNorm(8)))
+    compiled = torch.compile(model, fullgraph=True)
+    x = torch.randn(4, 8, requires_grad=True)
+    out = compiled(x)
+    torch.testing.assert_close(out, model(x))
+    out.sum().backward()
+    assert x.grad is not None and model[1].weight.grad is not None
+
+
+def test_cpu_bf16_round_trip():
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    w = torch.rand(16, dtype=torch.float32)
+    torch.testing.assert_close(ct.layer_norm(x, (16,), w), F.layer_norm(x.float(), (16,), w).bfloat16(),
+                               atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("call,error,name", [
+    (lambda: ct.layer_norm([1.0], (1,)), TypeError, "input"),
+    (lambda: ct.layer_norm(torch.ones(2, 4, dtype=torch.int32), (4,)), TypeError, "input"),
+    (lambda: ct.layer_norm(torch.ones(2, 4), (3,)), ValueError, "normalized_shape"),
+    (lambda: ct.layer_norm(torch.ones(2, 4), (2, 2, 4)), ValueError, "normalized_shape"),
+    (lambda: ct.layer_norm(torch.ones(2, 4), (4,), torch.ones(3)), ValueError, "weight"),
+    (lambda: ct.layer_norm(torch.ones(2, 4), (4,), None, torch.ones(4, dtype=torch.int64)), TypeError, "bias"),
+    (lambda: ct.layer_norm(torch.ones(2, 4), (4,), eps=0.0), ValueError, "eps"),
+    (lambda: ct.rms_norm(torch.ones(2, 4), (4,), eps=float("nan")), ValueError, "eps"),
+    (lambda: ct.rms_norm(torch.ones(2, 4), (4,), torch.ones(4, 1)), ValueError, "weight"),
+])
+def test_bad_arguments_name_the_argument(call, error, name):
+    with pytest.raises(error, match=rf"^{name}\b"):
+        call()
+
+
+# ---- GPU ----------------------------------------------------------------------------------
+
+gpu = pytest.mark.gpu
+
+
+def _cuda_or_skip():
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+
+
+@gpu
+@pytest.mark.parametrize("dtype", list(TORCH_DTYPES.values()), ids=list(TORCH_DTYPES))
+@pytest.mark.parametrize("shape", [(3, 7), (2049, 1536), (2, 65537), (4, 5, 256)])
+def test_gpu_values_and_grads_against_reference_and_torch(dtype, shape):
+    _cuda_or_skip()
+    n = shape[-1]
+    x = torch.randn(shape, device="cuda").to(dtype).requires_grad_()
+    w = (1 + 0.1 * torch.randn(n, device="cuda")).requires_grad_()
+    b = (0.1 * torch.randn(n, device="cuda")).requires_grad_()
+    dy = torch.randn(shape, device="cuda").to(dtype)
+    for op in ("layer_norm", "rms_norm"):
+        args = (w, b) if op == "layer_norm" else (w,)
+        ours = getattr(ct, op)(x, (n,), *args)
+        grads = torch.autograd.grad(ours, (x, *args), dy)
+        # torch in float64 on upcast inputs
+        x64 = x.detach().double().requires_grad_()
+        args64 = tuple(a.detach().double().requires_grad_() for a in args)
+        theirs = getattr(F, op)(x64, (n,), *args64, **({"eps": torch.finfo(dtype).eps} if op == "rms_norm" else {}))
+        their_grads = torch.autograd.grad(theirs, (x64, *args64), dy.double())
+        rtol, atol = tol(_np_dtype(dtype))
+        assert ours.dtype == dtype
+        assert_close(f"{op} y", ours.detach().cpu(), theirs.detach().cpu(), rtol, atol)
+        assert_close(f"{op} dx", grads[0].cpu(), their_grads[0].cpu(), rtol, atol * 4)
+        rows = math.prod(shape[:-1])
+        for name, g, t in zip(("dweight", "dbias"), grads[1:], their_grads[1:]):
+            assert g.dtype == torch.float32
+            assert_close(f"{op} {name}", g.cpu(), t.cpu(), *reduction_tol(numpy.float32, rows))
+        # and the NumPy reference
+        xn = ct._numpy_view(x.detach().cpu())
+        if op == "layer_norm":
+            ry = reference.layer_norm(xn, w.detach().cpu().numpy(), b.detach().cpu().numpy())
+        else:
+            ry = reference.rms_norm(xn, w.detach().cpu().numpy())
+        assert_close(f"{op} y vs reference", ours.detach().cpu(), ry, rtol, atol)
+
+
+@gpu
+def test_gpu_gradcheck_float64():
+    _cuda_or_skip()
+    x = torch.randn(5, 37, dtype=torch.float64, device="cuda", requires_grad=True)
+    w = torch.randn(37, dtype=torch.float64, device="cuda", requires_grad=True)
+    b = torch.randn(37, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a, c, d: ct.layer_norm(a, (37,), c, d), (x, w, b))
+    assert torch.autograd.gradcheck(lambda a, c: ct.rms_norm(a, (37,), c), (x, w))
+
+
+@gpu
+def test_gpu_opcheck():
+    _cuda_or_skip()
+    for op, args in _opcheck_cases("cuda"):
+        torch.library.opcheck(op, args)
+
+
+@gpu
+def test_gpu_zero_copy_torch_memory_only():
+    _cuda_or_skip()
+    import cupy
+
+    x = torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.ones(4096, device="cuda")
+    ct.layer_norm(x, (4096,), w, w)  # compile and warm up
+    torch.cuda.synchronize()
+    pool = cupy.get_default_memory_pool()
+    pool_before = pool.used_bytes() + pool.total_bytes()
+    torch_before = torch.cuda.memory_allocated()
+    y, mean, rstd = torch.ops.cunorm.layer_norm_fwd(x, 1, w, w, 1e-5)
+    torch.cuda.synchronize()
+    assert pool.used_bytes() + pool.total_bytes() == pool_before, "CuPy's pool was used"
+    grown = torch.cuda.memory_allocated() - torch_before
+    assert grown == sum(t.untyped_storage().nbytes() for t in (y, mean, rstd)), "copies or scratch leaked"
+
+
+@gpu
+def test_gpu_side_stream():
+    _cuda_or_skip()
+    x = torch.randn(256, 2048, device="cuda")
+    want = F.layer_norm(x, (2048,))
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        y = ct.layer_norm(x, (2048,))
+        z = ct.layer_norm(x, (2048,))
+    torch.cuda.current_stream().wait_stream(s)
+    torch.testing.assert_close(y, want, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(z, want, atol=2e-5, rtol=2e-5)
+
+
+@gpu
+def test_gpu_cuda_graph_capture_and_replay():
+    _cuda_or_skip()
+    model = ct.replace_norms(torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.LayerNorm(512),
+                                                 torch.nn.RMSNorm(512))).cuda()
+    static_x = torch.randn(32, 512, device="cuda", requires_grad=True)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm up: compile kernels outside the capture
+        for _ in range(2):
+            model(static_x).sum().backward()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = model(static_x)
+        static_out.sum().backward()
+    for _ in range(3):
+        static_x.data.copy_(torch.randn(32, 512, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(static_out, model(static_x), atol=1e-5, rtol=1e-5)
+
+
+@gpu
+def test_gpu_compile_reduce_overhead():
+    _cuda_or_skip()
+    model = ct.replace_norms(torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.LayerNorm(256),
+                                                 torch.nn.RMSNorm(256))).cuda()
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):
+        x = torch.randn(16, 256, device="cuda")
+        torch.testing.assert_close(compiled(x).clone(), model(x), atol=1e-5, rtol=1e-5)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_autocast_follows_torch_policy(dtype):
+    _cuda_or_skip()
+    x = torch.randn(8, 64, device="cuda", dtype=dtype)
+    w = torch.ones(64, device="cuda")
+    with torch.autocast("cuda", dtype=dtype):
+        assert ct.layer_norm(x, (64,), w, w).dtype == F.layer_norm(x, (64,), w, w).dtype
+        assert ct.rms_norm(x, (64,), w).dtype == F.rms_norm(x, (64,), w).dtype
+        assert ct.layer_norm(x, (64,), w, w, autocast_to_fp32=False).dtype == dtype
+
+
+@gpu
+def test_gpu_transformer_block_training_matches_torch():
+    _cuda_or_skip()
+    torch.manual_seed(0)
+
+    def block():
+        return torch.nn.Sequential(
+            torch.nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True, norm_first=True),
+            torch.nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True, norm_first=True),
+            torch.nn.RMSNorm(128), torch.nn.Linear(128, 1)).cuda()
+
+    ref = block()
+    ours = ct.replace_norms(block())
+    ours.load_state_dict(ref.state_dict())
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (ref, ours)]
+    data = torch.randn(8, 16, 128, device="cuda")
+    target = torch.randn(8, 16, 1, device="cuda")
+    for _ in range(5):
+        losses = []
+        for model, opt in zip((ref, ours), opts):
+            opt.zero_grad()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = F.mse_loss(model(data).float(), target)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[1] == pytest.approx(losses[0], rel=2e-2)
+
+
+@gpu
+def test_gpu_second_device():
+    _cuda_or_skip()
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs: this machine has one")
+    x = torch.randn(16, 1024, device="cuda:1")
+    torch.testing.assert_close(ct.layer_norm(x, (1024,)), F.layer_norm(x, (1024,)), atol=2e-5, rtol=2e-5)
