@@ -59,21 +59,22 @@ _modules: dict = {}
 _lock = threading.Lock()
 
 
-def get_function(filename: str, name_expression: str):
-    """The compiled kernel ``name_expression`` of kernels/<filename> on the current device."""
-    import cupy
-
-    key = (filename, name_expression, cupy.cuda.runtime.getDevice())
+def function_ptr(filename: str, name_expression: str, device: int) -> int:
+    """The CUfunction of kernel ``name_expression`` of kernels/<filename> on ``device`` (which
+    must be current), compiled on first use; CuPy keeps the module loaded."""
+    key = (filename, name_expression, device)
     fn = _modules.get(key)
     if fn is None:
         with _lock:  # one compile per kernel, even when many threads ask at once
             fn = _modules.get(key)
             if fn is None:
+                import cupy
+
                 module = cupy.RawModule(code=kernel_source(filename), options=COMPILE_OPTIONS,
                                         name_expressions=(name_expression,))
-                fn = module.get_function(name_expression)
-                _modules[key] = fn
-    return fn
+                kernel = module.get_function(name_expression)
+                fn = _modules[key] = (kernel, kernel.kernel.ptr)  # the RawKernel keeps the module alive
+    return fn[1]
 
 
 def _nvrtc_include_options() -> list[str]:

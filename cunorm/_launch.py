@@ -1,4 +1,11 @@
-"""GPU-side plumbing shared by the ops: row layouts, vector width, device facts, launches."""
+"""GPU-side plumbing shared by the ops, independent of the array library that called them.
+
+Kernels see arrays as ``View`` (pointer, shape, element strides, dtype); the frontends (CuPy
+in ``ops/``, PyTorch in ``torch.py``) make views of their own arrays, allocate with their own
+allocator and pass their stream. Launches go straight to ``cuLaunchKernel`` with packed
+arguments: CuPy's generic kernel call costs tens of microseconds of Python per launch,
+which small rows cannot hide.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -12,68 +19,56 @@ from . import _config
 MAX_LEADING_AXES = 4  # what the kernels' RowMap addresses; more (after merging) costs a copy
 
 
-# Tests set this to NaN-fill every buffer the ops allocate, so an element a kernel forgot to
-# write shows up as NaN instead of as stale memory that happens to look right.
-POISON_OUTPUTS = False
+@dataclasses.dataclass(frozen=True)
+class View:
+    """An array as the kernels see it: strides in elements."""
+
+    ptr: int
+    shape: tuple
+    strides: tuple
+    dtype: numpy.dtype
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
 
 
-def empty(shape, dtype):
-    """The default allocator of every op buffer: CuPy's pool. Frameworks pass their own
-    allocator (same signature, returning a CuPy view of their memory) instead."""
-    import cupy
-
-    out = cupy.empty(shape, dtype)
-    if POISON_OUTPUTS:
-        out.fill(numpy.nan)
-    return out
-
-
-def contiguous(a, alloc=empty, dtype=None):
-    """``a`` itself if C-contiguous (and of ``dtype``), else a C-contiguous copy in memory from
-    ``alloc`` (CuPy's elementwise copy writes it; nothing else is allocated)."""
-    dtype = a.dtype if dtype is None else numpy.dtype(dtype)
-    if a.flags.c_contiguous and a.dtype == dtype:
-        return a
-    out = alloc(a.shape, dtype)
-    out[...] = a
-    return out
-
-
-def ptr(a) -> numpy.uint64:
-    """A kernel pointer argument: the array's first element, or null for None."""
-    return numpy.uint64(0 if a is None else a.data.ptr)
+def cupy_view(a) -> View | None:
+    if a is None:
+        return None
+    return View(a.data.ptr, a.shape, tuple(s // a.itemsize for s in a.strides), a.dtype)
 
 
 @dataclasses.dataclass(frozen=True)
 class Rows:
-    """A (rows x N) view of an array whose last axes are contiguous: rows are addressed
-    through up to four leading axes with any strides (in elements)."""
+    """A (rows x n) view over the last axes: rows addressed through up to four leading axes
+    with any strides (the kernels' RowMap), outermost first."""
 
-    array: object  # the array the pointer belongs to (the caller's, or a copy)
     rows: int
     n: int
-    strides: tuple  # s0..s3, outermost first
+    strides: tuple  # s0..s3
     sizes: tuple  # n1..n3, the three inner leading axes
 
     def args(self) -> tuple:
-        return (ptr(self.array), *map(numpy.int64, self.strides), *map(numpy.int64, self.sizes))
+        return (*self.strides, *self.sizes)
 
 
-def _last_axes_contiguous(a, nd: int) -> bool:
+def _last_axes_contiguous(shape, strides, nd: int) -> bool:
     expected = 1
-    for size, stride in zip(reversed(a.shape[a.ndim - nd:]), reversed(a.strides[a.ndim - nd:])):
-        if size != 1 and stride != expected * a.itemsize:
+    for size, stride in zip(reversed(shape[len(shape) - nd:]), reversed(strides[len(strides) - nd:])):
+        if size != 1 and stride != expected:
             return False
         expected *= size
     return True
 
 
-def _merged_leading(a, nd: int) -> list:
-    """(size, element stride) of the leading axes, size-1 axes dropped, mergeable neighbours
-    merged, outermost first."""
-    dims = [(s, st // a.itemsize) for s, st in zip(a.shape[: a.ndim - nd], a.strides[: a.ndim - nd]) if s != 1]
+def _merged_leading(shape, strides, nd: int) -> list:
+    """(size, stride) of the leading axes, size-1 axes dropped, mergeable neighbours merged,
+    outermost first."""
     merged: list = []
-    for size, stride in reversed(dims):
+    for size, stride in zip(reversed(shape[: len(shape) - nd]), reversed(strides[: len(strides) - nd])):
+        if size == 1:
+            continue
         if merged and stride == merged[-1][1] * merged[-1][0]:
             merged[-1] = (merged[-1][0] * size, merged[-1][1])
         else:
@@ -81,33 +76,30 @@ def _merged_leading(a, nd: int) -> list:
     return merged[::-1]
 
 
-def rows_of(a, nd: int, alloc=empty) -> Rows:
-    """The row view of ``a`` over its last ``nd`` axes. Copies once if those axes are not
-    contiguous, or if the leading axes need more than four strides after merging."""
-    if not _last_axes_contiguous(a, nd):
-        a = contiguous(a, alloc)
-    dims = _merged_leading(a, nd)
+def rows_of(v: View, nd: int) -> Rows | None:
+    """The row layout of ``v`` over its last ``nd`` axes, or None when the kernels cannot
+    address it in place (normalized axes not contiguous, or more than four leading axes left
+    after merging): the frontend then copies it once, C-contiguous."""
+    if not _last_axes_contiguous(v.shape, v.strides, nd):
+        return None
+    dims = _merged_leading(v.shape, v.strides, nd)
     if len(dims) > MAX_LEADING_AXES:
-        a = contiguous(a, alloc)
-        dims = _merged_leading(a, nd)
-    n = math.prod(a.shape[a.ndim - nd:])
+        return None
+    n = math.prod(v.shape[len(v.shape) - nd:])
     if not dims:
         dims = [(1, n)]
-    dims = dims + [(1, 0)] * (MAX_LEADING_AXES - len(dims))
-    return Rows(a, math.prod(s for s, _ in dims), n, tuple(st for _, st in dims),
-                tuple(s for s, _ in dims[1:]))
+    dims += [(1, 0)] * (MAX_LEADING_AXES - len(dims))
+    return Rows(math.prod(s for s, _ in dims), n, tuple(st for _, st in dims), tuple(s for s, _ in dims[1:]))
 
 
-def pick_vec(itemsize: int, n: int, pointers: list, row_strides: list) -> int:
-    """The widest pack the kernels may use: every (array, itemsize) pointer aligned to the
-    pack's bytes (capped at 16), every row stride and the row length multiples of it.
-    Views from DLPack or slicing may start anywhere, so the address is checked, not assumed."""
+def pick_vec(itemsize: int, n: int, pointers: list, row_strides) -> int:
+    """The widest pack the kernels may use: every (pointer, itemsize) aligned to the pack's
+    bytes (capped at 16), every row stride and the row length multiples of it. Views from
+    DLPack or slicing may start anywhere, so the address is checked, not assumed."""
     for vec in sorted(_config.vec_choices(itemsize), reverse=True):
-        if n % vec:
+        if n % vec or any(st % vec for st in row_strides):
             continue
-        if any(st % vec for st in row_strides):
-            continue
-        if any(a is not None and a.data.ptr % min(16, vec * size) for a, size in pointers):
+        if any(p % min(16, vec * size) for p, size in pointers if p):
             continue
         return vec
     return 1
@@ -115,18 +107,37 @@ def pick_vec(itemsize: int, n: int, pointers: list, row_strides: list) -> int:
 
 @functools.lru_cache(maxsize=None)
 def sm_count(device_id: int) -> int:
-    import cupy
+    from cupy_backends.cuda.api import runtime
 
-    return cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
+    return runtime.deviceGetAttribute(runtime.cudaDevAttrMultiProcessorCount, device_id)
 
 
-def blocks_per_sm(kernel, block: int) -> int:
-    """Resident blocks per SM for ``kernel`` at this block size (the driver's occupancy)."""
+@functools.lru_cache(maxsize=None)
+def blocks_per_sm(function_ptr: int, block: int) -> int:
+    """Resident blocks per SM for a kernel at this block size (the driver's occupancy)."""
     from cupy_backends.cuda.api import driver
 
-    return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.kernel.ptr, block, 0))
+    return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(function_ptr, block, 0))
 
 
-def launch(kernel, grid, block, args) -> None:
-    """Launch on CuPy's current stream (the caller's)."""
-    kernel(grid if isinstance(grid, tuple) else (grid,), block if isinstance(block, tuple) else (block,), args)
+def scalar_bits(value: float, dtype) -> int:
+    """A float kernel argument as the integer holding its bits (every argument slot is 8
+    bytes; a float reads the low 4, little-endian)."""
+    if numpy.dtype(dtype) == numpy.float64:
+        return int(numpy.float64(value).view(numpy.int64))
+    return int(numpy.float32(value).view(numpy.int32))
+
+
+_SLOT_OFFSETS = numpy.arange(64, dtype=numpy.int64) * 8
+
+
+def launch(function_ptr: int, grid, block, args, stream: int) -> None:
+    """cuLaunchKernel with every argument in an 8-byte slot (pointers, int64, packed floats).
+    The driver copies the arguments at the call, so the buffers may go right after."""
+    from cupy_backends.cuda.api import driver
+
+    slots = numpy.array(args, dtype=numpy.int64)
+    params = _SLOT_OFFSETS[: len(args)] + slots.ctypes.data
+    gx, gy = grid if isinstance(grid, tuple) else (grid, 1)
+    bx, by = block if isinstance(block, tuple) else (block, 1)
+    driver.launchKernel(function_ptr, gx, gy, 1, bx, by, 1, 0, stream, params.ctypes.data, 0)

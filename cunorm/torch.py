@@ -11,6 +11,7 @@ reference through the same ops, so the wiring works (and is tested) without a GP
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Optional, Sequence
 
@@ -19,6 +20,7 @@ import torch
 
 from . import _checks
 from . import reference
+from ._launch import View, rows_of
 from .ops import _row_norm
 
 __all__ = ["layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "replace_norms"]
@@ -32,65 +34,64 @@ def _acc(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-# ---- CUDA: zero-copy CuPy views of torch memory, on torch's current stream ------------------
+# ---- CUDA: the kernels on torch's memory, allocator and current stream ---------------------
 
-def _cupy_view(t: Optional[torch.Tensor]):
-    """A CuPy array over the tensor's memory (no copy; keeps the tensor alive)."""
+def _view(t: Optional[torch.Tensor]):
     if t is None:
         return None
-    import cupy
-
-    itemsize = t.element_size()
-    extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
-    mem = cupy.cuda.UnownedMemory(t.data_ptr(), extent * itemsize, t, t.device.index)
-    return cupy.ndarray(tuple(t.shape), _NUMPY_DTYPE[t.dtype], cupy.cuda.MemoryPointer(mem, 0),
-                        strides=tuple(st * itemsize for st in t.stride()))
+    return View(t.data_ptr(), tuple(t.shape), tuple(t.stride()), _NUMPY_DTYPE[t.dtype])
 
 
-class _StreamHandle:
-    """The CUDA stream protocol for a raw handle (what cupy.cuda.Stream.from_external takes)."""
-
-    def __init__(self, handle: int):
-        self.handle = handle
-
-    def __cuda_stream__(self):
-        return (0, self.handle)
+def _ptr(t: Optional[torch.Tensor]) -> int:
+    return 0 if t is None else t.data_ptr()
 
 
-_cupy_streams: dict = {}
-
-
-def _cupy_stream(device: torch.device):
-    """CuPy's view of torch's current stream on ``device`` (cached per handle)."""
-    import cupy
-
-    handle = torch.cuda.current_stream(device).cuda_stream
-    stream = _cupy_streams.get(handle)
-    if stream is None:
-        with cupy.cuda.Device(device.index):
-            stream = _cupy_streams[handle] = cupy.cuda.Stream.from_external(_StreamHandle(handle))
-    return stream
-
-
-class _TorchAlloc:
-    """Scratch and copies for the kernels, allocated by torch on the tensor's device."""
+class _Scratch:
+    """Scratch buffers for one call from torch's caching allocator (stream-ordered reuse makes
+    releasing them after the launches are queued safe)."""
 
     def __init__(self, device: torch.device):
-        self.device = device
+        self.device, self.keep = device, []
 
-    def __call__(self, shape, dtype):
-        return _cupy_view(torch.empty(tuple(shape), dtype=_TORCH_DTYPE[numpy.dtype(dtype)], device=self.device))
+    def __call__(self, shape, dtype) -> int:
+        t = torch.empty(tuple(shape), dtype=_TORCH_DTYPE[numpy.dtype(dtype)], device=self.device)
+        self.keep.append(t)
+        return t.data_ptr()
 
 
-def _cuda_forward(x, nd, weight, bias, eps, rms):
+def _on_device(device: torch.device):
+    """Make ``device`` current (the kernels launch in its context) unless it already is."""
+    return contextlib.nullcontext() if torch.cuda.current_device() == device.index else torch.cuda.device(device)
+
+
+def _addressable(t: torch.Tensor, nd: int) -> torch.Tensor:
+    return t if rows_of(_view(t), nd) is not None else t.contiguous()
+
+
+def _params(x, weight, bias):
+    wdt = _row_norm.param_dtype(_NUMPY_DTYPE[x.dtype], None if weight is None else _NUMPY_DTYPE[weight.dtype],
+                                None if bias is None else _NUMPY_DTYPE[bias.dtype])
+    tdt = _TORCH_DTYPE[wdt]
+    return [None if p is None else p.to(dtype=tdt).contiguous() for p in (weight, bias)]
+
+
+def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True):
     lead = x.shape[: x.ndim - nd]
     y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    mean = torch.empty(lead, dtype=_acc(x.dtype), device=x.device)
-    rstd = torch.empty(lead, dtype=_acc(x.dtype), device=x.device)
-    with _cupy_stream(x.device):
-        _row_norm.forward(_cupy_view(x), _cupy_view(weight), _cupy_view(bias), eps, nd, rms,
-                          out=(_cupy_view(y), None if rms else _cupy_view(mean), _cupy_view(rstd)),
-                          alloc=_TorchAlloc(x.device))
+    mean = torch.empty(lead, dtype=_acc(x.dtype), device=x.device) if stats and not rms else None
+    rstd = torch.empty(lead, dtype=_acc(x.dtype), device=x.device) if stats else None
+    if math.prod(lead) == 0:
+        return y, mean, rstd
+    if math.prod(x.shape[x.ndim - nd:]) == 0:  # statistics of an empty row are undefined
+        for s in (mean, rstd):
+            if s is not None:
+                s.fill_(math.nan)
+        return y, mean, rstd
+    with _on_device(x.device):
+        x = _addressable(x, nd)
+        w, b = _params(x, weight, bias)
+        _row_norm.forward(_view(x), _view(w), _view(b), y.data_ptr(), _ptr(mean), _ptr(rstd), eps, nd, rms,
+                          _Scratch(x.device), torch.cuda.current_stream(x.device).cuda_stream, x.device.index)
     return y, mean, rstd
 
 
@@ -100,12 +101,17 @@ def _cuda_backward(dy, x, weight, mean, rstd, nd, rms, has_bias):
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     dw = torch.empty(norm_shape if weight is not None else (0,), dtype=grad_dtype, device=x.device)
     db = torch.empty(norm_shape if has_bias else (0,), dtype=grad_dtype, device=x.device)
-    with _cupy_stream(x.device):
-        _row_norm.backward(_cupy_view(dy), _cupy_view(x), _cupy_view(weight), None if rms else _cupy_view(mean),
-                           _cupy_view(rstd), nd, rms, weight is not None, has_bias, _NUMPY_DTYPE[grad_dtype],
-                           out=(_cupy_view(dx), _cupy_view(dw) if weight is not None else None,
-                                _cupy_view(db) if has_bias else None),
-                           alloc=_TorchAlloc(x.device))
+    if math.prod(x.shape[: x.ndim - nd]) == 0 or math.prod(norm_shape) == 0:
+        dw.zero_()  # a sum over no rows is zero
+        db.zero_()
+        return dx, dw, db
+    with _on_device(x.device):
+        x, dy = _addressable(x, nd), _addressable(dy, nd)
+        w, _ = _params(x, weight, None)
+        _row_norm.backward(_view(dy), _view(x), _view(w), None if rms else _view(mean.contiguous()),
+                           _view(rstd.contiguous()), dx.data_ptr(), _ptr(dw) if weight is not None else 0,
+                           _ptr(db) if has_bias else 0, _NUMPY_DTYPE[grad_dtype], nd, rms, _Scratch(x.device),
+                           torch.cuda.current_stream(x.device).cuda_stream, x.device.index)
     return dx, dw, db
 
 
@@ -144,8 +150,10 @@ def _cpu_backward(dy, x, weight, mean, rstd, nd, rms, has_bias):
             _from_numpy(empty if db is None else db, grad_dtype))
 
 
-def _forward_impl(x, nd, weight, bias, eps, rms):
-    return (_cuda_forward if x.is_cuda else _cpu_forward)(x, nd, weight, bias, eps, rms)
+def _forward_impl(x, nd, weight, bias, eps, rms, stats=True):
+    if x.is_cuda:
+        return _cuda_forward(x, nd, weight, bias, eps, rms, stats)
+    return _cpu_forward(x, nd, weight, bias, eps, rms)
 
 
 def _backward_impl(dy, x, weight, mean, rstd, nd, rms, has_bias):
@@ -285,6 +293,48 @@ def _autocast_fp32(input, op_upcasts: bool, autocast_to_fp32: bool) -> torch.Ten
     return input
 
 
+class _LayerNormFunction(torch.autograd.Function):
+    """The eager path: the same implementation as the custom ops without their dispatch,
+    which costs ~40 us a call on the H200 host (benchmarks/NOTES.md) — more than the kernels
+    of a small batch. torch.compile and export trace the custom ops instead."""
+
+    @staticmethod
+    def forward(ctx, x, nd, weight, bias, eps):
+        y, mean, rstd = _forward_impl(x, nd, weight, bias, eps, rms=False)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.nd, ctx.bias_dtype = nd, None if bias is None else bias.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, rstd = ctx.saved_tensors
+        has_bias = ctx.bias_dtype is not None
+        dx, dw, db = _backward_impl(dy, x, weight, mean, rstd, ctx.nd, False, has_bias)
+        return (dx, None, dw if weight is not None else None,
+                db.to(ctx.bias_dtype) if has_bias else None, None)
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """RMSNorm's eager path (see _LayerNormFunction)."""
+
+    @staticmethod
+    def forward(ctx, x, nd, weight, eps):
+        y, _, rstd = _forward_impl(x, nd, weight, None, eps, rms=True)
+        ctx.save_for_backward(x, weight, rstd)
+        ctx.nd = nd
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, rstd = ctx.saved_tensors
+        dx, dw, _ = _backward_impl(dy, x, weight, None, rstd, ctx.nd, True, False)
+        return dx, None, dw if weight is not None else None, None
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optional[torch.Tensor] = None,
                bias: Optional[torch.Tensor] = None, eps: float = 1e-5, *,
                autocast_to_fp32: bool = True) -> torch.Tensor:
@@ -292,7 +342,11 @@ def layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Opt
     nd = _check(input, normalized_shape, {"weight": weight, "bias": bias})
     eps = _checks.eps(eps, None)
     input = _autocast_fp32(input, True, autocast_to_fp32)
-    return torch.ops.cunorm.layer_norm_fwd(input, nd, weight, bias, eps)[0]
+    if torch.compiler.is_compiling():
+        return torch.ops.cunorm.layer_norm_fwd(input, nd, weight, bias, eps)[0]
+    if _needs_grad(input, weight, bias):
+        return _LayerNormFunction.apply(input, nd, weight, bias, eps)
+    return _forward_impl(input, nd, weight, bias, eps, rms=False, stats=False)[0]
 
 
 def rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optional[torch.Tensor] = None,
@@ -301,7 +355,11 @@ def rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optio
     ``torch.finfo(input.dtype).eps``)."""
     nd = _check(input, normalized_shape, {"weight": weight})
     eps = torch.finfo(input.dtype).eps if eps is None else _checks.eps(eps, None)
-    return torch.ops.cunorm.rms_norm_fwd(input, nd, weight, eps)[0]
+    if torch.compiler.is_compiling():
+        return torch.ops.cunorm.rms_norm_fwd(input, nd, weight, eps)[0]
+    if _needs_grad(input, weight):
+        return _RMSNormFunction.apply(input, nd, weight, eps)
+    return _forward_impl(input, nd, weight, None, eps, rms=True, stats=False)[0]
 
 
 # ---- modules ------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
         continue;
       }
       r = rsqrt_acc(q / A(N) + eps);
-      if (lane == 0 && row_ok) {
+      if (lane == 0 && row_ok && rstd) {  // inference callers may skip the statistics
         if (!RMS) mean[row] = pivot + mu;
         rstd[row] = r;
       }

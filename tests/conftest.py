@@ -49,8 +49,8 @@ def _poison_outputs(request):
     if "gpu" not in request.keywords:
         yield
         return
-    from cunorm import _launch
+    from cunorm.ops import _row_norm_cupy
 
-    _launch.POISON_OUTPUTS = True
+    _row_norm_cupy.POISON_OUTPUTS = True
     yield
-    _launch.POISON_OUTPUTS = False
+    _row_norm_cupy.POISON_OUTPUTS = False

@@ -39,6 +39,8 @@ def to_numpy(a):
     """float64 NumPy copy of a NumPy or CuPy array."""
     if a is None:
         return None
+    if type(a).__module__.startswith("torch"):  # bf16 tensors have no NumPy view
+        return a.detach().cpu().double().numpy()
     if type(a).__module__.startswith("cupy"):
         a = a.get()
     return numpy.asarray(a, dtype=numpy.float64)

@@ -1,6 +1,9 @@
 """Host side of kernels/layer_norm.cu, shared by LayerNorm and RMSNorm (``rms`` flag).
 
-CuPy arrays in (already validated), CuPy arrays out. Picks the path by row length:
+Framework-neutral: arrays arrive as ``_launch.View``s the frontend prepared (rows addressable
+in place, see ``_launch.rows_of``; parameters contiguous, in the dtype ``param_dtype`` names),
+outputs as pointers to memory the frontend allocated, scratch through ``alloc(shape, dtype)
+-> pointer``, and the frontend's stream. Picks the path by row length:
   full row : the whole row in one register tile (``_config.row_config``), one launch
              forward; backward one launch plus the dW/dB partial reduction.
   split    : longer rows, cut into tiles of one block each; forward = tile statistics,
@@ -8,14 +11,15 @@ CuPy arrays in (already validated), CuPy arrays out. Picks the path by row lengt
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy
 
 from .. import _config
 from .._checks import acc_dtype
-from .._compile import c_type, get_function
-from .._launch import blocks_per_sm, contiguous, empty, launch, pick_vec, ptr, rows_of, sm_count
+from .._compile import c_type, function_ptr
+from .._launch import View, blocks_per_sm, launch, pick_vec, rows_of, scalar_bits, sm_count
 
 KERNEL_FILE = "layer_norm.cu"
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
@@ -75,136 +79,115 @@ def _np_name(name: str):
     return BFLOAT16 if name == "bfloat16" else numpy.dtype(name)
 
 
-def _param_dtype(x, weight, bias, alloc):
-    """The parameter storage dtype the kernels read, and weight/bias in it."""
-    params = [p for p in (weight, bias) if p is not None]
-    if not params:
-        return x.dtype, weight, bias
-    dtypes = {p.dtype for p in params}
-    if len(dtypes) == 1 and (x.dtype.name, params[0].dtype.name) in TYPE_PAIRS:
-        wdt = params[0].dtype
-    else:
-        wdt = numpy.dtype(numpy.float32)
-    cast = [None if p is None else contiguous(p, alloc, wdt) for p in (weight, bias)]
-    return wdt, cast[0], cast[1]
+def param_dtype(x_dtype, weight_dtype, bias_dtype):
+    """The parameter dtype the kernels read: the parameters' own when they agree and the pair
+    with x is compiled, else float32 (the frontend casts them first; N elements)."""
+    dtypes = {d for d in (weight_dtype, bias_dtype) if d is not None}
+    if not dtypes:
+        return numpy.dtype(x_dtype)
+    if len(dtypes) == 1:
+        (d,) = dtypes
+        if (numpy.dtype(x_dtype).name, numpy.dtype(d).name) in TYPE_PAIRS:
+            return numpy.dtype(d)
+    return numpy.dtype(numpy.float32)
 
 
-def forward(x, weight, bias, eps: float, nd: int, rms: bool, *, out=None, alloc=empty):
-    """y (x's dtype, contiguous), mean (None for rms) and rstd (leading shape, fp32/fp64).
-
-    ``out``: (y, mean, rstd) to write instead of allocating them (C-contiguous, those shapes
-    and dtypes); ``alloc(shape, dtype)`` provides every other buffer."""
-    with x.device:  # allocations, compiled modules and launches all on x's device
-        return _forward(x, weight, bias, eps, nd, rms, out, alloc)
+def _p(v) -> int:
+    return 0 if v is None else v.ptr
 
 
-def _forward(x, weight, bias, eps, nd, rms, out, alloc):
-    lead = x.shape[: x.ndim - nd]
-    acc = acc_dtype(x.dtype)
-    if out is None:
-        out = (alloc(x.shape, x.dtype), None if rms else alloc(lead, acc), alloc(lead, acc))
-    y, mean, rstd = out
-    n = math.prod(x.shape[x.ndim - nd:])
-    m = math.prod(lead)
-    if m == 0:
-        return y, mean, rstd
-    if n == 0:  # statistics of an empty row are undefined
-        rstd.fill(numpy.nan)
-        if mean is not None:
-            mean.fill(numpy.nan)
-        return y, mean, rstd
-
-    rows = rows_of(x, nd, alloc)
-    wdt, w, b = _param_dtype(x, weight, bias, alloc)
-    vec = pick_vec(x.itemsize, n, [(rows.array, x.itemsize), (y, x.itemsize), (w, wdt.itemsize),
-                                   (b, wdt.itemsize)], list(rows.strides))
-    t, wn = x.dtype.name, wdt.name
-    eps_arg = acc.type(eps)
+@functools.lru_cache(maxsize=4096)
+def _forward_plan(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
+    """(config, kernel pointers) of a forward: the per-shape work done once."""
     cfg = _config.row_config(n, vec, _config.FWD_MAX_TPR)
     if cfg is not None:
-        grid = min(-(-m // cfg.rows_per_block), _config.MAX_GRID)
-        launch(get_function(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW)), grid, cfg.block,
-               (*rows.args(), y, ptr(w), ptr(b), ptr(mean), rstd, ptr(None), ptr(None),
-                numpy.int64(m), numpy.int64(n), numpy.int64(1), eps_arg))
-        return y, mean, rstd
-
+        return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),)
     cfg = _config.split_config(vec)
+    return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS), device),
+                 function_ptr(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>", device),
+                 function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY), device))
+
+
+def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, rstd: int, eps: float,
+            nd: int, rms: bool, alloc, stream: int, device: int) -> None:
+    """Writes y (contiguous, x's shape and dtype) and, where their pointers are non-null,
+    mean (LayerNorm) and rstd (one per row, fp32/fp64). ``x`` must satisfy ``rows_of``."""
+    rows = rows_of(x, nd)
+    m, n = rows.rows, rows.n
+    if m == 0:
+        return
+    acc = acc_dtype(x.dtype)
+    wdt = next((p.dtype for p in (weight, bias) if p is not None), x.dtype)
+    vec = pick_vec(x.itemsize, n, [(x.ptr, x.itemsize), (y, x.itemsize), (_p(weight), wdt.itemsize),
+                                   (_p(bias), wdt.itemsize)], rows.strides)
+    t = x.dtype.name
+    cfg, kernels = _forward_plan(t, wdt.name, n, vec, rms, device)
+    eps_bits = scalar_bits(eps, acc)
+    head = (x.ptr, *rows.args(), y, _p(weight), _p(bias), 0 if rms else mean, rstd)
+    if len(kernels) == 1:
+        grid = min(-(-m // cfg.rows_per_block), _config.MAX_GRID)
+        launch(kernels[0], grid, cfg.block, (*head, 0, 0, m, n, 1, eps_bits), stream)
+        return
     tiles = -(-n // cfg.tile)
     tile_stats = alloc((m, tiles, 2), acc)
-    row_shift = None if rms else alloc((m, 2), acc)
+    row_shift = 0 if rms else alloc((m, 2), acc)
+    if rstd == 0:  # the split path passes the statistics between its kernels
+        rstd = alloc((m,), acc)
+        mean = 0 if rms else alloc((m,), acc)
+        head = (*head[:-2], mean, rstd)
     grid = min(m * tiles, _config.MAX_GRID)
-    common = (numpy.int64(m), numpy.int64(n), numpy.int64(tiles), eps_arg)
-    launch(get_function(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS)), grid, cfg.block,
-           (*rows.args(), y, ptr(w), ptr(b), ptr(mean), rstd, tile_stats, ptr(row_shift), *common))
-    launch(get_function(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>"),
-           min(-(-m // 4), _config.MAX_GRID), 128,
-           (tile_stats, ptr(row_shift), ptr(mean), rstd, numpy.int64(m), numpy.int64(n), numpy.int64(tiles),
-            numpy.int64(cfg.tile), eps_arg))
-    launch(get_function(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY)), grid, cfg.block,
-           (*rows.args(), y, ptr(w), ptr(b), ptr(mean), rstd, tile_stats, ptr(row_shift), *common))
-    return y, mean, rstd
+    launch(kernels[0], grid, cfg.block, (*head, tile_stats, row_shift, m, n, tiles, eps_bits), stream)
+    launch(kernels[1], min(-(-m // 4), _config.MAX_GRID), 128,
+           (tile_stats, row_shift, 0 if rms else mean, rstd, m, n, tiles, cfg.tile, eps_bits), stream)
+    launch(kernels[2], grid, cfg.block, (*head, tile_stats, row_shift, m, n, tiles, eps_bits), stream)
 
 
-def backward(dy, x, weight, mean, rstd, nd: int, rms: bool, need_dw: bool, need_db: bool, grad_dtype,
-             *, out=None, alloc=empty):
-    """dx (x's dtype, contiguous), dweight and dbias (shape x.shape[-nd:], ``grad_dtype``; None
-    where not needed). Deterministic: fixed reduction trees, no atomics. ``out`` and ``alloc``
-    as in :func:`forward`, ``out`` = (dx, dweight or None, dbias or None)."""
-    with x.device:
-        return _backward(dy, x, weight, mean, rstd, nd, rms, need_dw, need_db, grad_dtype, out, alloc)
-
-
-def _backward(dy, x, weight, mean, rstd, nd, rms, need_dw, need_db, grad_dtype, out, alloc):
-    acc = acc_dtype(x.dtype)
-    norm_shape = x.shape[x.ndim - nd:]
-    n = math.prod(norm_shape)
-    m = math.prod(x.shape[: x.ndim - nd])
-    if out is None:
-        out = (alloc(x.shape, x.dtype), alloc(norm_shape, grad_dtype) if need_dw else None,
-               alloc(norm_shape, grad_dtype) if need_db else None)
-    dx, dw, db = out
-    if m == 0 or n == 0:  # a sum over no rows is zero
-        for g in (dw, db):
-            if g is not None:
-                g.fill(0)
-        return dx, dw, db
-
-    xr, dyr = rows_of(x, nd, alloc), rows_of(dy, nd, alloc)
-    wdt, w, _ = _param_dtype(x, weight, None, alloc)
-    mean = None if rms else contiguous(mean, alloc)
-    rstd = contiguous(rstd, alloc)
-    vec = pick_vec(x.itemsize, n, [(xr.array, x.itemsize), (dyr.array, x.itemsize), (dx, x.itemsize),
-                                   (w, wdt.itemsize)], [*xr.strides, *dyr.strides])
-    t, wn = x.dtype.name, wdt.name
-    sms = sm_count(x.device.id)
-    dims = (numpy.int64(m), numpy.int64(n))
+@functools.lru_cache(maxsize=4096)
+def _backward_plan(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
     cfg = _config.row_config(n, vec, _config.BWD_MAX_TPR)
+    reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<{_acc_name(t)}, {c_type(gn)}>", device)
     if cfg is not None:
-        kernel = get_function(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW))
-        resident = sms * blocks_per_sm(kernel, cfg.block)
+        main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
+        return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block)
+    cfg = _config.split_config(vec)
+    main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, CHUNK_APPLY), device)
+    sums = function_ptr(KERNEL_FILE, _tile_name("norm_bwd_tile_sums", t, wn, cfg, rms), device)
+    finalize = function_ptr(KERNEL_FILE, f"norm_bwd_finalize<{_acc_name(t)}>", device)
+    return cfg, main, sums, finalize, reduce, sm_count(device) * blocks_per_sm(main, cfg.block)
+
+
+def backward(dy: View, x: View, weight: View | None, mean: View | None, rstd: View, dx: int, dw: int, db: int,
+             grad_dtype, nd: int, rms: bool, alloc, stream: int, device: int) -> None:
+    """Writes dx (contiguous, x's shape and dtype) and, where their pointers are non-null,
+    dweight and dbias (contiguous, ``grad_dtype``). Deterministic: fixed reduction trees, no
+    atomics. ``x`` and ``dy`` must satisfy ``rows_of``; mean and rstd are contiguous."""
+    xr, dyr = rows_of(x, nd), rows_of(dy, nd)
+    m, n = xr.rows, xr.n
+    if m == 0 or n == 0:
+        return
+    acc = acc_dtype(x.dtype)
+    wdt = x.dtype if weight is None else weight.dtype
+    vec = pick_vec(x.itemsize, n, [(x.ptr, x.itemsize), (dy.ptr, x.itemsize), (dx, x.itemsize),
+                                   (_p(weight), wdt.itemsize)], (*xr.strides, *dyr.strides))
+    t = x.dtype.name
+    cfg, main, sums, finalize, reduce, resident = _backward_plan(t, wdt.name, numpy.dtype(grad_dtype).name, n, vec,
+                                                                 rms, device)
+    stats = (_p(weight), _p(mean), rstd.ptr)
+    if sums is None:
         blocks = min(-(-m // cfg.rows_per_block), resident)
-        groups, tiles, row_sums = blocks * cfg.rows_per_block, 1, None
+        groups, tiles, row_sums = blocks * cfg.rows_per_block, 1, 0
     else:
-        cfg = _config.split_config(vec)
         tiles = -(-n // cfg.tile)
         tile_sums = alloc((m, tiles, 2), acc)
-        launch(get_function(KERNEL_FILE, _tile_name("norm_bwd_tile_sums", t, wn, cfg, rms)),
-               min(m * tiles, _config.MAX_GRID), cfg.block,
-               (*dyr.args(), *xr.args(), ptr(w), ptr(mean), rstd, tile_sums, *dims, numpy.int64(tiles)))
+        launch(sums, min(m * tiles, _config.MAX_GRID), cfg.block,
+               (dy.ptr, *dyr.args(), x.ptr, *xr.args(), *stats, tile_sums, m, n, tiles), stream)
         row_sums = alloc((m, 2), acc)
-        launch(get_function(KERNEL_FILE, f"norm_bwd_finalize<{_acc_name(t)}>"), min(-(-m // 4), _config.MAX_GRID),
-               128, (tile_sums, row_sums, numpy.int64(m), numpy.int64(tiles)))
-        kernel = get_function(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, CHUNK_APPLY))
-        resident = sms * blocks_per_sm(kernel, cfg.block)
+        launch(finalize, min(-(-m // 4), _config.MAX_GRID), 128, (tile_sums, row_sums, m, tiles), stream)
         blocks = max(1, min(m, -(-resident // tiles)))
         groups = blocks
-    dw_part = alloc((groups, n), acc) if need_dw else None
-    db_part = alloc((groups, n), acc) if need_db else None
-    launch(kernel, blocks * tiles, cfg.block,
-           (*dyr.args(), *xr.args(), ptr(w), ptr(mean), rstd, ptr(row_sums), dx, ptr(dw_part), ptr(db_part),
-            *dims, numpy.int64(tiles)))
-    if need_dw or need_db:
-        reduce = get_function(KERNEL_FILE, f"norm_reduce_partials<{_acc_name(t)}, {c_type(grad_dtype)}>")
-        launch(reduce, (-(-n // 32), 2), (32, 32),
-               (ptr(dw_part), ptr(dw), ptr(db_part), ptr(db), numpy.int64(groups), numpy.int64(n)))
-    return dx, dw, db
+    dw_part = alloc((groups, n), acc) if dw else 0
+    db_part = alloc((groups, n), acc) if db else 0
+    launch(main, blocks * tiles, cfg.block,
+           (dy.ptr, *dyr.args(), x.ptr, *xr.args(), *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream)
+    if dw or db:
+        launch(reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import _checks, reference
-from . import _row_norm
+from . import _row_norm_cupy
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, return_stats=False):
@@ -28,7 +28,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, return
         acc = _checks.acc_dtype(x.dtype)
         y, mean, rstd = y.astype(x.dtype), mean.astype(acc), rstd.astype(acc)
     else:
-        y, mean, rstd = _row_norm.forward(x, weight, bias, eps, nd, rms=False)
+        y, mean, rstd = _row_norm_cupy.forward(x, weight, bias, eps, nd, rms=False)
     return (y, mean, rstd) if return_stats else y
 
 
@@ -55,5 +55,5 @@ def layer_norm_backward(dy, x, weight, mean, rstd, *, normalized_ndim=1, has_bia
                                                    has_bias=has_bias)
         return (dx.astype(x.dtype), None if dw is None else dw.astype(grad_dtype),
                 None if db is None else db.astype(grad_dtype))
-    return _row_norm.backward(dy, x, weight, mean, rstd, nd, rms=False, need_dw=weight is not None,
-                              need_db=bool(has_bias), grad_dtype=grad_dtype)
+    return _row_norm_cupy.backward(dy, x, weight, mean, rstd, nd, False, weight is not None, bool(has_bias),
+                                   grad_dtype)

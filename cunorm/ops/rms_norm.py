@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import _checks, reference
-from . import _row_norm
+from . import _row_norm_cupy
 
 
 def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, return_stats=False):
@@ -21,7 +21,7 @@ def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, return_stats=False)
         y, rstd = reference.rms_norm(x, weight, eps, normalized_ndim=nd, return_stats=True)
         y, rstd = y.astype(x.dtype), rstd.astype(_checks.acc_dtype(x.dtype))
     else:
-        y, _, rstd = _row_norm.forward(x, weight, None, eps, nd, rms=True)
+        y, _, rstd = _row_norm_cupy.forward(x, weight, None, eps, nd, rms=True)
     return (y, rstd) if return_stats else y
 
 
@@ -37,6 +37,6 @@ def rms_norm_backward(dy, x, weight, rstd, *, normalized_ndim=1):
     if kind == "numpy":
         dx, dw = reference.rms_norm_backward(dy, x, weight, rstd, normalized_ndim=nd)
         return dx.astype(x.dtype), None if dw is None else dw.astype(weight.dtype)
-    dx, dw, _ = _row_norm.backward(dy, x, weight, None, rstd, nd, rms=True, need_dw=weight is not None,
-                                   need_db=False, grad_dtype=x.dtype if weight is None else weight.dtype)
+    dx, dw, _ = _row_norm_cupy.backward(dy, x, weight, None, rstd, nd, True, weight is not None, False,
+                                        x.dtype if weight is None else weight.dtype)
     return dx, dw
