@@ -103,8 +103,11 @@ def eps(value, dtype, *, default_to_finfo: bool = False) -> float:
     return value
 
 
+_F32, _F64 = numpy.dtype(numpy.float32), numpy.dtype(numpy.float64)
+
+
 def acc_dtype(dtype) -> numpy.dtype:
-    return numpy.dtype(numpy.float64) if numpy.dtype(dtype) == numpy.float64 else numpy.dtype(numpy.float32)
+    return _F64 if dtype == _F64 else _F32
 
 
 def ml_finfo(dtype):

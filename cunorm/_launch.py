@@ -8,9 +8,11 @@ which small rows cannot hide.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import math
+import threading
 
 import numpy
 
@@ -80,12 +82,17 @@ def rows_of(v: View, nd: int) -> Rows | None:
     """The row layout of ``v`` over its last ``nd`` axes, or None when the kernels cannot
     address it in place (normalized axes not contiguous, or more than four leading axes left
     after merging): the frontend then copies it once, C-contiguous."""
-    if not _last_axes_contiguous(v.shape, v.strides, nd):
+    return _rows(v.shape, v.strides, nd)
+
+
+@functools.lru_cache(maxsize=4096)  # the same few layouts recur call after call
+def _rows(shape, strides, nd):
+    if not _last_axes_contiguous(shape, strides, nd):
         return None
-    dims = _merged_leading(v.shape, v.strides, nd)
+    dims = _merged_leading(shape, strides, nd)
     if len(dims) > MAX_LEADING_AXES:
         return None
-    n = math.prod(v.shape[len(v.shape) - nd:])
+    n = math.prod(shape[len(shape) - nd:])
     if not dims:
         dims = [(1, n)]
     dims += [(1, 0)] * (MAX_LEADING_AXES - len(dims))
@@ -120,6 +127,7 @@ def blocks_per_sm(function_ptr: int, block: int) -> int:
     return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(function_ptr, block, 0))
 
 
+@functools.lru_cache(maxsize=256)
 def scalar_bits(value: float, dtype) -> int:
     """A float kernel argument as the integer holding its bits (every argument slot is 8
     bytes; a float reads the low 4, little-endian)."""
@@ -128,16 +136,38 @@ def scalar_bits(value: float, dtype) -> int:
     return int(numpy.float32(value).view(numpy.int32))
 
 
-_SLOT_OFFSETS = numpy.arange(64, dtype=numpy.int64) * 8
+MAX_ARGS = 32
+
+
+class _ArgBuffers(threading.local):
+    """Per-thread argument slots and the pointer array cuLaunchKernel reads, made once: the
+    driver copies the arguments during the call, so the next launch may overwrite them."""
+
+    def __init__(self):
+        self.slots = (ctypes.c_int64 * MAX_ARGS)()
+        base = ctypes.addressof(self.slots)
+        self.params = (ctypes.c_void_p * MAX_ARGS)(*[base + 8 * i for i in range(MAX_ARGS)])
+        self.params_ptr = ctypes.addressof(self.params)
+
+
+_args = _ArgBuffers()
 
 
 def launch(function_ptr: int, grid, block, args, stream: int) -> None:
-    """cuLaunchKernel with every argument in an 8-byte slot (pointers, int64, packed floats).
-    The driver copies the arguments at the call, so the buffers may go right after."""
+    """cuLaunchKernel with every argument in an 8-byte slot (pointers, int64, packed floats)."""
     from cupy_backends.cuda.api import driver
 
-    slots = numpy.array(args, dtype=numpy.int64)
-    params = _SLOT_OFFSETS[: len(args)] + slots.ctypes.data
+    buffers = _args
+    buffers.slots[: len(args)] = args
     gx, gy = grid if isinstance(grid, tuple) else (grid, 1)
     bx, by = block if isinstance(block, tuple) else (block, 1)
-    driver.launchKernel(function_ptr, gx, gy, 1, bx, by, 1, 0, stream, params.ctypes.data, 0)
+    driver.launchKernel(function_ptr, gx, gy, 1, bx, by, 1, 0, stream, buffers.params_ptr, 0)
+
+
+def make_current(device: int) -> None:
+    """Make ``device``'s primary context current in this thread. Launches go through the
+    driver API, which needs a current context; a thread that only ever used the runtime
+    (torch's autograd threads) may have none until a runtime call sets it."""
+    from cupy_backends.cuda.api import runtime
+
+    runtime.setDevice(device)

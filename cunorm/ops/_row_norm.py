@@ -19,7 +19,7 @@ import numpy
 from .. import _config
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import View, blocks_per_sm, launch, pick_vec, rows_of, scalar_bits, sm_count
+from .._launch import View, blocks_per_sm, launch, make_current, pick_vec, rows_of, scalar_bits, sm_count
 
 KERNEL_FILE = "layer_norm.cu"
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
@@ -112,6 +112,7 @@ def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, 
             nd: int, rms: bool, alloc, stream: int, device: int) -> None:
     """Writes y (contiguous, x's shape and dtype) and, where their pointers are non-null,
     mean (LayerNorm) and rstd (one per row, fp32/fp64). ``x`` must satisfy ``rows_of``."""
+    make_current(device)
     rows = rows_of(x, nd)
     m, n = rows.rows, rows.n
     if m == 0:
@@ -161,6 +162,7 @@ def backward(dy: View, x: View, weight: View | None, mean: View | None, rstd: Vi
     """Writes dx (contiguous, x's shape and dtype) and, where their pointers are non-null,
     dweight and dbias (contiguous, ``grad_dtype``). Deterministic: fixed reduction trees, no
     atomics. ``x`` and ``dy`` must satisfy ``rows_of``; mean and rstd are contiguous."""
+    make_current(device)
     xr, dyr = rows_of(x, nd), rows_of(dy, nd)
     m, n = xr.rows, xr.n
     if m == 0 or n == 0:
