@@ -93,6 +93,8 @@ def stats(name: str, s, x, nd: int) -> None:
 
 
 def eps(value, dtype, *, default_to_finfo: bool = False) -> float:
+    if type(value) is float and 0.0 < value < math.inf:  # the common case, without ABC checks
+        return value
     if value is None and default_to_finfo:
         return float(ml_finfo(dtype).eps)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -11,6 +11,7 @@ measurements that move them belong in benchmarks/NOTES.md and the comment next t
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 # At most 16 values per thread in registers: with x, dy and two gradient accumulators per
 # value (backward), 16 keeps a 512-thread block under the 128 registers a thread may use
@@ -84,6 +85,7 @@ def split_config(vec: int) -> TileConfig:
     return TileConfig(vec, packs_cap(vec), SPLIT_TPR)
 
 
+@functools.lru_cache(maxsize=None)
 def vec_choices(itemsize: int) -> tuple[int, ...]:
     """Vector widths the dispatcher uses: the widest pack, or scalar when alignment forbids."""
     return (1, max_vec(itemsize)) if max_vec(itemsize) > 1 else (1,)

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import math
 import threading
+from typing import NamedTuple
 
 import numpy
 
@@ -21,9 +22,8 @@ from . import _config
 MAX_LEADING_AXES = 4  # what the kernels' RowMap addresses; more (after merging) costs a copy
 
 
-@dataclasses.dataclass(frozen=True)
-class View:
-    """An array as the kernels see it: strides in elements."""
+class View(NamedTuple):
+    """An array as the kernels see it: strides in elements. (A tuple: made on every call.)"""
 
     ptr: int
     shape: tuple
@@ -102,11 +102,15 @@ def _rows(shape, strides, nd):
 def pick_vec(itemsize: int, n: int, pointers: list, row_strides) -> int:
     """The widest pack the kernels may use: every (pointer, itemsize) aligned to the pack's
     bytes (capped at 16), every row stride and the row length multiples of it. Views from
-    DLPack or slicing may start anywhere, so the address is checked, not assumed."""
-    for vec in sorted(_config.vec_choices(itemsize), reverse=True):
-        if n % vec or any(st % vec for st in row_strides):
+    DLPack or slicing may start anywhere, so the address is checked, not assumed.
+    Pack sizes are powers of two, so one test on the OR of all values tests each of them."""
+    lengths = n
+    for st in row_strides:
+        lengths |= st if st >= 0 else -st
+    for vec in _config.vec_choices(itemsize)[::-1]:
+        if lengths % vec:
             continue
-        if any(p % min(16, vec * size) for p, size in pointers if p):
+        if any(p % (vec * size if vec * size < 16 else 16) for p, size in pointers if p):
             continue
         return vec
     return 1

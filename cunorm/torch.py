@@ -12,6 +12,7 @@ reference through the same ops, so the wiring works (and is tested) without a GP
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from typing import Optional, Sequence
 
@@ -77,11 +78,21 @@ def _addressable(t: torch.Tensor, nd: int) -> torch.Tensor:
     return t if rows_of(_view(t), nd) is not None else t.contiguous()
 
 
+@functools.lru_cache(maxsize=None)
+def _param_torch_dtype(x_dtype, weight_dtype, bias_dtype) -> torch.dtype:
+    return _TORCH_DTYPE[_row_norm.param_dtype(_NUMPY_DTYPE[x_dtype], _NUMPY_DTYPE.get(weight_dtype),
+                                              _NUMPY_DTYPE.get(bias_dtype))]
+
+
+def _param(p: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    if p is None or (p.dtype == dtype and p.is_contiguous()):
+        return p
+    return p.to(dtype=dtype).contiguous()
+
+
 def _params(x, weight, bias):
-    wdt = _row_norm.param_dtype(_NUMPY_DTYPE[x.dtype], None if weight is None else _NUMPY_DTYPE[weight.dtype],
-                                None if bias is None else _NUMPY_DTYPE[bias.dtype])
-    tdt = _TORCH_DTYPE[wdt]
-    return [None if p is None else p.to(dtype=tdt).contiguous() for p in (weight, bias)]
+    dtype = _param_torch_dtype(x.dtype, None if weight is None else weight.dtype, None if bias is None else bias.dtype)
+    return _param(weight, dtype), _param(bias, dtype)
 
 
 def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True):
@@ -104,11 +115,12 @@ def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True):
     return y, mean, rstd
 
 
-def _cuda_backward(dy, x, weight, mean, rstd, nd, rms, has_bias):
+def _cuda_backward(dy, x, weight, mean, rstd, nd, rms, has_bias, need_dw=True):
     norm_shape = x.shape[x.ndim - nd:]
     grad_dtype = x.dtype if weight is None else weight.dtype
+    need_dw = need_dw and weight is not None
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    dw = torch.empty(norm_shape if weight is not None else (0,), dtype=grad_dtype, device=x.device)
+    dw = torch.empty(norm_shape if need_dw else (0,), dtype=grad_dtype, device=x.device)
     db = torch.empty(norm_shape if has_bias else (0,), dtype=grad_dtype, device=x.device)
     if math.prod(x.shape[: x.ndim - nd]) == 0 or math.prod(norm_shape) == 0:
         dw.zero_()  # a sum over no rows is zero
@@ -118,7 +130,7 @@ def _cuda_backward(dy, x, weight, mean, rstd, nd, rms, has_bias):
         x, dy = _addressable(x, nd), _addressable(dy, nd)
         w, _ = _params(x, weight, None)
         _row_norm.backward(_view(dy), _view(x), _view(w), None if rms else _view(mean.contiguous()),
-                           _view(rstd.contiguous()), dx.data_ptr(), _ptr(dw) if weight is not None else 0,
+                           _view(rstd.contiguous()), dx.data_ptr(), _ptr(dw) if need_dw else 0,
                            _ptr(db) if has_bias else 0, _NUMPY_DTYPE[grad_dtype], nd, rms, _Scratch(x.device),
                            _stream(x.device), x.device.index)
     return dx, dw, db
@@ -165,8 +177,10 @@ def _forward_impl(x, nd, weight, bias, eps, rms, stats=True):
     return _cpu_forward(x, nd, weight, bias, eps, rms)
 
 
-def _backward_impl(dy, x, weight, mean, rstd, nd, rms, has_bias):
-    return (_cuda_backward if x.is_cuda else _cpu_backward)(dy, x, weight, mean, rstd, nd, rms, has_bias)
+def _backward_impl(dy, x, weight, mean, rstd, nd, rms, has_bias, need_dw=True):
+    if x.is_cuda:
+        return _cuda_backward(dy, x, weight, mean, rstd, nd, rms, has_bias, need_dw)
+    return _cpu_backward(dy, x, weight, mean, rstd, nd, rms, has_bias)
 
 
 # ---- the custom ops -----------------------------------------------------------------------
@@ -317,9 +331,10 @@ class _LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, mean, rstd = ctx.saved_tensors
-        has_bias = ctx.bias_dtype is not None
-        dx, dw, db = _backward_impl(dy, x, weight, mean, rstd, ctx.nd, False, has_bias)
-        return (dx, None, dw if weight is not None else None,
+        need = ctx.needs_input_grad
+        has_bias = ctx.bias_dtype is not None and need[3]
+        dx, dw, db = _backward_impl(dy, x, weight, mean, rstd, ctx.nd, False, has_bias, need[2])
+        return (dx, None, dw if weight is not None and need[2] else None,
                 db.to(ctx.bias_dtype) if has_bias else None, None)
 
 
@@ -336,8 +351,9 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
-        dx, dw, _ = _backward_impl(dy, x, weight, None, rstd, ctx.nd, True, False)
-        return dx, None, dw if weight is not None else None, None
+        need_dw = ctx.needs_input_grad[2]
+        dx, dw, _ = _backward_impl(dy, x, weight, None, rstd, ctx.nd, True, False, need_dw)
+        return dx, None, dw if weight is not None and need_dw else None, None
 
 
 def _needs_grad(*tensors) -> bool:

@@ -59,6 +59,19 @@ def test_cpu_gradcheck_rms_norm(weight):
         assert torch.autograd.gradcheck(lambda a: ct.rms_norm(a, (2, 5)), (x,))
 
 
+def test_cpu_frozen_weight_gets_no_gradient():
+    x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(6, dtype=torch.float64)  # frozen
+    b = torch.randn(6, dtype=torch.float64, requires_grad=True)
+    ct.layer_norm(x, (6,), w, b).sum().backward()
+    x2 = x.detach().requires_grad_()
+    b2 = b.detach().requires_grad_()
+    F.layer_norm(x2, (6,), w, b2).sum().backward()
+    assert w.grad is None
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(b.grad, b2.grad)
+
+
 def _opcheck_cases(device):
     x = torch.randn(3, 5, 8, device=device)
     w, b = torch.randn(8, device=device), torch.randn(8, device=device)

@@ -108,11 +108,34 @@ def _forward_plan(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
                  function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY), device))
 
 
+# Launches of the full-row paths by call signature (layout, dtypes, options, alignment class):
+# a repeated call only fills in its pointers. Small batches spend more time here than on
+# the GPU, so this is what keeps the host from being the bottleneck (benchmarks/NOTES.md).
+_calls: dict = {}
+_MAX_CALLS = 4096
+
+
+def _remember(key, plan) -> None:
+    if len(_calls) >= _MAX_CALLS:
+        _calls.clear()
+    _calls[key] = plan
+
+
 def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, rstd: int, eps: float,
             nd: int, rms: bool, alloc, stream: int, device: int) -> None:
     """Writes y (contiguous, x's shape and dtype) and, where their pointers are non-null,
     mean (LayerNorm) and rstd (one per row, fp32/fp64). ``x`` must satisfy ``rows_of``."""
     make_current(device)
+    wp, bp = _p(weight), _p(bias)
+    # Pointer alignment enters only through the pack width (a power of two up to 16 bytes),
+    # so pointers mod 16 (ORed per element size) is all of it the key needs.
+    key = (x.shape, x.strides, x.dtype, None if weight is None else weight.dtype,
+           None if bias is None else bias.dtype, nd, rms, eps, device, (x.ptr | y) & 15, (wp | bp) & 15)
+    plan = _calls.get(key)
+    if plan is not None:
+        kernel, grid, block, row_args, tail = plan
+        launch(kernel, grid, block, (x.ptr, *row_args, y, wp, bp, 0 if rms else mean, rstd, 0, 0, *tail), stream)
+        return
     rows = rows_of(x, nd)
     m, n = rows.rows, rows.n
     if m == 0:
@@ -127,7 +150,9 @@ def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, 
     head = (x.ptr, *rows.args(), y, _p(weight), _p(bias), 0 if rms else mean, rstd)
     if len(kernels) == 1:
         grid = min(-(-m // cfg.rows_per_block), _config.MAX_GRID)
-        launch(kernels[0], grid, cfg.block, (*head, 0, 0, m, n, 1, eps_bits), stream)
+        tail = (m, n, 1, eps_bits)
+        _remember(key, (kernels[0], grid, cfg.block, rows.args(), tail))
+        launch(kernels[0], grid, cfg.block, (*head, 0, 0, *tail), stream)
         return
     tiles = -(-n // cfg.tile)
     tile_stats = alloc((m, tiles, 2), acc)
@@ -163,33 +188,46 @@ def backward(dy: View, x: View, weight: View | None, mean: View | None, rstd: Vi
     dweight and dbias (contiguous, ``grad_dtype``). Deterministic: fixed reduction trees, no
     atomics. ``x`` and ``dy`` must satisfy ``rows_of``; mean and rstd are contiguous."""
     make_current(device)
+    wp = _p(weight)
+    key = (x.shape, x.strides, dy.strides, x.dtype, None if weight is None else weight.dtype, grad_dtype, nd, rms,
+           device, (x.ptr | dy.ptr | dx) & 15, wp & 15)
+    plan = _calls.get(key)
+    if plan is None:
+        plan = _backward_call(dy, x, weight, dx, grad_dtype, nd, rms, device)
+        if plan[-1] is None:  # full-row path: a plan without per-call scratch but the partials
+            _remember(key, plan)
+    main, blocks, block, groups, reduce, dy_args, x_args, m, n, split = plan
+    stats = (wp, _p(mean), rstd.ptr)
+    acc = acc_dtype(x.dtype)
+    row_sums, tiles = 0, 1
+    if split is not None:
+        sums, finalize, tiles, sums_block = split
+        tile_sums = alloc((m, tiles, 2), acc)
+        launch(sums, min(m * tiles, _config.MAX_GRID), sums_block,
+               (dy.ptr, *dy_args, x.ptr, *x_args, *stats, tile_sums, m, n, tiles), stream)
+        row_sums = alloc((m, 2), acc)
+        launch(finalize, min(-(-m // 4), _config.MAX_GRID), 128, (tile_sums, row_sums, m, tiles), stream)
+    dw_part = alloc((groups, n), acc) if dw else 0
+    db_part = alloc((groups, n), acc) if db else 0
+    launch(main, blocks * tiles, block,
+           (dy.ptr, *dy_args, x.ptr, *x_args, *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream)
+    if dw or db:
+        launch(reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)
+
+
+def _backward_call(dy, x, weight, dx, grad_dtype, nd, rms, device):
+    """The launch plan of one backward: kernels, grid, partial rows; ``split`` (tile-sum and
+    finalize kernels, tile count, block) on the split path, else None."""
     xr, dyr = rows_of(x, nd), rows_of(dy, nd)
     m, n = xr.rows, xr.n
-    if m == 0 or n == 0:
-        return
-    acc = acc_dtype(x.dtype)
     wdt = x.dtype if weight is None else weight.dtype
     vec = pick_vec(x.itemsize, n, [(x.ptr, x.itemsize), (dy.ptr, x.itemsize), (dx, x.itemsize),
                                    (_p(weight), wdt.itemsize)], (*xr.strides, *dyr.strides))
-    t = x.dtype.name
-    cfg, main, sums, finalize, reduce, resident = _backward_plan(t, wdt.name, numpy.dtype(grad_dtype).name, n, vec,
-                                                                 rms, device)
-    stats = (_p(weight), _p(mean), rstd.ptr)
+    cfg, main, sums, finalize, reduce, resident = _backward_plan(x.dtype.name, wdt.name, numpy.dtype(grad_dtype).name,
+                                                                 n, vec, rms, device)
     if sums is None:
         blocks = min(-(-m // cfg.rows_per_block), resident)
-        groups, tiles, row_sums = blocks * cfg.rows_per_block, 1, 0
-    else:
-        tiles = -(-n // cfg.tile)
-        tile_sums = alloc((m, tiles, 2), acc)
-        launch(sums, min(m * tiles, _config.MAX_GRID), cfg.block,
-               (dy.ptr, *dyr.args(), x.ptr, *xr.args(), *stats, tile_sums, m, n, tiles), stream)
-        row_sums = alloc((m, 2), acc)
-        launch(finalize, min(-(-m // 4), _config.MAX_GRID), 128, (tile_sums, row_sums, m, tiles), stream)
-        blocks = max(1, min(m, -(-resident // tiles)))
-        groups = blocks
-    dw_part = alloc((groups, n), acc) if dw else 0
-    db_part = alloc((groups, n), acc) if db else 0
-    launch(main, blocks * tiles, cfg.block,
-           (dy.ptr, *dyr.args(), x.ptr, *xr.args(), *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream)
-    if dw or db:
-        launch(reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)
+        return main, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), xr.args(), m, n, None
+    tiles = -(-n // cfg.tile)
+    blocks = max(1, min(m, -(-resident // tiles)))
+    return main, blocks, cfg.block, blocks, reduce, dyr.args(), xr.args(), m, n, (sums, finalize, tiles, cfg.block)
