@@ -37,7 +37,24 @@ def main():
     wc = cupy.ones(n, BFLOAT16)
     xg = xt.clone().requires_grad_()
     dy = torch.randn_like(xt)
+    from cupy_backends.cuda.api import driver, runtime
+
+    from cunorm import _launch
+    from cunorm.ops import _row_norm
+
+    ct.layer_norm(xt, (n,), wt, wt)
+    plan = next(iter(_row_norm._calls.values()))
+    out = torch.empty_like(xt)
+    args = (xt.data_ptr(), *plan[3], out.data_ptr(), wt.data_ptr(), wt.data_ptr(), 0, 0, 0, 0, *plan[4])
+    stream = torch.cuda.current_stream().cuda_stream
     cases = {
+        "runtime.setDevice": lambda: runtime.setDevice(0),
+        "torch current_device": lambda: torch.cuda.current_device(),
+        "raw stream": lambda: ct._stream(xt.device),
+        "launch (plan)": lambda: _launch.launch(plan[0], plan[1], plan[2], args, stream),
+        "_row_norm.forward": lambda: _row_norm.forward(ct._view(xt), ct._view(wt), ct._view(wt), out.data_ptr(), 0, 0,
+                                                       1e-5, 1, False, None, stream, 0),
+        "_cuda_forward no stats": lambda: ct._cuda_forward(xt, 1, wt, wt, 1e-5, False, False),
         "cupy api": lambda: cunorm.layer_norm(xc, wc, wc),
         "torch.empty": lambda: torch.empty(64, n, device="cuda"),
         "views x3": lambda: [ct._view(xt) for _ in range(3)],
