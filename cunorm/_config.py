@@ -13,20 +13,32 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-# At most 16 values per thread in registers: with x, dy and two gradient accumulators per
-# value (backward), 16 keeps a 512-thread block under the 128 registers a thread may use
-# at that size without spilling. Packs of 16 bytes give the widest single memory access.
-MAX_VALUES_PER_THREAD = 16
+# Packs of 16 bytes give the widest single memory access; at most 4 packs a thread.
 MAX_PACK_BYTES = 16
 MAX_PACKS = 4
 
-# A block of 1024 threads may use 64 registers each: enough for forward (one value array),
-# too few for backward's four arrays, so backward stops at 512.
-FWD_MAX_TPR = 1024
-BWD_MAX_TPR = 512
 
-# Rows shorter than a warp's worth of packs share a 128-thread block (4 warps) between
-# several rows, so the scheduler has whole warps to hide latency with.
+@dataclasses.dataclass(frozen=True)
+class PathLimits:
+    """How much of a row one thread and one group may hold in registers."""
+
+    max_tpr: int  # threads per row group (a block of that many for the block path)
+    max_values: int  # values per thread
+
+
+# Forward keeps one value array: 32 values (4 packs of 8 half-precision elements) fit in a
+# 1024-thread block's 64 registers a thread without spilling (NVRTC -Xptxas -v, sm_90), and
+# fewer, fuller threads keep more loads in flight per barrier: the v1 bf16 forward with 16
+# values ran at 0.46-0.67 of copy for N <= 4096 (benchmarks/NOTES.md, v4 tests this).
+FWD = PathLimits(max_tpr=1024, max_values=32)
+# Backward holds x, dy and two gradient accumulators per value: 16 values keep a 512-thread
+# block under the 128 registers a thread may use at that size (measured: 127-128, no spills).
+BWD = PathLimits(max_tpr=512, max_values=16)
+# Split-path tiles: 16 values a thread (the same tile shape forward and backward).
+SPLIT_MAX_VALUES = 16
+
+# Row groups smaller than 128 threads share a 128-thread block (4 warps), so the scheduler
+# has whole warps to hide latency with and a block-wide barrier serves two 64-thread rows.
 SMALL_ROW_BLOCK = 128
 
 # Split path (rows longer than one register tile): one 256-thread block per tile.
@@ -63,26 +75,27 @@ def max_vec(itemsize: int) -> int:
     return MAX_PACK_BYTES // itemsize
 
 
-def packs_cap(vec: int) -> int:
-    return max(1, min(MAX_PACKS, MAX_VALUES_PER_THREAD // vec))
+def packs_cap(vec: int, max_values: int) -> int:
+    return max(1, min(MAX_PACKS, max_values // vec))
 
 
-def row_config(n: int, vec: int, max_tpr: int) -> TileConfig | None:
+def row_config(n: int, vec: int, limits: PathLimits) -> TileConfig | None:
     """The register tile that holds a whole row of ``n`` elements, or None (split path)."""
     packs_total = -(-n // vec)
-    pmax = packs_cap(vec)
+    pmax = packs_cap(vec, limits.max_values)
+    max_tpr = limits.max_tpr
     if packs_total <= 32:
         return TileConfig(vec, 1, _next_pow2(packs_total))
     if packs_total <= 32 * pmax:
         return TileConfig(vec, _next_pow2(-(-packs_total // 32)), 32)
-    tpr = max(128, _next_pow2(-(-packs_total // pmax)))
+    tpr = max(64, _next_pow2(-(-packs_total // pmax)))  # 64: two rows share a 128-thread block
     if tpr > max_tpr:
         return None
     return TileConfig(vec, _next_pow2(-(-packs_total // tpr)), tpr)
 
 
 def split_config(vec: int) -> TileConfig:
-    return TileConfig(vec, packs_cap(vec), SPLIT_TPR)
+    return TileConfig(vec, packs_cap(vec, SPLIT_MAX_VALUES), SPLIT_TPR)
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,12 +104,12 @@ def vec_choices(itemsize: int) -> tuple[int, ...]:
     return (1, max_vec(itemsize)) if max_vec(itemsize) > 1 else (1,)
 
 
-def all_tile_configs(vec: int, max_tpr: int) -> list[TileConfig]:
-    """Every full-row config ``row_config`` can return for this vec and limit."""
+def all_tile_configs(vec: int, limits: PathLimits) -> list[TileConfig]:
+    """Every full-row config ``row_config`` can return for this vec and these limits."""
     seen = []
     n = 1
     while True:
-        cfg = row_config(n, vec, max_tpr)
+        cfg = row_config(n, vec, limits)
         if cfg is None:
             return seen
         if cfg not in seen:

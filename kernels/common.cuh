@@ -103,10 +103,12 @@ __device__ __forceinline__ A group_warp_sum(A v) {
   return v;
 }
 
-// Sum over the TPR threads of a row group. TPR <= warp: shuffles only. TPR > warp: the group
-// is the whole block; warp partials go through `smem` (2 * kWarp elements) and every thread
-// returns the total. Ends with a barrier so `smem` can be reused at once. Two sums at once
-// (backward needs sum(w*dy) and sum(w*dy*xhat) together) share one barrier pair.
+// Sum over the TPR threads of a row group. TPR <= warp: shuffles only. TPR > warp: the
+// group is TPR / warp whole warps of the block (several groups may share a block); warp
+// partials go through `smem` (2 * kWarp elements) behind block-wide barriers, so every
+// thread of the block must call it together. Every thread returns its group's total; ends
+// with a barrier so `smem` can be reused at once. Two sums at once (backward needs sum(w*dy)
+// and sum(w*dy*xhat) together) share one barrier pair.
 template <int TPR, typename A>
 __device__ __forceinline__ void group_sum2(A& a, A& b, A* smem) {
   if constexpr (TPR <= kWarp) {
@@ -115,12 +117,13 @@ __device__ __forceinline__ void group_sum2(A& a, A& b, A* smem) {
   } else {
     constexpr int kWarps = TPR / kWarp;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int first = warp / kWarps * kWarps;  // the group's first warp
     a = group_warp_sum<kWarp>(a);
     b = group_warp_sum<kWarp>(b);
     if (lane == 0) { smem[warp] = a; smem[kWarp + warp] = b; }
     __syncthreads();
-    a = lane < kWarps ? smem[lane] : A(0);
-    b = lane < kWarps ? smem[kWarp + lane] : A(0);
+    a = lane < kWarps ? smem[first + lane] : A(0);
+    b = lane < kWarps ? smem[kWarp + first + lane] : A(0);
     a = group_warp_sum<kWarp>(a);
     b = group_warp_sum<kWarp>(b);
     __syncthreads();
@@ -134,10 +137,11 @@ __device__ __forceinline__ A group_sum(A v, A* smem) {
   } else {
     constexpr int kWarps = TPR / kWarp;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+    const int first = warp / kWarps * kWarps;  // the group's first warp
     v = group_warp_sum<kWarp>(v);
     if (lane == 0) smem[warp] = v;
     __syncthreads();
-    v = lane < kWarps ? smem[lane] : A(0);
+    v = lane < kWarps ? smem[first + lane] : A(0);
     v = group_warp_sum<kWarp>(v);
     __syncthreads();
     return v;

@@ -4,7 +4,8 @@
 // Work is split into tiles: TPR threads ("a row group") hold one tile of PACKS packs of VEC
 // elements of one row in registers; lane l owns columns c0 + (p * TPR + l) * VEC + [0, VEC).
 //   kFullRow   : one tile spans the whole row (TPR * PACKS * VEC >= N); statistics are computed
-//                in the kernel. TPR <= warp: 128 / TPR rows per block; TPR > warp: a row a block.
+//                in the kernel. Blocks of max(TPR, 128) threads hold 128 / TPR rows (one for
+//                TPR >= 128).
 //   kChunk*    : rows longer than one tile ("split" path): the row is cut into C tiles of one
 //                block each, per-tile statistics are merged by a small finalize kernel, then an
 //                apply pass writes the output. Keeps the GPU busy when rows are long and few.

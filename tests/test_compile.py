@@ -51,16 +51,16 @@ def test_header_is_inlined_into_the_source():
     assert '#include "common.cuh"' not in src and "struct RowMap" in src
 
 
-@pytest.mark.parametrize("max_tpr", [_config.FWD_MAX_TPR, _config.BWD_MAX_TPR])
+@pytest.mark.parametrize("limits", [_config.FWD, _config.BWD], ids=["fwd", "bwd"])
 @pytest.mark.parametrize("vec", [1, 2, 4, 8])
-def test_row_configs_cover_every_length(vec, max_tpr):
-    configs = _config.all_tile_configs(vec, max_tpr)
+def test_row_configs_cover_every_length(vec, limits):
+    configs = _config.all_tile_configs(vec, limits)
     n = 1
-    while (cfg := _config.row_config(n, vec, max_tpr)) is not None:
+    while (cfg := _config.row_config(n, vec, limits)) is not None:
         assert cfg in configs
         assert cfg.tile >= n, "a full-row tile must hold the row"
-        assert cfg.packs * cfg.vec <= _config.MAX_VALUES_PER_THREAD
-        assert cfg.tpr <= max_tpr and cfg.block % 32 == 0
+        assert cfg.packs * cfg.vec <= max(limits.max_values, vec)
+        assert cfg.tpr <= limits.max_tpr and cfg.block % 32 == 0
         n += 1
     assert n > 1024, "rows up to 1024 elements always fit one tile"
 
@@ -70,6 +70,6 @@ def test_instantiations_cover_dispatch():
     for t, w in _row_norm.TYPE_PAIRS:
         for vec in _config.vec_choices(_row_norm._np_name(t).itemsize):
             for n in (1, 7, 499, 1533, 4096, 8192, 16384):
-                cfg = _config.row_config(n, vec, _config.FWD_MAX_TPR)
+                cfg = _config.row_config(n, vec, _config.FWD)
                 if cfg is not None:
                     assert _row_norm._tile_name("norm_fwd", t, w, cfg, False, 0) in names

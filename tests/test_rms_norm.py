@@ -21,7 +21,7 @@ def test_warp_path(rng, dtype, rows, n):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("rows", [1, 3, 2049])
-@pytest.mark.parametrize("n", [499, 1533, 4096, 8192])
+@pytest.mark.parametrize("n", [200, 499, 1533, 2048, 4096, 8192])
 def test_block_path(rng, dtype, rows, n):
     check(OP, rng, (rows, n), dtype)
 

@@ -57,9 +57,9 @@ def instantiations() -> list[str]:
             split = _config.split_config(vec)
             for rms in (False, True):
                 names += [_tile_name("norm_fwd", t, w, c, rms, FULL_ROW)
-                          for c in _config.all_tile_configs(vec, _config.FWD_MAX_TPR)]
+                          for c in _config.all_tile_configs(vec, _config.FWD)]
                 names += [_tile_name("norm_bwd", t, w, c, rms, FULL_ROW)
-                          for c in _config.all_tile_configs(vec, _config.BWD_MAX_TPR)]
+                          for c in _config.all_tile_configs(vec, _config.BWD)]
                 names += [_tile_name("norm_fwd", t, w, split, rms, CHUNK_STATS),
                           _tile_name("norm_fwd", t, w, split, rms, CHUNK_APPLY),
                           _tile_name("norm_bwd_tile_sums", t, w, split, rms),
@@ -99,7 +99,7 @@ def _p(v) -> int:
 @functools.lru_cache(maxsize=4096)
 def _forward_plan(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     """(config, kernel pointers) of a forward: the per-shape work done once."""
-    cfg = _config.row_config(n, vec, _config.FWD_MAX_TPR)
+    cfg = _config.row_config(n, vec, _config.FWD)
     if cfg is not None:
         return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),)
     cfg = _config.split_config(vec)
@@ -170,7 +170,7 @@ def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, 
 
 @functools.lru_cache(maxsize=4096)
 def _backward_plan(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
-    cfg = _config.row_config(n, vec, _config.BWD_MAX_TPR)
+    cfg = _config.row_config(n, vec, _config.BWD)
     reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<{_acc_name(t)}, {c_type(gn)}>", device)
     if cfg is not None:
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
