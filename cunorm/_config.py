@@ -24,16 +24,19 @@ class PathLimits:
 
     max_tpr: int  # threads per row group (a block of that many for the block path)
     max_values: int  # values per thread
+    min_block_tpr: int  # the smallest multi-warp row group
 
 
 # Forward keeps one value array: 32 values (4 packs of 8 half-precision elements) fit in a
 # 1024-thread block's 64 registers a thread without spilling (NVRTC -Xptxas -v, sm_90), and
 # fewer, fuller threads keep more loads in flight per barrier: the v1 bf16 forward with 16
 # values ran at 0.46-0.67 of copy for N <= 4096 (benchmarks/NOTES.md, v4 tests this).
-FWD = PathLimits(max_tpr=1024, max_values=32)
+# Two 64-thread rows per block: bf16 N = 2048 forward 0.60 -> 0.75 of copy (v4).
+FWD = PathLimits(max_tpr=1024, max_values=32, min_block_tpr=64)
 # Backward holds x, dy and two gradient accumulators per value: 16 values keep a 512-thread
 # block under the 128 registers a thread may use at that size (measured: 127-128, no spills).
-BWD = PathLimits(max_tpr=512, max_values=16)
+# 64-thread groups made backward slower (bf16 N = 1024: 0.60 -> 0.50 of copy, v4): 128.
+BWD = PathLimits(max_tpr=512, max_values=16, min_block_tpr=128)
 # Split-path tiles: 16 values a thread (the same tile shape forward and backward).
 SPLIT_MAX_VALUES = 16
 
@@ -88,7 +91,7 @@ def row_config(n: int, vec: int, limits: PathLimits) -> TileConfig | None:
         return TileConfig(vec, 1, _next_pow2(packs_total))
     if packs_total <= 32 * pmax:
         return TileConfig(vec, _next_pow2(-(-packs_total // 32)), 32)
-    tpr = max(64, _next_pow2(-(-packs_total // pmax)))  # 64: two rows share a 128-thread block
+    tpr = max(limits.min_block_tpr, _next_pow2(-(-packs_total // pmax)))
     if tpr > max_tpr:
         return None
     return TileConfig(vec, _next_pow2(-(-packs_total // tpr)), tpr)
