@@ -37,7 +37,7 @@ def main():
     wc = cupy.ones(n, BFLOAT16)
     xg = xt.clone().requires_grad_()
     dy = torch.randn_like(xt)
-    from cupy_backends.cuda.api import driver, runtime
+    from cupy_backends.cuda.api import runtime
 
     from cunorm import _launch
     from cunorm.ops import _row_norm
