@@ -1,0 +1,88 @@
+"""The dispatcher's pure-Python decisions (CPU): row layouts, pack widths, parameter dtypes,
+the fast-path cache key's alignment class."""
+from __future__ import annotations
+
+import numpy
+import pytest
+
+from cunorm import _config
+from cunorm._checks import BFLOAT16
+from cunorm._launch import View, pick_vec, rows_of
+from cunorm.ops import _row_norm
+
+F32 = numpy.dtype(numpy.float32)
+
+
+def view(shape, strides, dtype=F32, ptr=1 << 20):
+    return View(ptr, tuple(shape), tuple(strides), numpy.dtype(dtype))
+
+
+def test_contiguous_rows_collapse_to_one_axis():
+    r = rows_of(view((2, 3, 5, 7), (105, 35, 7, 1)), 1)
+    assert (r.rows, r.n) == (30, 7)
+    assert r.strides == (7, 0, 0, 0) and r.sizes == (1, 1, 1)
+
+
+def test_two_normalized_axes():
+    r = rows_of(view((4, 3, 5), (15, 5, 1)), 2)
+    assert (r.rows, r.n) == (4, 15)
+
+
+def test_row_stride_and_transposed_leading_axes_stay_in_place():
+    sliced = rows_of(view((6, 64), (128, 1)), 1)  # x[::2]
+    assert sliced.strides[0] == 128
+    transposed = rows_of(view((6, 5, 64), (64, 384, 1)), 1)  # swapaxes(0, 1) of (5, 6, 64)
+    assert transposed.rows == 30 and transposed.strides[:2] == (64, 384) and transposed.sizes[0] == 5
+
+
+def test_negative_leading_stride_is_addressed():
+    r = rows_of(view((6, 8), (-8, 1)), 1)
+    assert r.strides[0] == -8
+
+
+def test_size_one_axes_ignore_their_strides():
+    r = rows_of(view((1, 4, 1, 8), (999, 8, 12345, 1)), 1)
+    assert (r.rows, r.n) == (4, 8) and r.strides[0] == 8
+
+
+@pytest.mark.parametrize("shape,strides,nd", [
+    ((6, 64), (128, 2), 1),  # strided last axis
+    ((4, 3, 5), (15, 1, 3), 2),  # normalized axes transposed
+    ((2, 3, 2, 3, 2, 64), (1, 2, 6, 12, 36, 72), 1),  # five leading axes that do not merge
+])
+def test_layouts_the_kernels_cannot_address_need_a_copy(shape, strides, nd):
+    assert rows_of(view(shape, strides), nd) is None
+
+
+def test_pack_width_follows_alignment_and_lengths():
+    assert pick_vec(2, 4096, [(1 << 20, 2)], (4096,)) == 8
+    assert pick_vec(2, 4096, [(1 << 20 | 2, 2)], (4096,)) == 1, "misaligned pointer"
+    assert pick_vec(2, 4098, [(1 << 20, 2)], (4098,)) == 1, "row length not a multiple"
+    assert pick_vec(2, 4096, [(1 << 20, 2)], (4100,)) == 1, "row stride not a multiple"
+    assert pick_vec(2, 4096, [(1 << 20, 2)], (-4096,)) == 8, "negative strides count by size"
+    assert pick_vec(2, 4096, [(1 << 20, 2), (1 << 20 | 8, 4)], (4096,)) == 1, "fp32 weight 8-byte aligned"
+    assert pick_vec(4, 4096, [(1 << 20, 4), (0, 4)], (4096,)) == 4, "absent parameters do not count"
+    assert pick_vec(8, 64, [(1 << 20 | 8, 8)], (64,)) == 1
+
+
+def test_parameter_dtype_pairs():
+    f16, f64 = numpy.dtype(numpy.float16), numpy.dtype(numpy.float64)
+    assert _row_norm.param_dtype(BFLOAT16, F32, F32) == F32
+    assert _row_norm.param_dtype(BFLOAT16, BFLOAT16, None) == BFLOAT16
+    assert _row_norm.param_dtype(f16, BFLOAT16, None) == F32, "uncompiled pair: cast"
+    assert _row_norm.param_dtype(F32, F32, f16) == F32, "weight and bias disagree: cast"
+    assert _row_norm.param_dtype(F32, f64, None) == F32
+    assert _row_norm.param_dtype(f64, f64, f64) == f64
+    assert _row_norm.param_dtype(f16, None, None) == f16
+
+
+@pytest.mark.parametrize("itemsize,n", [(2, 1), (2, 1024), (2, 16384), (4, 16384), (8, 8192), (2, 16385)])
+def test_forward_row_configs_hold_the_row_or_split(itemsize, n):
+    for vec in _config.vec_choices(itemsize):
+        if n % vec:
+            continue
+        cfg = _config.row_config(n, vec, _config.FWD)
+        if cfg is None:
+            assert n > _config.FWD.max_tpr * _config.packs_cap(vec, _config.FWD.max_values) * vec
+        else:
+            assert cfg.tile >= n and cfg.block in (128, 256, 512, 1024)
