@@ -2,6 +2,8 @@
 a device-to-device copy, with the method of ``cunorm._bench`` (the GPU check runs the same).
 
     python benchmarks/bench_norms.py [--op layer_norm,rms_norm] [--dtype bfloat16,float32] [--n 1024,4096]
+
+(with cunorm installed, or PYTHONPATH set to the checkout)
 """
 from __future__ import annotations
 
