@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import cProfile
 import pstats
-import time
 
 import cupy
 import numpy
@@ -15,18 +14,8 @@ import torch
 
 import cunorm
 import cunorm.torch as ct
+from cunorm._bench_torch import _wall_us as wall_us  # the GPU check's own wall-time method
 from cunorm._checks import BFLOAT16
-
-
-def wall_us(fn, calls=300):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def main():
