@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip insta
 import torch.nn.functional as F  # noqa: E402
 
 import cunorm.torch as ct  # noqa: E402
+from cunorm.torch._cpu import _numpy_view  # noqa: E402
 from cunorm import reference  # noqa: E402
 from tolerances import assert_close, reduction_tol, tol  # noqa: E402
 
@@ -75,14 +76,14 @@ def test_cpu_frozen_weight_gets_no_gradient():
 def _opcheck_cases(device):
     x = torch.randn(3, 5, 8, device=device)
     w, b = torch.randn(8, device=device), torch.randn(8, device=device)
-    _, mean, rstd = torch.ops.cunorm.layer_norm_fwd(x, 1, w, b, 1e-5)
-    _, rrstd = torch.ops.cunorm.rms_norm_fwd(x, 2, None, 1e-5)
+    _, stats = torch.ops.cunorm.layer_norm_fwd(x, 1, w, b, 1e-5)
+    _, rstats = torch.ops.cunorm.rms_norm_fwd(x, 2, None, 1e-5)
     return [
         (torch.ops.cunorm.layer_norm_fwd.default, (x.requires_grad_(), 1, w.requires_grad_(), b, 1e-5)),
         (torch.ops.cunorm.layer_norm_fwd.default, (x, 2, None, None, 1e-3)),
         (torch.ops.cunorm.rms_norm_fwd.default, (x, 1, w, 1e-6)),
-        (torch.ops.cunorm.layer_norm_bwd.default, (torch.randn_like(x), x.detach(), w.detach(), mean, rstd, 1, True)),
-        (torch.ops.cunorm.rms_norm_bwd.default, (torch.randn_like(x), x.detach(), None, rrstd, 2)),
+        (torch.ops.cunorm.layer_norm_bwd.default, (torch.randn_like(x), x.detach(), w.detach(), stats, 1, True)),
+        (torch.ops.cunorm.rms_norm_bwd.default, (torch.randn_like(x), x.detach(), None, rstats, 2)),
     ]
 
 
@@ -188,7 +189,7 @@ def test_gpu_values_and_grads_against_reference_and_torch(dtype, shape):
             assert g.dtype == torch.float32
             assert_close(f"{op} {name}", g.cpu(), t.cpu(), *reduction_tol(numpy.float32, rows))
         # and the NumPy reference
-        xn = ct._numpy_view(x.detach().cpu())
+        xn = _numpy_view(x.detach().cpu())
         if op == "layer_norm":
             ry = reference.layer_norm(xn, w.detach().cpu().numpy(), b.detach().cpu().numpy())
         else:
@@ -225,12 +226,12 @@ def test_gpu_zero_copy_torch_memory_only():
     pool = cupy.get_default_memory_pool()
     pool_before = pool.used_bytes() + pool.total_bytes()
     torch_before = torch.cuda.memory_allocated()
-    y, mean, rstd = torch.ops.cunorm.layer_norm_fwd(x, 1, w, w, 1e-5)
+    y, stats = torch.ops.cunorm.layer_norm_fwd(x, 1, w, w, 1e-5)
     torch.cuda.synchronize()
     assert pool.used_bytes() + pool.total_bytes() == pool_before, "CuPy's pool was used"
     grown = torch.cuda.memory_allocated() - torch_before
     block = 512  # torch's caching allocator rounds every allocation up to 512 bytes
-    outputs = sum(-(-t.untyped_storage().nbytes() // block) * block for t in (y, mean, rstd))
+    outputs = sum(-(-t.untyped_storage().nbytes() // block) * block for t in (y, stats))
     assert grown == outputs, "copies or scratch leaked"
 
 
@@ -331,3 +332,82 @@ def test_gpu_second_device():
         pytest.skip("needs two GPUs: this machine has one")
     x = torch.randn(16, 1024, device="cuda:1")
     torch.testing.assert_close(ct.layer_norm(x, (1024,)), F.layer_norm(x, (1024,)), atol=2e-5, rtol=2e-5)
+
+
+def _reference_grads(op, x, params, dy):
+    """torch's own op in float64 on upcast copies: (y, grads of x and params)."""
+    x64 = x.detach().double().requires_grad_()
+    p64 = [None if p is None else p.detach().double().requires_grad_(p.requires_grad) for p in params]
+    kwargs = {"eps": torch.finfo(x.dtype).eps} if op == "rms_norm" else {}
+    y = getattr(F, op)(x64, x.shape[-1:], *p64, **kwargs)
+    y.backward(dy.double())
+    return y, [t.grad for t in (x64, *p64)]
+
+
+@gpu
+@pytest.mark.parametrize("case", ["transposed_input", "misaligned_input", "row_strided_input", "cast_weight",
+                                  "zero_stride_grad", "bias_dtype_differs", "frozen_weight"])
+def test_gpu_general_path_layouts_and_dtypes(case):
+    """Signatures the per-call fast path hands to the general one (copies, casts, odd dy),
+    or takes itself with strided or misaligned rows: values and gradients against torch in
+    float64."""
+    _cuda_or_skip()
+    n = 499
+    dtype = torch.float16 if case in ("cast_weight", "misaligned_input") else torch.float32
+    x = torch.randn(7, n, device="cuda").to(dtype)
+    if case == "transposed_input":
+        x = torch.randn(n, 7, device="cuda").t()
+    if case == "row_strided_input":  # rows addressed in place, 512 elements apart
+        x = torch.randn(7, 512, device="cuda")[:, :n]
+    if case == "misaligned_input":
+        x = torch.randn(7, n + 1, device="cuda").to(dtype)[:, 1:]
+    x.requires_grad_()
+    w = (1 + 0.1 * torch.randn(n, device="cuda")).requires_grad_(case != "frozen_weight")
+    b = (0.1 * torch.randn(n, device="cuda")).requires_grad_()
+    if case == "cast_weight":
+        w = w.detach().bfloat16().requires_grad_()
+    if case == "bias_dtype_differs":
+        b = b.detach().double().requires_grad_()
+    for op in ("layer_norm", "rms_norm"):
+        params = (w, b) if op == "layer_norm" else (w,)
+        y = getattr(ct, op)(x, (n,), *params)
+        dy = torch.ones_like(y) if case == "zero_stride_grad" else torch.randn_like(y)
+        if case == "zero_stride_grad":
+            y.sum().backward()  # autograd hands the backward an expanded (stride 0) dy
+        else:
+            y.backward(dy)
+        ref_y, ref_grads = _reference_grads(op, x, params, dy)
+        rtol, atol = tol(_np_dtype(dtype))
+        assert_close(f"{case} {op} y", y.detach().cpu(), ref_y.detach().cpu(), rtol, atol)
+        for name, t, ref in zip(("dx", "dweight", "dbias"), (x, *params), ref_grads):
+            if not t.requires_grad:
+                assert t.grad is None and ref is None
+                continue
+            assert t.grad.dtype == t.dtype
+            # half-precision gradients round once to their dtype; float64 dbias is an fp32 sum
+            half = t.dtype in (torch.float16, torch.bfloat16)
+            rtol, atol = reduction_tol(_np_dtype(t.dtype if half else torch.float32), 1 if name == "dx" else 7)
+            assert_close(f"{case} {op} {name}", t.grad.cpu().double(), ref.cpu(), rtol, 4 * atol)
+            t.grad = None
+
+
+@gpu
+def test_gpu_fresh_thread_and_repeated_signature():
+    """A thread that never touched CUDA (its driver context unset) can call in, and a cached
+    signature called with new tensors gives their results, not the first call's."""
+    _cuda_or_skip()
+    import threading
+
+    results = []
+
+    def work():
+        for _ in range(2):
+            x = torch.randn(3, 257, device="cuda")
+            results.append((ct.layer_norm(x, (257,)), F.layer_norm(x, (257,))))
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    assert len(results) == 2
+    for ours, theirs in results:
+        torch.testing.assert_close(ours, theirs, atol=2e-5, rtol=2e-5)

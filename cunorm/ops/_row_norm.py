@@ -12,14 +12,14 @@ outputs as pointers to memory the frontend allocated, scratch through ``alloc(sh
 from __future__ import annotations
 
 import functools
-import math
+from typing import NamedTuple
 
 import numpy
 
 from .. import _config
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import View, blocks_per_sm, launch, make_current, pick_vec, rows_of, scalar_bits, sm_count
+from .._launch import View, blocks_per_sm, launch, make_current, pick_vec, row_layout, scalar_bits, sm_count
 
 KERNEL_FILE = "layer_norm.cu"
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
@@ -97,8 +97,9 @@ def _p(v) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _forward_plan(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
-    """(config, kernel pointers) of a forward: the per-shape work done once."""
+def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
+    """(config, kernel pointers) of a forward: one kernel on the full-row path, three (tile
+    statistics, finalize, apply) on the split path."""
     cfg = _config.row_config(n, vec, _config.FWD)
     if cfg is not None:
         return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),)
@@ -108,68 +109,92 @@ def _forward_plan(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
                  function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY), device))
 
 
-# Launches of the full-row paths by call signature (layout, dtypes, options, alignment class):
-# a repeated call only fills in its pointers. Small batches spend more time here than on
-# the GPU, so this is what keeps the host from being the bottleneck (benchmarks/NOTES.md).
-_calls: dict = {}
-_MAX_CALLS = 4096
+class ForwardPlan(NamedTuple):
+    """Everything about a forward launch but its pointers."""
+
+    kernels: tuple  # (full row,) or (tile statistics, finalize, apply)
+    grid: int
+    block: int
+    row_args: tuple
+    tail: tuple  # the full-row kernel's trailing scalar arguments
+    m: int
+    n: int
+    tiles: int  # 1 on the full-row path
+    tile: int  # elements per tile on the split path
+    rms: bool
+    eps_bits: int
+    acc: numpy.dtype
 
 
-def _remember(key, plan) -> None:
-    if len(_calls) >= _MAX_CALLS:
-        _calls.clear()
-    _calls[key] = plan
+# Plans are cached by call signature (layout, dtypes, options, alignment class): small batches
+# spend more time on the host than on the GPU, so a repeated call only fills in its pointers
+# (benchmarks/NOTES.md, v3 and v5). Pointer alignment enters only through the pack width (a
+# power of two up to 16 bytes), so each pointer group's addresses ORed, mod 16, is all of it
+# a plan depends on.
+@functools.lru_cache(maxsize=4096)
+def forward_plan(shape: tuple, strides: tuple, dtype, wdtype, nd: int, rms: bool, eps: float, device: int,
+                 x_align: int, p_align: int) -> ForwardPlan | None:
+    """The launch plan of a forward over x of this layout (element strides) and dtype with
+    contiguous parameters of ``wdtype``; ``x_align`` = (x | y) mod 16, ``p_align`` = (weight |
+    bias) mod 16. None when the kernels cannot address the rows in place (the frontend copies
+    x first) or there is no element."""
+    rows = row_layout(tuple(shape), tuple(strides), nd)
+    if rows is None or rows.rows == 0 or rows.n == 0:
+        return None
+    m, n = rows.rows, rows.n
+    dtype, wdtype = numpy.dtype(dtype), numpy.dtype(wdtype)
+    vec = pick_vec(dtype.itemsize, n, [(x_align, dtype.itemsize), (p_align, wdtype.itemsize)], rows.strides)
+    cfg, kernels = _forward_kernels(dtype.name, wdtype.name, n, vec, rms, device)
+    acc = acc_dtype(dtype)
+    eps_bits = scalar_bits(eps, acc)
+    if len(kernels) == 1:
+        grid, tiles = min(-(-m // cfg.rows_per_block), _config.MAX_GRID), 1
+    else:
+        tiles = -(-n // cfg.tile)
+        grid = min(m * tiles, _config.MAX_GRID)
+    return ForwardPlan(kernels, grid, cfg.block, rows.args(), (0, 0, m, n, 1, eps_bits), m, n, tiles,
+                       cfg.tile, rms, eps_bits, acc)
+
+
+def run_forward(plan: ForwardPlan, x: int, y: int, weight: int, bias: int, mean: int, rstd: int, alloc,
+                stream: int) -> None:
+    """Launches a forward: writes y and, where their pointers are non-null, mean (LayerNorm)
+    and rstd. ``alloc(shape, dtype) -> pointer`` is called on the split path only."""
+    mean = 0 if plan.rms else mean
+    head = (x, *plan.row_args, y, weight, bias, mean, rstd)
+    if plan.tiles == 1:
+        launch(plan.kernels[0], plan.grid, plan.block, (*head, *plan.tail), stream)
+        return
+    m, n, tiles, acc, eps_bits = plan.m, plan.n, plan.tiles, plan.acc, plan.eps_bits
+    tile_stats = alloc((m, tiles, 2), acc)
+    row_shift = 0 if plan.rms else alloc((m, 2), acc)
+    if rstd == 0:  # the split path passes the statistics between its kernels
+        rstd = alloc((m,), acc)
+        mean = 0 if plan.rms else alloc((m,), acc)
+        head = (*head[:-2], mean, rstd)
+    stats, finalize, apply = plan.kernels
+    launch(stats, plan.grid, plan.block, (*head, tile_stats, row_shift, m, n, tiles, eps_bits), stream)
+    launch(finalize, min(-(-m // 4), _config.MAX_GRID), 128,
+           (tile_stats, row_shift, mean, rstd, m, n, tiles, plan.tile, eps_bits), stream)
+    launch(apply, plan.grid, plan.block, (*head, tile_stats, row_shift, m, n, tiles, eps_bits), stream)
 
 
 def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, rstd: int, eps: float,
             nd: int, rms: bool, alloc, stream: int, device: int) -> None:
     """Writes y (contiguous, x's shape and dtype) and, where their pointers are non-null,
-    mean (LayerNorm) and rstd (one per row, fp32/fp64). ``x`` must satisfy ``rows_of``."""
+    mean (LayerNorm) and rstd (one per row, fp32/fp64). ``x`` must satisfy ``rows_of`` and
+    have an element; the parameters are contiguous in one ``param_dtype``."""
     make_current(device)
     wp, bp = _p(weight), _p(bias)
-    # Pointer alignment enters only through the pack width (a power of two up to 16 bytes),
-    # so pointers mod 16 (ORed per element size) is all of it the key needs.
-    key = (x.shape, x.strides, x.dtype, None if weight is None else weight.dtype,
-           None if bias is None else bias.dtype, nd, rms, eps, device, (x.ptr | y) & 15, (wp | bp) & 15)
-    plan = _calls.get(key)
-    if plan is not None:
-        kernel, grid, block, row_args, tail = plan
-        launch(kernel, grid, block, (x.ptr, *row_args, y, wp, bp, 0 if rms else mean, rstd, 0, 0, *tail), stream)
-        return
-    rows = rows_of(x, nd)
-    m, n = rows.rows, rows.n
-    if m == 0:
-        return
-    acc = acc_dtype(x.dtype)
     wdt = next((p.dtype for p in (weight, bias) if p is not None), x.dtype)
-    vec = pick_vec(x.itemsize, n, [(x.ptr, x.itemsize), (y, x.itemsize), (_p(weight), wdt.itemsize),
-                                   (_p(bias), wdt.itemsize)], rows.strides)
-    t = x.dtype.name
-    cfg, kernels = _forward_plan(t, wdt.name, n, vec, rms, device)
-    eps_bits = scalar_bits(eps, acc)
-    head = (x.ptr, *rows.args(), y, _p(weight), _p(bias), 0 if rms else mean, rstd)
-    if len(kernels) == 1:
-        grid = min(-(-m // cfg.rows_per_block), _config.MAX_GRID)
-        tail = (m, n, 1, eps_bits)
-        _remember(key, (kernels[0], grid, cfg.block, rows.args(), tail))
-        launch(kernels[0], grid, cfg.block, (*head, 0, 0, *tail), stream)
-        return
-    tiles = -(-n // cfg.tile)
-    tile_stats = alloc((m, tiles, 2), acc)
-    row_shift = 0 if rms else alloc((m, 2), acc)
-    if rstd == 0:  # the split path passes the statistics between its kernels
-        rstd = alloc((m,), acc)
-        mean = 0 if rms else alloc((m,), acc)
-        head = (*head[:-2], mean, rstd)
-    grid = min(m * tiles, _config.MAX_GRID)
-    launch(kernels[0], grid, cfg.block, (*head, tile_stats, row_shift, m, n, tiles, eps_bits), stream)
-    launch(kernels[1], min(-(-m // 4), _config.MAX_GRID), 128,
-           (tile_stats, row_shift, 0 if rms else mean, rstd, m, n, tiles, cfg.tile, eps_bits), stream)
-    launch(kernels[2], grid, cfg.block, (*head, tile_stats, row_shift, m, n, tiles, eps_bits), stream)
+    plan = forward_plan(x.shape, x.strides, x.dtype, wdt, nd, rms, eps, device, (x.ptr | y) & 15, (wp | bp) & 15)
+    if plan is None:
+        raise ValueError("x: rows not addressable in place or empty (the frontend must copy it first)")
+    run_forward(plan, x.ptr, y, wp, bp, mean, rstd, alloc, stream)
 
 
 @functools.lru_cache(maxsize=4096)
-def _backward_plan(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
+def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
     cfg = _config.row_config(n, vec, _config.BWD)
     reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<{_acc_name(t)}, {c_type(gn)}>", device)
     if cfg is not None:
@@ -182,52 +207,84 @@ def _backward_plan(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device
     return cfg, main, sums, finalize, reduce, sm_count(device) * blocks_per_sm(main, cfg.block)
 
 
+class BackwardPlan(NamedTuple):
+    """Everything about a backward launch but its pointers."""
+
+    main: int
+    blocks: int
+    block: int
+    groups: int  # rows of dW/dB partials the main kernel writes
+    reduce: int
+    dy_args: tuple
+    x_args: tuple
+    m: int
+    n: int
+    split: tuple | None  # (tile-sum kernel, finalize kernel, tiles) on the split path
+    acc: numpy.dtype
+
+
+@functools.lru_cache(maxsize=4096)
+def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdtype, grad_dtype, nd: int,
+                  rms: bool, device: int, x_align: int, p_align: int) -> BackwardPlan | None:
+    """The launch plan of a backward (dy of x's shape); ``x_align`` = (x | dy | dx) mod 16,
+    ``p_align`` = weight mod 16. None when x or dy cannot be addressed in place or there is
+    no element."""
+    xr, dyr = row_layout(tuple(shape), tuple(x_strides), nd), row_layout(tuple(shape), tuple(dy_strides), nd)
+    if xr is None or dyr is None or xr.rows == 0 or xr.n == 0:
+        return None
+    m, n = xr.rows, xr.n
+    dtype, wdtype = numpy.dtype(dtype), numpy.dtype(wdtype)
+    vec = pick_vec(dtype.itemsize, n, [(x_align, dtype.itemsize), (p_align, wdtype.itemsize)],
+                   (*xr.strides, *dyr.strides))
+    cfg, main, sums, finalize, reduce, resident = _backward_kernels(dtype.name, wdtype.name,
+                                                                    numpy.dtype(grad_dtype).name, n, vec, rms, device)
+    acc = acc_dtype(dtype)
+    if sums is None:
+        blocks = min(-(-m // cfg.rows_per_block), resident)
+        return BackwardPlan(main, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), xr.args(),
+                            m, n, None, acc)
+    tiles = -(-n // cfg.tile)
+    blocks = max(1, min(m, -(-resident // tiles)))
+    return BackwardPlan(main, blocks, cfg.block, blocks, reduce, dyr.args(), xr.args(), m, n,
+                        (sums, finalize, tiles), acc)
+
+
+def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rstd: int, dx: int, dw: int,
+                 db: int, alloc, stream: int) -> None:
+    """Launches a backward: writes dx and, where their pointers are non-null, dweight and
+    dbias. Deterministic: fixed reduction trees, no atomics. ``alloc(shape, dtype) ->
+    pointer`` gives the scratch (dW/dB partials; tile sums on the split path)."""
+    stats = (weight, mean, rstd)
+    m, n, groups, acc = plan.m, plan.n, plan.groups, plan.acc
+    row_sums, tiles = 0, 1
+    if plan.split is not None:
+        sums, finalize, tiles = plan.split
+        tile_sums = alloc((m, tiles, 2), acc)
+        launch(sums, min(m * tiles, _config.MAX_GRID), plan.block,
+               (dy, *plan.dy_args, x, *plan.x_args, *stats, tile_sums, m, n, tiles), stream)
+        row_sums = alloc((m, 2), acc)
+        launch(finalize, min(-(-m // 4), _config.MAX_GRID), 128, (tile_sums, row_sums, m, tiles), stream)
+    dw_part = db_part = 0
+    if dw or db:  # one scratch buffer for both partial sets
+        part = alloc(((dw != 0) + (db != 0), groups, n), acc)
+        dw_part = part if dw else 0
+        db_part = (part + groups * n * acc.itemsize if dw else part) if db else 0
+    launch(plan.main, plan.blocks * tiles, plan.block,
+           (dy, *plan.dy_args, x, *plan.x_args, *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream)
+    if dw or db:
+        launch(plan.reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)
+
+
 def backward(dy: View, x: View, weight: View | None, mean: View | None, rstd: View, dx: int, dw: int, db: int,
              grad_dtype, nd: int, rms: bool, alloc, stream: int, device: int) -> None:
     """Writes dx (contiguous, x's shape and dtype) and, where their pointers are non-null,
-    dweight and dbias (contiguous, ``grad_dtype``). Deterministic: fixed reduction trees, no
-    atomics. ``x`` and ``dy`` must satisfy ``rows_of``; mean and rstd are contiguous."""
+    dweight and dbias (contiguous, ``grad_dtype``). ``x`` and ``dy`` must satisfy ``rows_of``
+    and have an element; mean and rstd are contiguous."""
     make_current(device)
     wp = _p(weight)
-    key = (x.shape, x.strides, dy.strides, x.dtype, None if weight is None else weight.dtype, grad_dtype, nd, rms,
-           device, (x.ptr | dy.ptr | dx) & 15, wp & 15)
-    plan = _calls.get(key)
-    if plan is None:
-        plan = _backward_call(dy, x, weight, dx, grad_dtype, nd, rms, device)
-        if plan[-1] is None:  # full-row path: a plan without per-call scratch but the partials
-            _remember(key, plan)
-    main, blocks, block, groups, reduce, dy_args, x_args, m, n, split = plan
-    stats = (wp, _p(mean), rstd.ptr)
-    acc = acc_dtype(x.dtype)
-    row_sums, tiles = 0, 1
-    if split is not None:
-        sums, finalize, tiles, sums_block = split
-        tile_sums = alloc((m, tiles, 2), acc)
-        launch(sums, min(m * tiles, _config.MAX_GRID), sums_block,
-               (dy.ptr, *dy_args, x.ptr, *x_args, *stats, tile_sums, m, n, tiles), stream)
-        row_sums = alloc((m, 2), acc)
-        launch(finalize, min(-(-m // 4), _config.MAX_GRID), 128, (tile_sums, row_sums, m, tiles), stream)
-    dw_part = alloc((groups, n), acc) if dw else 0
-    db_part = alloc((groups, n), acc) if db else 0
-    launch(main, blocks * tiles, block,
-           (dy.ptr, *dy_args, x.ptr, *x_args, *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream)
-    if dw or db:
-        launch(reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)
-
-
-def _backward_call(dy, x, weight, dx, grad_dtype, nd, rms, device):
-    """The launch plan of one backward: kernels, grid, partial rows; ``split`` (tile-sum and
-    finalize kernels, tile count, block) on the split path, else None."""
-    xr, dyr = rows_of(x, nd), rows_of(dy, nd)
-    m, n = xr.rows, xr.n
     wdt = x.dtype if weight is None else weight.dtype
-    vec = pick_vec(x.itemsize, n, [(x.ptr, x.itemsize), (dy.ptr, x.itemsize), (dx, x.itemsize),
-                                   (_p(weight), wdt.itemsize)], (*xr.strides, *dyr.strides))
-    cfg, main, sums, finalize, reduce, resident = _backward_plan(x.dtype.name, wdt.name, numpy.dtype(grad_dtype).name,
-                                                                 n, vec, rms, device)
-    if sums is None:
-        blocks = min(-(-m // cfg.rows_per_block), resident)
-        return main, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), xr.args(), m, n, None
-    tiles = -(-n // cfg.tile)
-    blocks = max(1, min(m, -(-resident // tiles)))
-    return main, blocks, cfg.block, blocks, reduce, dyr.args(), xr.args(), m, n, (sums, finalize, tiles, cfg.block)
+    plan = backward_plan(x.shape, x.strides, dy.strides, x.dtype, wdt, grad_dtype, nd, rms, device,
+                         (x.ptr | dy.ptr | dx) & 15, wp & 15)
+    if plan is None:
+        raise ValueError("x, dy: rows not addressable in place or empty (the frontend must copy them first)")
+    run_backward(plan, dy.ptr, x.ptr, wp, _p(mean), rstd.ptr, dx, dw, db, alloc, stream)

@@ -1,0 +1,176 @@
+"""PyTorch adapter: drop-in LayerNorm / RMSNorm functions and modules on cunorm's kernels.
+
+    from cunorm.torch import LayerNorm, RMSNorm, layer_norm, rms_norm, replace_norms
+
+Autograd goes through ``torch.library.custom_op`` (forward and backward ops with fake
+implementations), so ``torch.compile(fullgraph=True)``, CUDA graphs and ``opcheck`` see
+ordinary operators. CUDA tensors are read in place and results are written into tensors
+torch allocated (``torch.empty``), on ``torch.cuda.current_stream()``: memory stays in torch's
+caching allocator and nothing goes through CuPy's pool. CPU tensors run the float64 NumPy
+reference through the same ops, so the wiring works (and is tested) without a GPU.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from .. import _checks
+from ._common import _NUMPY_DTYPE, _as_dtype
+from ._cuda import _cuda_backward_fast
+from ._ops import _backward_impl, _forward_impl, _reducing_weight
+
+__all__ = ["layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "replace_norms"]
+
+
+# ---- functional API -----------------------------------------------------------------------
+
+def _normalized_ndim(input, normalized_shape) -> int:
+    """How many trailing axes normalized_shape names; the rest of the checks run per call
+    signature (_check_tensors)."""
+    if not isinstance(input, torch.Tensor):
+        raise TypeError(f"input: expected a torch.Tensor, got {type(input).__name__}")
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    nd = len(shape)
+    if nd < 1 or nd > input.ndim or input.shape[input.ndim - nd:] != shape:
+        raise ValueError(f"normalized_shape: {list(shape)} does not match the last axes of input "
+                         f"of shape {list(input.shape)}")
+    return nd
+
+
+_FINFO_EPS = {d: torch.finfo(d).eps for d in _NUMPY_DTYPE}
+
+
+def _default_eps(dtype: torch.dtype) -> float:
+    """torch.nn.functional.rms_norm's default eps: the input dtype's machine epsilon."""
+    try:
+        return _FINFO_EPS[dtype]
+    except KeyError:
+        raise TypeError(f"input: dtype {dtype} is not supported (float16, bfloat16, float32, float64)") from None
+
+
+def _autocast_fp32(input, op_upcasts: bool, autocast_to_fp32: bool) -> torch.Tensor:
+    """torch's autocast policy: on CUDA, layer_norm runs in float32 (rms_norm keeps the
+    input dtype); ``autocast_to_fp32=False`` keeps half-precision activations instead."""
+    if (op_upcasts and autocast_to_fp32 and input.is_cuda and input.dtype in (torch.float16, torch.bfloat16)
+            and torch.is_autocast_enabled("cuda")):
+        return input.float()
+    return input
+
+
+class _LayerNormFunction(torch.autograd.Function):
+    """The eager path: the same implementation as the custom ops without their dispatch,
+    which costs ~40 us a call on the H200 host (benchmarks/NOTES.md) — more than the kernels
+    of a small batch. torch.compile and export trace the custom ops instead."""
+
+    @staticmethod
+    def forward(ctx, x, nd, weight, bias, eps):
+        fast = []
+        y, stats = _forward_impl(x, nd, weight, bias, eps, rms=False, backward_state=fast)
+        ctx.save_for_backward(x, weight, stats)
+        ctx.nd, ctx.bias_dtype, ctx.fast = nd, None if bias is None else bias.dtype, fast
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, stats = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        has_bias = ctx.bias_dtype is not None and need[3]
+        if ctx.fast:  # the forward took the fast path, so weight and bias share a dtype
+            grads = _cuda_backward_fast(ctx.fast[0], dy, x, weight, stats, has_bias, need[2] and weight is not None)
+            if grads is not None:
+                return grads[0], None, grads[1], grads[2], None
+        w = _reducing_weight(weight, ctx.bias_dtype if has_bias else None)
+        dx, dw, db = _backward_impl(dy, x, w, stats, ctx.nd, False, has_bias, need[2])
+        if w is not weight:
+            dw = _as_dtype(dw, weight.dtype)
+        return dx, None, dw, _as_dtype(db, ctx.bias_dtype), None
+
+
+class _RMSNormFunction(torch.autograd.Function):
+    """RMSNorm's eager path (see _LayerNormFunction)."""
+
+    @staticmethod
+    def forward(ctx, x, nd, weight, eps):
+        fast = []
+        y, stats = _forward_impl(x, nd, weight, None, eps, rms=True, backward_state=fast)
+        ctx.save_for_backward(x, weight, stats)
+        ctx.nd, ctx.fast = nd, fast
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, stats = ctx.saved_tensors
+        if ctx.fast:
+            grads = _cuda_backward_fast(ctx.fast[0], dy, x, weight, stats, False,
+                                        ctx.needs_input_grad[2] and weight is not None)
+            if grads is not None:
+                return grads[0], None, grads[1], None
+        dx, dw, _ = _backward_impl(dy, x, weight, stats, ctx.nd, True, False, ctx.needs_input_grad[2])
+        return dx, None, dw, None
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optional[torch.Tensor] = None,
+               bias: Optional[torch.Tensor] = None, eps: float = 1e-5, *,
+               autocast_to_fp32: bool = True) -> torch.Tensor:
+    """``torch.nn.functional.layer_norm`` on cunorm's kernels (same signature)."""
+    nd = _normalized_ndim(input, normalized_shape)
+    eps = _checks.eps(eps, None)
+    input = _autocast_fp32(input, True, autocast_to_fp32)
+    if torch.compiler.is_compiling():
+        return torch.ops.cunorm.layer_norm_fwd(input, nd, weight, bias, eps)[0]
+    if _needs_grad(input, weight, bias):
+        return _LayerNormFunction.apply(input, nd, weight, bias, eps)
+    return _forward_impl(input, nd, weight, bias, eps, rms=False, stats=False)[0]
+
+
+def rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optional[torch.Tensor] = None,
+             eps: Optional[float] = None) -> torch.Tensor:
+    """``torch.nn.functional.rms_norm`` on cunorm's kernels (same signature; ``eps=None`` is
+    ``torch.finfo(input.dtype).eps``)."""
+    nd = _normalized_ndim(input, normalized_shape)
+    eps = _default_eps(input.dtype) if eps is None else _checks.eps(eps, None)
+    if torch.compiler.is_compiling():
+        return torch.ops.cunorm.rms_norm_fwd(input, nd, weight, eps)[0]
+    if _needs_grad(input, weight):
+        return _RMSNormFunction.apply(input, nd, weight, eps)
+    return _forward_impl(input, nd, weight, None, eps, rms=True, stats=False)[0]
+
+
+# ---- modules ------------------------------------------------------------------------------
+
+class LayerNorm(torch.nn.LayerNorm):
+    """``torch.nn.LayerNorm`` running cunorm's kernels: same constructor, parameters and
+    ``state_dict``. Set ``autocast_to_fp32 = False`` to keep half activations under autocast."""
+
+    autocast_to_fp32 = True
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps,
+                          autocast_to_fp32=self.autocast_to_fp32)
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """``torch.nn.RMSNorm`` running cunorm's kernels: same constructor, parameters and
+    ``state_dict``."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+
+_SWAPS = {torch.nn.LayerNorm: LayerNorm, torch.nn.RMSNorm: RMSNorm}
+
+
+def replace_norms(module: torch.nn.Module) -> torch.nn.Module:
+    """Swap every ``torch.nn.LayerNorm``/``RMSNorm`` in ``module`` (itself included) for
+    cunorm's, in place. The subclasses add no state, so parameters, buffers, hooks, device and
+    dtype stay exactly as they were. Returns ``module``."""
+    for sub in module.modules():
+        swap = _SWAPS.get(type(sub))
+        if swap is not None:
+            sub.__class__ = swap
+    return module

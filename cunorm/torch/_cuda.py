@@ -1,0 +1,265 @@
+"""The CUDA path: cunorm's kernels on torch's memory, allocator and current stream.
+
+Small batches spend more time on the host than on the GPU (benchmarks/NOTES.md, v5), so the
+per-call path is one dictionary lookup on the call's signature: tensor metadata, options and
+pointer alignment classes. A miss validates the arguments and makes the launch plan (or
+marks the signature for the general path: copies, casts, empty tensors); a hit allocates
+the outputs with torch, fills in pointers and launches.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Optional
+
+import numpy
+import torch
+
+from .._launch import View, make_current, rows_of
+from ..ops import _row_norm
+from ._common import _NUMPY_DTYPE, _TORCH_DTYPE, _acc, _as_dtype, _check_backward, _check_tensors, _stats_shape
+
+
+def _view(t: Optional[torch.Tensor]):
+    if t is None:
+        return None
+    return View(t.data_ptr(), tuple(t.shape), tuple(t.stride()), _NUMPY_DTYPE[t.dtype])
+
+
+class _Scratch:
+    """Scratch buffers for one call from torch's caching allocator (stream-ordered reuse makes
+    releasing them after the launches are queued safe)."""
+
+    def __init__(self, device: int):
+        self.device, self.keep = device, []
+
+    def __call__(self, shape, dtype) -> int:
+        t = torch.empty(tuple(shape), dtype=_TORCH_DTYPE[numpy.dtype(dtype)], device=self.device)
+        self.keep.append(t)
+        return t.data_ptr()
+
+
+def _stream(device: int) -> int:
+    """torch's current stream on ``device``, as a handle. torch.cuda.current_stream() builds a
+    Stream object (~5 us); the raw query is what Triton's launcher uses too."""
+    get_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if get_raw is not None:
+        return get_raw(device)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _addressable(t: torch.Tensor, nd: int) -> torch.Tensor:
+    return t if rows_of(_view(t), nd) is not None else t.contiguous()
+
+
+@functools.lru_cache(maxsize=None)
+def _param_torch_dtype(x_dtype, weight_dtype, bias_dtype) -> torch.dtype:
+    return _TORCH_DTYPE[_row_norm.param_dtype(_NUMPY_DTYPE[x_dtype], _NUMPY_DTYPE.get(weight_dtype),
+                                              _NUMPY_DTYPE.get(bias_dtype))]
+
+
+def _param(p: Optional[torch.Tensor], dtype: torch.dtype) -> Optional[torch.Tensor]:
+    if p is None or (p.dtype == dtype and p.is_contiguous()):
+        return p
+    return p.to(dtype=dtype).contiguous()
+
+
+def _params(x, weight, bias):
+    dtype = _param_torch_dtype(x.dtype, None if weight is None else weight.dtype, None if bias is None else bias.dtype)
+    return _param(weight, dtype), _param(bias, dtype)
+
+
+def _meta(t: Optional[torch.Tensor]):
+    """What a parameter's signature needs: dtype, shape, layout, device."""
+    return None if t is None else (t.dtype, t.shape, t.stride(), t.get_device())
+
+
+def _like(x: torch.Tensor) -> torch.Tensor:
+    """An uninitialised C-contiguous tensor of x's shape and dtype on x's device."""
+    return torch.empty_like(x) if x.is_contiguous() else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+_GENERAL = False  # a signature the fast path hands to the general one
+_MAX_PLANS = 4096
+_forward_plans: dict = {}
+_backward_plans: dict = {}
+
+
+def _remember(plans: dict, key, value) -> None:
+    if len(plans) >= _MAX_PLANS:
+        plans.clear()
+    plans[key] = value
+
+
+def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True, backward_state=None):
+    """(y, stats or None); stats as _stats_shape says, in float32 (float64 for float64 x).
+    When the call takes the fast path, a list passed as ``backward_state`` receives what
+    _cuda_backward_fast needs to skip its own signature lookup."""
+    dev = x.get_device()
+    if torch.cuda.current_device() != dev:
+        with torch.cuda.device(dev):
+            return _cuda_forward(x, nd, weight, bias, eps, rms, stats)
+    y = _like(x)
+    xp, yp = x.data_ptr(), y.data_ptr()
+    wp = 0 if weight is None else weight.data_ptr()
+    bp = 0 if bias is None else bias.data_ptr()
+    key = (x.shape, x.stride(), x.dtype, dev, nd, rms, eps, _meta(weight), _meta(bias), (xp | yp) & 15,
+           (wp | bp) & 15)
+    entry = _forward_plans.get(key)
+    if entry is None:
+        entry = _forward_entry(key, x, nd, weight, bias, eps, rms)
+    if entry is _GENERAL:
+        return _cuda_forward_general(x, nd, weight, bias, eps, rms, stats)
+    plan, stats_shape, acc, bstate = entry
+    if backward_state is not None:
+        backward_state.append(bstate)
+    mean = rstd = 0
+    st = None
+    if stats:
+        st = torch.empty(stats_shape, dtype=acc, device=x.device)
+        mean = rstd = st.data_ptr()
+        if not rms:
+            rstd += plan.m * plan.acc.itemsize
+    make_current(dev)
+    _row_norm.run_forward(plan, xp, yp, wp, bp, mean, rstd, _Scratch(dev) if plan.tiles > 1 else None, _stream(dev))
+    return y, st
+
+
+def _forward_entry(key, x, nd, weight, bias, eps, rms):
+    _check_tensors(x, nd, weight=weight, bias=bias)
+    pdt = _param_torch_dtype(x.dtype, None if weight is None else weight.dtype, None if bias is None else bias.dtype)
+    entry = _GENERAL
+    if all(p is None or (p.dtype == pdt and p.is_contiguous()) for p in (weight, bias)):
+        plan = _row_norm.forward_plan(tuple(x.shape), tuple(x.stride()), _NUMPY_DTYPE[x.dtype], _NUMPY_DTYPE[pdt],
+                                      nd, rms, eps, key[3], key[-2], key[-1])
+        if plan is not None:
+            # the backward plan for a C-contiguous dy, made on the first backward
+            bstate = [None, key[3], nd, rms, key[-2], key[-1]]
+            entry = (plan, _stats_shape(x, nd, rms), _TORCH_DTYPE[plan.acc], bstate)
+    _remember(_forward_plans, key, entry)
+    return entry
+
+
+def _cuda_forward_general(x, nd, weight, bias, eps, rms, stats):
+    """Empty tensors; otherwise copy x where the kernels cannot address its rows, cast the
+    parameters to a compiled dtype, and take the fast path with those."""
+    if x.numel() == 0:
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        st = torch.empty(_stats_shape(x, nd, rms), dtype=_acc(x.dtype), device=x.device) if stats else None
+        if st is not None:  # statistics of an empty row are undefined
+            st.fill_(math.nan)
+        return y, st
+    x = _addressable(x, nd)
+    weight, bias = _params(x, weight, bias)
+    return _cuda_forward(x, nd, weight, bias, eps, rms, stats)
+
+
+def _cuda_backward(dy, x, weight, stats, nd, rms, has_bias, need_dw=True):
+    """(dx, dweight or None, dbias or None): dx like x, the parameter gradients in weight's
+    dtype (x's without a weight)."""
+    dev = x.get_device()
+    if torch.cuda.current_device() != dev:
+        with torch.cuda.device(dev):
+            return _cuda_backward(dy, x, weight, stats, nd, rms, has_bias, need_dw)
+    need_dw = need_dw and weight is not None
+    dx = _like(x)
+    xp, dyp, dxp = x.data_ptr(), dy.data_ptr(), dx.data_ptr()
+    wp = 0 if weight is None else weight.data_ptr()
+    key = (x.shape, x.stride(), x.dtype, dev, dy.shape, dy.stride(), dy.dtype, dy.get_device(), _meta(weight),
+           stats.shape, stats.dtype, stats.is_contiguous(), stats.get_device(), nd, rms, has_bias, need_dw,
+           (xp | dyp | dxp) & 15, wp & 15)
+    entry = _backward_plans.get(key)
+    if entry is None:
+        entry = _backward_entry(key, dy, x, weight, stats, nd, rms)
+    if entry is _GENERAL:
+        return _cuda_backward_general(dy, x, weight, stats, nd, rms, has_bias, need_dw)
+    plan, norm_shape, grad_dtype = entry
+    if weight is not None:
+        dw = torch.empty_like(weight) if need_dw else None
+        db = torch.empty_like(weight) if has_bias else None
+    else:
+        dw = None
+        db = torch.empty(norm_shape, dtype=grad_dtype, device=x.device) if has_bias else None
+    sp = stats.data_ptr()
+    mean, rstd = (0, sp) if rms else (sp, sp + plan.m * plan.acc.itemsize)
+    make_current(dev)
+    _row_norm.run_backward(plan, dyp, xp, wp, mean, rstd, dxp, 0 if dw is None else dw.data_ptr(),
+                           0 if db is None else db.data_ptr(), _Scratch(dev), _stream(dev))
+    return dx, dw, db
+
+
+def _cuda_backward_fast(bstate, dy, x, weight, stats, has_bias, need_dw):
+    """The eager backward of a forward that took the fast path: its signature already known,
+    only dy's layout is checked. The autograd thread runs this, where host work costs about
+    1.5 to 3 times what it costs on the caller's thread (benchmarks/NOTES.md, v5), so it does as
+    little as it can. None when dy or the device does not fit; the caller falls back to
+    _cuda_backward."""
+    dev = bstate[1]
+    if not dy.is_contiguous() or torch.cuda.current_device() != dev:
+        return None
+    dx = torch.empty_like(dy)
+    dyp, dxp = dy.data_ptr(), dx.data_ptr()
+    if (dyp | dxp) & 15:
+        return None
+    plan = bstate[0]
+    if plan is None:
+        plan = bstate[0] = _contiguous_dy_backward_plan(bstate, x, weight)
+    if weight is not None:
+        wp = weight.data_ptr()
+        dw = torch.empty_like(weight) if need_dw else None
+        db = torch.empty_like(weight) if has_bias else None
+    else:
+        wp, dw = 0, None
+        db = torch.empty(x.shape[x.ndim - bstate[2]:], dtype=x.dtype, device=x.device) if has_bias else None
+    sp = stats.data_ptr()
+    mean, rstd = (0, sp) if bstate[3] else (sp, sp + plan.m * plan.acc.itemsize)
+    make_current(dev)
+    _row_norm.run_backward(plan, dyp, x.data_ptr(), wp, mean, rstd, dxp, 0 if dw is None else dw.data_ptr(),
+                           0 if db is None else db.data_ptr(), _Scratch(dev), _stream(dev))
+    return dx, dw, db
+
+
+def _contiguous_dy_backward_plan(bstate, x, weight):
+    _, dev, nd, rms, x_align, p_align = bstate
+    shape = tuple(x.shape)
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    wdt = _NUMPY_DTYPE[x.dtype if weight is None else weight.dtype]
+    # the forward's alignment classes cover x and the parameters; dy and dx are checked aligned
+    return _row_norm.backward_plan(shape, tuple(x.stride()), tuple(reversed(strides)), _NUMPY_DTYPE[x.dtype], wdt,
+                                   wdt, nd, rms, dev, x_align, p_align)
+
+
+def _backward_entry(key, dy, x, weight, stats, nd, rms):
+    _check_tensors(x, nd, weight=weight)
+    _check_backward(dy, x, stats, nd, rms)
+    entry = _GENERAL
+    if weight is None or (weight.dtype == _param_torch_dtype(x.dtype, weight.dtype, None) and weight.is_contiguous()):
+        wdt = x.dtype if weight is None else weight.dtype
+        if stats.is_contiguous():
+            plan = _row_norm.backward_plan(tuple(x.shape), tuple(x.stride()), tuple(dy.stride()),
+                                           _NUMPY_DTYPE[x.dtype], _NUMPY_DTYPE[wdt], _NUMPY_DTYPE[wdt], nd, rms,
+                                           key[3], key[-2], key[-1])
+            if plan is not None:
+                entry = (plan, tuple(x.shape[x.ndim - nd:]), wdt)
+    _remember(_backward_plans, key, entry)
+    return entry
+
+
+def _cuda_backward_general(dy, x, weight, stats, nd, rms, has_bias, need_dw):
+    """Empty tensors; otherwise copies and casts as in the forward, then the fast path, the
+    parameter gradients cast back to the weight's own dtype."""
+    norm_shape = x.shape[x.ndim - nd:]
+    grad_dtype = x.dtype if weight is None else weight.dtype
+    if x.numel() == 0:
+        dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+        zeros = lambda: torch.zeros(norm_shape, dtype=grad_dtype, device=x.device)  # noqa: E731 (no rows: zero)
+        return dx, zeros() if need_dw else None, zeros() if has_bias else None
+    x, dy, stats = _addressable(x, nd), _addressable(dy, nd), stats.contiguous()
+    w, _ = _params(x, weight, None)
+    dx, dw, db = _cuda_backward(dy, x, w, stats, nd, rms, has_bias, need_dw)
+    return dx, _as_dtype(dw, grad_dtype), _as_dtype(db, grad_dtype)
+
+
