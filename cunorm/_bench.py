@@ -17,12 +17,26 @@ BATCH = 10
 SAMPLES = 7
 
 
-def time_ms(fn) -> float:
-    """Median milliseconds per call of ``fn`` (already warmed up once by the caller)."""
+def cupy_events():
+    """(start, end, elapsed_ms(start, end)) events on CuPy's current stream."""
     import cupy
 
+    return cupy.cuda.Event(), cupy.cuda.Event(), cupy.cuda.get_elapsed_time
+
+
+def torch_events():
+    """The same on torch's current stream."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    return start, end, lambda a, b: a.elapsed_time(b)
+
+
+def time_ms(fn, events=cupy_events) -> float:
+    """Median milliseconds per call of ``fn``, after one warm-up call: SAMPLES batches of
+    BATCH back-to-back calls, each batch between two events."""
     fn()
-    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start, end, elapsed = events()
     samples = []
     for _ in range(SAMPLES):
         start.record()
@@ -30,7 +44,7 @@ def time_ms(fn) -> float:
             fn()
         end.record()
         end.synchronize()
-        samples.append(cupy.cuda.get_elapsed_time(start, end) / BATCH)
+        samples.append(elapsed(start, end) / BATCH)
     return statistics.median(samples)
 
 

@@ -117,17 +117,7 @@ def bandwidth(cupy_rows: list[dict], row_lengths=(1024, 4096, 16384), log=print)
     return out
 
 
-def _event_ms(fn, batch=10, samples=7) -> float:
-    import torch
+def _event_ms(fn) -> float:
+    from ._bench import time_ms, torch_events
 
-    fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(samples):
-        start.record()
-        for _ in range(batch):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / batch)
-    return sorted(times)[len(times) // 2]
+    return time_ms(fn, torch_events)
