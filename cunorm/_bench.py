@@ -87,6 +87,15 @@ def bench_row_norm(op: str, dtype, n: int, m: int | None = None) -> dict:
             "bwd_ms": round(bwd_ms, 5), "bwd_GBps": round(3 * m * n * s / bwd_ms / 1e6, 1)}
 
 
+def add_vs_cupy(row: dict, cupy_rows: list[dict]) -> None:
+    """fwd_vs_cupy / bwd_vs_cupy: an adapter's bandwidth over the CuPy API's on the same
+    op, dtype and N (where the benchmark measured it)."""
+    ref = next((r for r in cupy_rows if (r["op"], r["dtype"], r["N"]) == (row["op"], row["dtype"], row["N"])), None)
+    if ref:
+        row["fwd_vs_cupy"] = round(row["fwd_GBps"] / ref["fwd_GBps"], 3)
+        row["bwd_vs_cupy"] = round(row["bwd_GBps"] / ref["bwd_GBps"], 3)
+
+
 def run(ops=("layer_norm", "rms_norm"), dtypes=None, row_lengths=ROW_LENGTHS, log=print) -> list[dict]:
     from ._checks import BFLOAT16
 

@@ -24,8 +24,11 @@ def _wall_us(fn) -> float:
 
 
 def _graph_us(fn) -> float:
-    """Kernel time per call: GRAPH_CALLS calls captured in one graph, replays timed by events."""
+    """Kernel time per call: GRAPH_CALLS calls captured in one graph (warmed up on a side
+    stream first, as capture requires), replays timed by the _bench method."""
     import torch
+
+    from ._bench import time_ms, torch_events
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -36,16 +39,51 @@ def _graph_us(fn) -> float:
     with torch.cuda.graph(graph):
         for _ in range(GRAPH_CALLS):
             fn()
-    graph.replay()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(7):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / GRAPH_CALLS)
-    return sorted(samples)[len(samples) // 2]
+    return time_ms(graph.replay, torch_events) * 1e3 / GRAPH_CALLS
+
+
+SMALL_BATCH_ROWS = (1, 16, 128)
+SMALL_BATCH_N = (4096, 8192)
+
+
+def small_batches(log=print) -> list[dict]:
+    """Issue 4's small batches (M = 1, 16, 128 at N = 4096, 8192, bf16): kernel time under
+    CUDA-graph replay, cunorm's kernels (through the torch adapter) against torch eager's,
+    forward, and forward + backward (dx, dW, dB through torch.autograd.grad; the forward is
+    inside the captured call because backward kernels run on the forward's stream)."""
+    import torch
+    import torch.nn.functional as F
+
+    import cunorm.torch as ct
+
+    rows = []
+    for op in ("layer_norm", "rms_norm"):
+        for n in SMALL_BATCH_N:
+            for m in SMALL_BATCH_ROWS:
+                x = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                w = (1 + 0.1 * torch.randn(n, device="cuda")).bfloat16().requires_grad_()
+                b = (0.1 * torch.randn(n, device="cuda")).bfloat16().requires_grad_()
+                dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+                params = (w, b) if op == "layer_norm" else (w,)
+                row = {"op": op, "dtype": "bfloat16", "M": m, "N": n}
+                for name, lib in (("cunorm", ct), ("torch", F)):
+                    fn = getattr(lib, op)
+
+                    def fwd(fn=fn):
+                        with torch.no_grad():
+                            return fn(x, (n,), *params)
+
+                    def fwd_bwd(fn=fn):
+                        return torch.autograd.grad(fn(x, (n,), *params), (x, *params), dy)
+
+                    row[f"{name}_fwd_us"] = round(_graph_us(fwd), 2)
+                    row[f"{name}_fwdbwd_us"] = round(_graph_us(fwd_bwd), 2)
+                row["fwd_ratio"] = round(row["cunorm_fwd_us"] / row["torch_fwd_us"], 3)
+                row["fwdbwd_ratio"] = round(row["cunorm_fwdbwd_us"] / row["torch_fwdbwd_us"], 3)
+                log(f"small batch {op} M={m} N={n}: graph kernel time fwd {row['cunorm_fwd_us']} vs "
+                    f"{row['torch_fwd_us']} us, fwd+bwd {row['cunorm_fwdbwd_us']} vs {row['torch_fwdbwd_us']} us")
+                rows.append(row)
+    return rows
 
 
 def overhead(log=print) -> list[dict]:
@@ -89,7 +127,7 @@ def bandwidth(cupy_rows: list[dict], row_lengths=(1024, 4096, 16384), log=print)
 
     import cunorm.torch as ct
 
-    from ._bench import TOTAL_ELEMENTS
+    from ._bench import TOTAL_ELEMENTS, add_vs_cupy
 
     out = []
     for dtype, name in ((torch.bfloat16, "bfloat16"), (torch.float32, "float32")):
@@ -107,10 +145,7 @@ def bandwidth(cupy_rows: list[dict], row_lengths=(1024, 4096, 16384), log=print)
             row = {"op": "layer_norm", "dtype": name, "M": m, "N": n,
                    "fwd_GBps": round(2 * m * n * s / _event_ms(fwd) / 1e6, 1),
                    "bwd_GBps": round(3 * m * n * s / _event_ms(bwd) / 1e6, 1)}
-            ref = next((r for r in cupy_rows if r["op"] == "layer_norm" and r["dtype"] == name and r["N"] == n), None)
-            if ref:
-                row["fwd_vs_cupy"] = round(row["fwd_GBps"] / ref["fwd_GBps"], 3)
-                row["bwd_vs_cupy"] = round(row["bwd_GBps"] / ref["bwd_GBps"], 3)
+            add_vs_cupy(row, cupy_rows)
             log(f"torch path {name} N={n}: fwd {row['fwd_GBps']} GB/s ({row.get('fwd_vs_cupy')} of CuPy API), "
                 f"bwd {row['bwd_GBps']} GB/s ({row.get('bwd_vs_cupy')})")
             out.append(row)

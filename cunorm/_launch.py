@@ -174,6 +174,33 @@ def launch(function_ptr: int, grid, block, args, stream: int) -> None:
     _driver.launchKernel(function_ptr, gx, gy, 1, bx, by, 1, 0, stream, buffers.params_ptr, 0)
 
 
+ARENA_ALIGN = 256  # every scratch block starts 256-byte aligned, as allocators hand them out
+
+
+def _block_bytes(shape, dtype) -> int:
+    return -(-math.prod(shape) * numpy.dtype(dtype).itemsize // ARENA_ALIGN) * ARENA_ALIGN
+
+
+def arena_bytes(blocks) -> int:
+    """Bytes an Arena needs for these (shape, dtype) blocks, with room to align its start."""
+    return ARENA_ALIGN + sum(_block_bytes(shape, dtype) for shape, dtype in blocks)
+
+
+class Arena:
+    """``alloc(shape, dtype) -> pointer`` over one buffer allocated beforehand: scratch for
+    frontends that cannot allocate during the call (a JAX callback's extra output)."""
+
+    def __init__(self, ptr: int, nbytes: int):
+        self.ptr, self.end = -(-ptr // ARENA_ALIGN) * ARENA_ALIGN, ptr + nbytes
+
+    def __call__(self, shape, dtype) -> int:
+        ptr = self.ptr
+        self.ptr += _block_bytes(shape, dtype)
+        if self.ptr > self.end:
+            raise RuntimeError("cunorm: scratch buffer too small for this launch plan (a bug: please report)")
+        return ptr
+
+
 def make_current(device: int) -> None:
     """Make ``device``'s primary context current in this thread. Launches go through the
     driver API, which needs a current context; a thread that only ever used the runtime

@@ -8,6 +8,7 @@ exact kernels/ and cunorm/ sources they were measured with."""
 from __future__ import annotations
 
 import argparse
+import os
 import datetime
 import hashlib
 import json
@@ -77,7 +78,25 @@ def _torch_numbers(cupy_rows) -> dict | None:
     from . import _bench_torch
 
     log = lambda s: print(s, flush=True)  # noqa: E731
-    return {"overhead": _bench_torch.overhead(log), "bandwidth": _bench_torch.bandwidth(cupy_rows, log=log)}
+    return {"overhead": _bench_torch.overhead(log), "bandwidth": _bench_torch.bandwidth(cupy_rows, log=log),
+            "small_batch": _bench_torch.small_batches(log)}
+
+
+def _jax_numbers(cupy_rows) -> dict | None:
+    """The JAX adapter's bandwidth inside jit next to the CuPy API's and XLA's, where JAX
+    sees a GPU."""
+    try:
+        import jax
+    except ImportError:
+        return None
+    try:
+        if not jax.devices("gpu"):
+            return None
+    except RuntimeError:
+        return None
+    from . import _bench_jax
+
+    return {"bandwidth": _bench_jax.bandwidth(cupy_rows, log=lambda s: print(s, flush=True))}
 
 
 def main(argv=None) -> int:
@@ -88,6 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("--pytest-args", default="", help="extra pytest arguments, space separated")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    # JAX would take 75% of the GPU at start; CuPy and torch run in this process too
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
     import cupy
 
@@ -109,6 +130,7 @@ def main(argv=None) -> int:
         print(f"device-to-device copy: {record['copy_GBps']} GB/s", flush=True)
         record["bench"] = _bench.run(log=lambda s: print(s, flush=True))
         record["torch"] = _torch_numbers(record["bench"])
+        record["jax"] = _jax_numbers(record["bench"])
     (args.out / "gpu-latest.json").write_text(json.dumps(record, indent=1) + "\n")
 
     print("\n=== cunorm GPU check ===")
@@ -129,6 +151,19 @@ def main(argv=None) -> int:
                   f"graph-replay kernel {r['cunorm_fwd_graph_us']} vs {r['torch_fwd_graph_us']} us")
         worst = min(min(r.get("fwd_vs_cupy", 1), r.get("bwd_vs_cupy", 1)) for r in record["torch"]["bandwidth"])
         print(f"  large shapes: torch path at >= {worst:.3f} of the CuPy API's bandwidth")
+        small = record["torch"].get("small_batch") or []
+        if small:
+            fwd = max(small, key=lambda r: r["fwd_ratio"])
+            both = max(small, key=lambda r: r["fwdbwd_ratio"])
+            print("small batches, bf16, graph-replay kernel time cunorm / torch (worst row):")
+            print(f"  fwd x{fwd['fwd_ratio']} ({fwd['op']} M={fwd['M']} N={fwd['N']}), "
+                  f"fwd+bwd x{both['fwdbwd_ratio']} ({both['op']} M={both['M']} N={both['N']})")
+    if record.get("jax"):
+        rows = record["jax"]["bandwidth"]
+        print("jax adapter, LayerNorm inside jit: vs the CuPy API, vs XLA's jax.numpy LayerNorm")
+        for r in rows:
+            print(f"  {r['dtype']:8s} N={r['N']:<6d} fwd {r.get('fwd_vs_cupy')} / x{r['fwd_vs_xla']}, "
+                  f"bwd {r.get('bwd_vs_cupy')} / x{r['bwd_vs_xla']}")
     failed = record["tests"] and record["tests"]["failed"]
     return 1 if failed else 0
 

@@ -3,9 +3,14 @@ inputs per test, and NaN-poisoned outputs for every op call in GPU tests."""
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy
 import pytest
+
+# JAX takes 75% of GPU memory at start by default; the CuPy and torch tests share the GPU
+# with it (and pytest-xdist runs several processes).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 @functools.lru_cache(maxsize=None)

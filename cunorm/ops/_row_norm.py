@@ -179,6 +179,18 @@ def run_forward(plan: ForwardPlan, x: int, y: int, weight: int, bias: int, mean:
     launch(apply, plan.grid, plan.block, (*head, tile_stats, row_shift, m, n, tiles, eps_bits), stream)
 
 
+def forward_scratch(plan: ForwardPlan, stats: bool) -> list:
+    """The (shape, dtype) of each ``alloc`` run_forward makes with this plan, in order, for a
+    frontend that must hand out scratch it allocated beforehand (JAX)."""
+    if plan.tiles == 1:
+        return []
+    m, acc = plan.m, plan.acc
+    out = [((m, plan.tiles, 2), acc)] + ([] if plan.rms else [((m, 2), acc)])
+    if not stats:
+        out += [((m,), acc)] + ([] if plan.rms else [((m,), acc)])
+    return out
+
+
 def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, rstd: int, eps: float,
             nd: int, rms: bool, alloc, stream: int, device: int) -> None:
     """Writes y (contiguous, x's shape and dtype) and, where their pointers are non-null,
@@ -273,6 +285,16 @@ def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rs
            (dy, *plan.dy_args, x, *plan.x_args, *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream)
     if dw or db:
         launch(plan.reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)
+
+
+def backward_scratch(plan: BackwardPlan, dw: bool, db: bool) -> list:
+    """The (shape, dtype) of each ``alloc`` run_backward makes with this plan, in order."""
+    out = []
+    if plan.split is not None:
+        out += [((plan.m, plan.split[2], 2), plan.acc), ((plan.m, 2), plan.acc)]
+    if dw or db:
+        out.append(((int(dw) + int(db), plan.groups, plan.n), plan.acc))
+    return out
 
 
 def backward(dy: View, x: View, weight: View | None, mean: View | None, rstd: View, dx: int, dw: int, db: int,

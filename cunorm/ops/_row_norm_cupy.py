@@ -46,11 +46,14 @@ def _addressable(a, nd):
 
 
 def _params(x, weight, bias):
+    """The parameters contiguous in the dtype the kernels read (a copy only where needed:
+    ``ascontiguousarray`` costs microseconds even when it copies nothing)."""
     import cupy
 
     wdt = _row_norm.param_dtype(x.dtype, None if weight is None else weight.dtype,
                                 None if bias is None else bias.dtype)
-    return [None if p is None else cupy.ascontiguousarray(p, dtype=wdt) for p in (weight, bias)]
+    return [p if p is None or (p.dtype == wdt and p.flags.c_contiguous) else cupy.ascontiguousarray(p, dtype=wdt)
+            for p in (weight, bias)]
 
 
 def _stream_ptr() -> int:
@@ -59,15 +62,16 @@ def _stream_ptr() -> int:
     return cupy.cuda.get_current_stream().ptr
 
 
-def forward(x, weight, bias, eps: float, nd: int, rms: bool):
-    """(y, mean or None for rms, rstd): y C-contiguous in x's dtype, statistics of shape
-    x.shape[:-nd] in float32 (float64 for float64 x)."""
+def forward(x, weight, bias, eps: float, nd: int, rms: bool, stats: bool = True):
+    """(y, mean or None, rstd or None): y C-contiguous in x's dtype, statistics (when
+    ``stats``; no mean for rms) of shape x.shape[:-nd] in float32 (float64 for float64 x).
+    Without ``stats`` the kernels skip writing them."""
     with x.device:
         lead = x.shape[: x.ndim - nd]
         acc = acc_dtype(x.dtype)
         y = _empty(x.shape, x.dtype)
-        mean = None if rms else _empty(lead, acc)
-        rstd = _empty(lead, acc)
+        mean = None if rms or not stats else _empty(lead, acc)
+        rstd = _empty(lead, acc) if stats else None
         if math.prod(lead) == 0:
             return y, mean, rstd
         if math.prod(x.shape[x.ndim - nd:]) == 0:  # statistics of an empty row are undefined
@@ -77,8 +81,8 @@ def forward(x, weight, bias, eps: float, nd: int, rms: bool):
             return y, mean, rstd
         x = _addressable(x, nd)
         w, b = _params(x, weight, bias)
-        _row_norm.forward(cupy_view(x), cupy_view(w), cupy_view(b), y.data.ptr, 0 if rms else mean.data.ptr,
-                          rstd.data.ptr, eps, nd, rms, _Scratch(), _stream_ptr(), x.device.id)
+        _row_norm.forward(cupy_view(x), cupy_view(w), cupy_view(b), y.data.ptr, 0 if mean is None else mean.data.ptr,
+                          0 if rstd is None else rstd.data.ptr, eps, nd, rms, _Scratch(), _stream_ptr(), x.device.id)
     return y, mean, rstd
 
 

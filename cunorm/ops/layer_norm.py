@@ -28,7 +28,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, return
         acc = _checks.acc_dtype(x.dtype)
         y, mean, rstd = y.astype(x.dtype), mean.astype(acc), rstd.astype(acc)
     else:
-        y, mean, rstd = _row_norm_cupy.forward(x, weight, bias, eps, nd, rms=False)
+        y, mean, rstd = _row_norm_cupy.forward(x, weight, bias, eps, nd, rms=False, stats=return_stats)
     return (y, mean, rstd) if return_stats else y
 
 

@@ -21,7 +21,7 @@ def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, return_stats=False)
         y, rstd = reference.rms_norm(x, weight, eps, normalized_ndim=nd, return_stats=True)
         y, rstd = y.astype(x.dtype), rstd.astype(_checks.acc_dtype(x.dtype))
     else:
-        y, _, rstd = _row_norm_cupy.forward(x, weight, None, eps, nd, rms=True)
+        y, _, rstd = _row_norm_cupy.forward(x, weight, None, eps, nd, rms=True, stats=return_stats)
     return (y, rstd) if return_stats else y
 
 

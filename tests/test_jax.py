@@ -1,0 +1,214 @@
+"""The JAX adapter: jit, grad and vmap wiring on CPU JAX (the NumPy reference behind the same
+buffer callbacks, runs in CI) and the kernels on the GPU, against pure-jax.numpy norms."""
+from __future__ import annotations
+
+import numpy
+import pytest
+
+jax = pytest.importorskip("jax", reason="JAX is not installed (pip install jax)")
+import jax.numpy as jnp  # noqa: E402
+
+import cunorm.jax as cj  # noqa: E402
+from cunorm._checks import BFLOAT16  # noqa: E402
+from tolerances import assert_close, reduction_tol, tol  # noqa: E402
+
+
+def _jnp_layer_norm(x, w, b, eps=1e-5):
+    xf = x.astype(jnp.float32)
+    mean = xf.mean(-1, keepdims=True)
+    var = ((xf - mean) ** 2).mean(-1, keepdims=True)
+    y = (xf - mean) * jax.lax.rsqrt(var + eps)
+    y = y if w is None else y * w
+    y = y if b is None else y + b
+    return y.astype(x.dtype)
+
+
+def _jnp_rms_norm(x, w, eps):
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt((xf * xf).mean(-1, keepdims=True) + eps)
+    return (y if w is None else y * w).astype(x.dtype)
+
+
+def _ops(eps_rms):
+    return {"layer_norm": (lambda x, w, b: cj.layer_norm(x, w, b), _jnp_layer_norm),
+            "rms_norm": (lambda x, w, b: cj.rms_norm(x, w, eps_rms), lambda x, w, b: _jnp_rms_norm(x, w, eps_rms))}
+
+
+def _inputs(shape, dtype, key=0):
+    k = jax.random.split(jax.random.key(key), 4)
+    n = shape[-1]
+    x = jax.random.normal(k[0], shape).astype(dtype)
+    w = 1 + 0.1 * jax.random.normal(k[1], (n,))
+    b = 0.1 * jax.random.normal(k[2], (n,))
+    dy = jax.random.normal(k[3], shape).astype(dtype)
+    return x, w, b, dy
+
+
+def _check_values_and_grads(x, w, b, dy, op, rows, transform=lambda f: f):
+    ours, theirs = _ops(1e-6)[op]
+    rtol, atol = tol(numpy.dtype(x.dtype))
+
+    def loss(f):
+        return lambda x, w, b: (f(x, w, b).astype(jnp.float32) * dy.astype(jnp.float32)).sum()
+
+    y = transform(ours)(x, w, b)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert_close(f"{op} y", numpy.asarray(y.astype(jnp.float32)), numpy.asarray(theirs(x, w, b).astype(jnp.float32)),
+                 rtol, atol)
+    g_ours = transform(jax.grad(loss(ours), (0, 1, 2)))(x, w, b)
+    g_ref = jax.grad(loss(theirs), (0, 1, 2))(x, w, b)
+    assert_close(f"{op} dx", numpy.asarray(g_ours[0].astype(jnp.float32)),
+                 numpy.asarray(g_ref[0].astype(jnp.float32)), rtol, 4 * atol)
+    for name, a, r in zip(("dweight", "dbias"), g_ours[1:], g_ref[1:]):
+        if op == "rms_norm" and name == "dbias":
+            continue
+        assert_close(f"{op} {name}", numpy.asarray(a), numpy.asarray(r), *reduction_tol(numpy.float32, rows))
+
+
+# ---- CPU wiring (the NumPy reference behind the callbacks) --------------------------------
+
+@pytest.fixture
+def cpu():
+    with jax.default_device(jax.devices("cpu")[0]):
+        yield
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_cpu_values_and_grads(cpu, op, jit):
+    x, w, b, dy = _inputs((3, 7, 33), jnp.float32)
+    _check_values_and_grads(x, w, b, dy, op, 21, jax.jit if jit else (lambda f: f))
+
+
+def test_cpu_grad_matches_finite_differences(cpu):
+    from jax.test_util import check_grads
+
+    with jax.enable_x64(True):
+        x, w, b, _ = _inputs((4, 9), jnp.float64)
+        w, b = w.astype(jnp.float64), b.astype(jnp.float64)
+        check_grads(lambda x, w, b: cj.layer_norm(x, w, b), (x, w, b), order=1, modes=["rev"])
+        check_grads(lambda x, w: cj.rms_norm(x, w, normalized_ndim=1), (x, w), order=1, modes=["rev"])
+
+
+VMAP_CASES = ["x_only", "x_and_weight", "per_example_grads", "nested"]
+
+
+def _vmap_case(case, n, rtol):
+    """vmap over x alone (more rows), over x and weight (a launch per element), per-example
+    weight gradients, and nested vmaps batching different arguments."""
+    x, w, b, _ = _inputs((4, 5, n), jnp.float32)
+    ws = jnp.stack([w, 2 * w, 0.5 * w, -w])
+    f = jax.jit(lambda x, w, b: cj.layer_norm(x, w, b))
+    if case == "x_only":
+        got, want = jax.vmap(f, (0, None, None))(x, w, b), _jnp_layer_norm(x, w, b)
+    elif case == "x_and_weight":
+        got, want = jax.vmap(f, (0, 0, None))(x, ws, b), jax.vmap(_jnp_layer_norm, (0, 0, None))(x, ws, b)
+    elif case == "per_example_grads":
+        loss = lambda g: lambda x, w, b: (g(x, w, b) ** 2).sum()  # noqa: E731
+        got = jax.jit(jax.vmap(jax.grad(loss(f), 1), (0, None, None)))(x, w, b)
+        want = jax.vmap(jax.grad(loss(_jnp_layer_norm), 1), (0, None, None))(x, w, b)
+    else:
+        x2 = x[:2, :4]
+        got = jax.vmap(lambda xi: jax.vmap(lambda w: f(xi, w, b))(ws))(x2)
+        want = jax.vmap(lambda xi: jax.vmap(lambda w: _jnp_layer_norm(xi, w, b))(ws))(x2)
+    assert_close(case, numpy.asarray(got), numpy.asarray(want), rtol, rtol)
+
+
+@pytest.mark.parametrize("case", VMAP_CASES)
+def test_cpu_vmap(cpu, case):
+    _vmap_case(case, 16, 2e-5)
+
+
+def test_cpu_bfloat16_and_mixed_parameters(cpu):
+    x, w, b, dy = _inputs((6, 40), jnp.bfloat16)
+    _check_values_and_grads(x, w.astype(jnp.bfloat16), b, dy, "layer_norm", 6)
+
+
+def test_cpu_normalized_ndim_2_and_empty(cpu):
+    x, _, _, _ = _inputs((3, 4, 8), jnp.float32)
+    w = jnp.ones((4, 8))
+    got = cj.layer_norm(x, w, normalized_ndim=2)
+    want = _jnp_layer_norm(x.reshape(3, 32), None, None).reshape(3, 4, 8)
+    assert_close("nd=2", numpy.asarray(got), numpy.asarray(want), 2e-5, 2e-5)
+    assert cj.layer_norm(jnp.zeros((0, 8))).shape == (0, 8)
+    assert jax.grad(lambda x: cj.rms_norm(x).sum())(jnp.zeros((0, 8))).shape == (0, 8)
+
+
+@pytest.mark.parametrize("call,error,name", [
+    (lambda: cj.layer_norm(object()), TypeError, "x"),
+    (lambda: cj.layer_norm(jnp.ones((2, 4), jnp.int32)), TypeError, "x"),
+    (lambda: cj.layer_norm(jnp.ones((2, 4)), jnp.ones(3)), ValueError, "weight"),
+    (lambda: cj.layer_norm(jnp.ones((2, 4)), None, jnp.ones((4,), jnp.int32)), TypeError, "bias"),
+    (lambda: cj.layer_norm(jnp.ones((2, 4)), normalized_ndim=3), ValueError, "normalized_ndim"),
+    (lambda: cj.rms_norm(jnp.ones((2, 4)), eps=-1.0), ValueError, "eps"),
+])
+def test_bad_arguments_name_the_argument(cpu, call, error, name):
+    with pytest.raises(error, match=rf"^{name}\b"):
+        call()
+
+
+# ---- GPU ----------------------------------------------------------------------------------
+
+def _gpu_or_skip():
+    try:
+        devices = jax.devices("gpu")
+    except RuntimeError:
+        devices = []
+    if not devices:
+        pytest.skip("JAX sees no GPU")
+    return devices[0]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("shape", [(3, 7), (2049, 1536), (2, 65537), (4, 5, 256)])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_gpu_jit_values_and_grads_against_jax_numpy(op, shape, dtype):
+    with jax.default_device(_gpu_or_skip()):
+        x, w, b, dy = _inputs(shape, dtype)
+        _check_values_and_grads(x, w, b, dy, op, int(numpy.prod(shape[:-1])), jax.jit)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", VMAP_CASES)
+def test_gpu_vmap(case):
+    with jax.default_device(_gpu_or_skip()):
+        _vmap_case(case, 1040, 1e-4)
+
+
+@pytest.mark.gpu
+def test_gpu_training_loop_matches_jax_numpy():
+    """A two-layer MLP with LayerNorm and RMSNorm, plain SGD for a few steps: cunorm's norms
+    and the jax.numpy ones give the same losses."""
+    with jax.default_device(_gpu_or_skip()):
+        k = jax.random.split(jax.random.key(0), 4)
+        # a well-conditioned problem (loss of order 1, small steps), so five steps do not
+        # amplify fp32 rounding differences between the two norms into different losses
+        params = {"w1": 0.1 * jax.random.normal(k[0], (64, 256)), "w2": 0.02 * jax.random.normal(k[1], (256, 1)),
+                  "g1": jnp.ones(256), "b1": jnp.zeros(256), "g2": jnp.ones(256)}
+        data = jax.random.normal(k[2], (128, 64))
+        target = 0.5 * jax.random.normal(k[3], (128, 1))
+
+        def model(ln, rms):
+            def loss(p):
+                h = ln(data @ p["w1"], p["g1"], p["b1"])
+                h = rms(jax.nn.gelu(h), p["g2"])
+                return ((h @ p["w2"] - target) ** 2).mean()
+            return jax.jit(jax.value_and_grad(loss))
+
+        ours = model(cj.layer_norm, lambda h, g: cj.rms_norm(h, g, 1e-6))
+        theirs = model(_jnp_layer_norm, lambda h, g: _jnp_rms_norm(h, g, 1e-6))
+        p_ours, p_theirs = params, params
+        losses = []
+        for step in range(5):
+            l1, g1 = ours(p_ours)
+            l2, g2 = theirs(p_theirs)
+            losses.append(float(l1))
+            assert float(l1) == pytest.approx(float(l2), rel=1e-5 if step == 0 else 1e-3), f"step {step}"
+            p_ours = jax.tree.map(lambda p, g: p - 0.01 * g, p_ours, g1)
+            p_theirs = jax.tree.map(lambda p, g: p - 0.01 * g, p_theirs, g2)
+        assert losses[-1] < losses[0], "the loop should learn"
+
+
+def test_bfloat16_dtype_is_ml_dtypes():
+    assert numpy.dtype(jnp.bfloat16) == BFLOAT16
