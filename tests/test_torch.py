@@ -156,6 +156,16 @@ def test_bad_arguments_name_the_argument(call, error, name):
 gpu = pytest.mark.gpu
 
 
+def _reference_grads(op, x, params, dy):
+    """torch's own op in float64 on upcast copies: (y, grads of x and params)."""
+    x64 = x.detach().double().requires_grad_()
+    p64 = [None if p is None else p.detach().double().requires_grad_(p.requires_grad) for p in params]
+    kwargs = {"eps": torch.finfo(x.dtype).eps} if op == "rms_norm" else {}
+    y = getattr(F, op)(x64, x.shape[-1:], *p64, **kwargs)
+    y.backward(dy.double())
+    return y, [t.grad for t in (x64, *p64)]
+
+
 def _cuda_or_skip():
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA device")
@@ -175,11 +185,7 @@ def test_gpu_values_and_grads_against_reference_and_torch(dtype, shape):
         args = (w, b) if op == "layer_norm" else (w,)
         ours = getattr(ct, op)(x, (n,), *args)
         grads = torch.autograd.grad(ours, (x, *args), dy)
-        # torch in float64 on upcast inputs
-        x64 = x.detach().double().requires_grad_()
-        args64 = tuple(a.detach().double().requires_grad_() for a in args)
-        theirs = getattr(F, op)(x64, (n,), *args64, **({"eps": torch.finfo(dtype).eps} if op == "rms_norm" else {}))
-        their_grads = torch.autograd.grad(theirs, (x64, *args64), dy.double())
+        theirs, their_grads = _reference_grads(op, x, args, dy)
         rtol, atol = tol(_np_dtype(dtype))
         assert ours.dtype == dtype
         assert_close(f"{op} y", ours.detach().cpu(), theirs.detach().cpu(), rtol, atol)
@@ -332,16 +338,6 @@ def test_gpu_second_device():
         pytest.skip("needs two GPUs: this machine has one")
     x = torch.randn(16, 1024, device="cuda:1")
     torch.testing.assert_close(ct.layer_norm(x, (1024,)), F.layer_norm(x, (1024,)), atol=2e-5, rtol=2e-5)
-
-
-def _reference_grads(op, x, params, dy):
-    """torch's own op in float64 on upcast copies: (y, grads of x and params)."""
-    x64 = x.detach().double().requires_grad_()
-    p64 = [None if p is None else p.detach().double().requires_grad_(p.requires_grad) for p in params]
-    kwargs = {"eps": torch.finfo(x.dtype).eps} if op == "rms_norm" else {}
-    y = getattr(F, op)(x64, x.shape[-1:], *p64, **kwargs)
-    y.backward(dy.double())
-    return y, [t.grad for t in (x64, *p64)]
 
 
 @gpu
