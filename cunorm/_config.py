@@ -37,6 +37,16 @@ FWD = PathLimits(max_tpr=1024, max_values=32, min_block_tpr=64)
 # block under the 128 registers a thread may use at that size (measured: 127-128, no spills).
 # 64-thread groups made backward slower (bf16 N = 1024: 0.60 -> 0.50 of copy, v4): 128.
 BWD = PathLimits(max_tpr=512, max_values=16, min_block_tpr=128)
+# Half-precision LayerNorm on the partial-row path: one pack of 8 a thread, blocks up to 1024
+# threads (64 registers): bf16 N = 2048 / 4096 / 8192 0.49-0.51 / 0.37-0.39 / 0.31-0.32 ->
+# 0.56-0.57 / 0.51-0.54 / 0.43-0.46 of copy in two runs (NOTES v7). fp32 lost with it
+# (N = 4096: 0.88-0.90 -> 0.58-0.79), RMSNorm bf16 did not gain (N = 4096: 0.55 -> 0.52).
+BWD_HALF_LN = PathLimits(max_tpr=1024, max_values=8, min_block_tpr=128)
+
+
+def bwd_limits(itemsize: int, rms: bool) -> PathLimits:
+    """The partial-row backward's register-tile limits for this element size and op."""
+    return BWD_HALF_LN if itemsize == 2 and not rms else BWD
 # Split-path tiles: 16 values a thread (the same tile shape forward and backward).
 SPLIT_MAX_VALUES = 16
 
@@ -46,6 +56,23 @@ SMALL_ROW_BLOCK = 128
 
 # Split path (rows longer than one register tile): one 256-thread block per tile.
 SPLIT_TPR = 256
+
+# Backward for few rows (norm_bwd_columns): dx blocks plus column blocks of COLUMN_LANES
+# threads x one pack wide that sum dW/dB over all rows, in one launch, with the BWD tiles
+# (bf16 N = 4096, M = 1: 4.0 us with 256-thread blocks, 5.7 us with BWD_HALF_LN's 512). Each
+# column thread steps down rows / (block / COLUMN_LANES) rows; up to COLUMN_ROW_STEPS steps
+# this beat the partial-row path at every N and dtype measured (bf16/fp32, N = 1024, 4096,
+# 8192: ×0.44-0.96 of its time); at 16 steps it lost two of six (benchmarks/
+# sweep_bwd_rows.py, NOTES v6).
+COLUMN_LANES = 8
+COLUMN_ROW_STEPS = 8
+COLUMN_BWD = BWD
+
+
+def column_bwd_max_rows(cfg: "TileConfig") -> int:
+    """The most rows the one-launch column backward takes with this row config."""
+    return cfg.block // COLUMN_LANES * COLUMN_ROW_STEPS
+
 
 # Forward grid-stride loops start at most this many blocks (rows beyond are looped over).
 MAX_GRID = 1 << 20

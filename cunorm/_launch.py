@@ -55,6 +55,16 @@ class Rows:
         return (*self.strides, *self.sizes)
 
 
+@functools.lru_cache(maxsize=1024)
+def contiguous_strides(shape: tuple) -> tuple:
+    """Element strides of a C-contiguous array of ``shape``."""
+    out, step = [], 1
+    for size in reversed(shape):
+        out.append(step)
+        step *= size
+    return tuple(reversed(out))
+
+
 def _last_axes_contiguous(shape, strides, nd: int) -> bool:
     expected = 1
     for size, stride in zip(reversed(shape[len(shape) - nd:]), reversed(strides[len(strides) - nd:])):

@@ -15,6 +15,7 @@ using namespace cunorm;
 
 enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
 
+
 template <int TPR>
 struct GroupShape {
   static constexpr int kBlock = TPR < 128 ? 128 : TPR;  // threads per block
@@ -216,13 +217,81 @@ __device__ __forceinline__ void xhat_and_sums(A (&xv)[PACKS][VEC], const A (&g)[
 
 // ------------------------------------------------------------------------------------------
 // Backward. dx = rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy*xhat)), without the mean(w*dy)
-// term for RMSNorm. Row groups are persistent: group g handles rows g, g + G, ... and keeps
-// its columns' dW = sum(dy * xhat) and dB = sum(dy) in registers, writing one fp32 (fp64)
-// partial row per group at the end; norm_reduce_partials folds the G rows in fixed order.
-// kFullRow computes the two row sums in the kernel; kChunkApply reads them from `row_sums`
-// [M, 2] (split path: the block owns column tile blockIdx.x % C).
+// term for RMSNorm.
+//
+// Row r's x and dy tiles at c0, widened to the accumulation type (zeros outside the row;
+// r past M has none).
+template <int VEC, int PACKS, int TPR, typename A, typename T>
+__device__ __forceinline__ void load_row(const T* dy, const RowMap& dymap, const T* x, const RowMap& xmap, i64 r,
+                                         i64 M, i64 N, i64 c0, int lane, A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC]) {
+  const bool ok = r < M;
+  const i64 safe = ok ? r : 0;
+  const int limit = tile_limit(N, c0, i64(TPR) * PACKS * VEC, ok);
+  load_tile<VEC, PACKS, TPR>(x + xmap.offset(safe) + c0, limit, lane, xv);
+  load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe) + c0, limit, lane, g);
+}
+
+// One row step: dx for this group's row of the tile at c0, from its x and dy tiles (xv is
+// overwritten with xhat).
+// With ACC, adds the row's dy*xhat and dy into the group's dW / dB accumulators. kFullRow
+// computes the two row sums here; kChunkApply reads them from `row_sums` [M, 2] (split path).
+template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE, bool ACC, typename A>
+__device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* __restrict__ weight,
+                                        const A* __restrict__ mean, const A* __restrict__ rstd,
+                                        const A* __restrict__ row_sums, T* __restrict__ dx, i64 row, i64 M, i64 N,
+                                        i64 c0, int lane, A* smem, A (&dw_acc)[PACKS][VEC],
+                                        A (&db_acc)[PACKS][VEC]) {
+  constexpr i64 kTile = i64(TPR) * PACKS * VEC;
+  const bool row_ok = row < M;
+  const i64 safe_row = row_ok ? row : 0;
+  const int limit = tile_limit(N, c0, kTile, row_ok);
+  const A mu = RMS ? A(0) : mean[safe_row];
+  const A r = rstd[safe_row];
+
+  // xv becomes xhat, g stays dy; w*dy is recomputed below rather than kept in registers.
+  A c1, c2;
+  xhat_and_sums<VEC, PACKS, TPR>(xv, g, weight, c0, limit, lane, mu, r, c1, c2);
+  if constexpr (MODE == kFullRow) {
+    if constexpr (RMS) c2 = group_sum<TPR>(c2, smem);
+    else group_sum2<TPR>(c1, c2, smem);
+  } else {
+    c1 = row_sums[safe_row * 2];
+    c2 = row_sums[safe_row * 2 + 1];
+  }
+  const A inv_n = A(1) / A(N);
+  const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
+  T* dxtile = dx + (safe_row * N + c0);
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = pack_col<VEC, TPR>(p, lane);
+    if (col >= limit) continue;
+    A wv[VEC], out[VEC];
+    load_param<VEC>(weight, c0 + col, A(1), wv);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      out[k] = r * (wv[k] * g[p][k] - m1 - xv[p][k] * m2);
+      if constexpr (ACC) {
+        dw_acc[p][k] += g[p][k] * xv[p][k];
+        db_acc[p][k] += g[p][k];
+      }
+    }
+    store_pack<T>(dxtile + col, out);
+  }
+}
+
+// Row groups are persistent: group g handles rows g, g + G, ... and keeps its columns' dW =
+// sum(dy * xhat) and dB = sum(dy) in registers, writing one fp32 (fp64) partial row per group
+// at the end; norm_reduce_partials folds the G rows in fixed order. On the split path the
+// block owns column tile blockIdx.x % C.
+// One-pack tiles (16 bytes of x a thread) are held to 64 registers a thread, so two 512-thread
+// blocks share an SM: left alone, NVRTC gave the bf16 512-thread tile 72 (one block an SM).
+template <typename T, int VEC, int PACKS, int TPR>
+struct BwdOccupancy {
+  static constexpr int min_blocks = PACKS * VEC * sizeof(T) <= 16 ? 1024 / GroupShape<TPR>::kBlock : 1;
+};
+
 template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE>
-__global__ void __launch_bounds__(GroupShape<TPR>::kBlock)
+__global__ void __launch_bounds__(GroupShape<TPR>::kBlock, (BwdOccupancy<T, VEC, PACKS, TPR>::min_blocks))
 norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
          CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight,
          const typename AccOf<T>::type* __restrict__ mean,
@@ -232,14 +301,12 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
          typename AccOf<T>::type* __restrict__ db_part, i64 M, i64 N, i64 C) {
   typedef typename AccOf<T>::type A;
   constexpr int kRows = GroupShape<TPR>::kRows;
-  constexpr i64 kTile = i64(TPR) * PACKS * VEC;
   __shared__ A smem[2 * kWarp];
   const RowMap dymap = CUNORM_ROWMAP(dym), xmap = CUNORM_ROWMAP(xm);
   const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
-  const i64 c0 = i64(blockIdx.x % C) * kTile;
+  const i64 c0 = i64(blockIdx.x % C) * (i64(TPR) * PACKS * VEC);
   const i64 group_block = blockIdx.x / C;
   const i64 stride = i64(gridDim.x / C) * kRows;  // rows advanced per step, = groups G
-  const A inv_n = A(1) / A(N);
 
   A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
 #pragma unroll
@@ -248,42 +315,10 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
     for (int k = 0; k < VEC; ++k) { dw_acc[p][k] = A(0); db_acc[p][k] = A(0); }
 
   for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
-    const i64 row = base + ty;
-    const bool row_ok = row < M;
-    const i64 safe_row = row_ok ? row : 0;
-    const int limit = tile_limit(N, c0, kTile, row_ok);
     A xv[PACKS][VEC], g[PACKS][VEC];
-    load_tile<VEC, PACKS, TPR>(x + xmap.offset(safe_row) + c0, limit, lane, xv);
-    load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe_row) + c0, limit, lane, g);
-    const A mu = RMS ? A(0) : mean[safe_row];
-    const A r = rstd[safe_row];
-
-    // xv becomes xhat, g stays dy; w*dy is recomputed below rather than kept in registers.
-    A c1, c2;
-    xhat_and_sums<VEC, PACKS, TPR>(xv, g, weight, c0, limit, lane, mu, r, c1, c2);
-    if constexpr (MODE == kFullRow) {
-      if constexpr (RMS) c2 = group_sum<TPR>(c2, smem);
-      else group_sum2<TPR>(c1, c2, smem);
-    } else {
-      c1 = row_sums[safe_row * 2];
-      c2 = row_sums[safe_row * 2 + 1];
-    }
-    const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
-    T* dxtile = dx + (safe_row * N + c0);
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const int col = pack_col<VEC, TPR>(p, lane);
-      if (col >= limit) continue;
-      A wv[VEC], out[VEC];
-      load_param<VEC>(weight, c0 + col, A(1), wv);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        out[k] = r * (wv[k] * g[p][k] - m1 - xv[p][k] * m2);
-        dw_acc[p][k] += g[p][k] * xv[p][k];
-        db_acc[p][k] += g[p][k];
-      }
-      store_pack<T>(dxtile + col, out);
-    }
+    load_row<VEC, PACKS, TPR>(dy, dymap, x, xmap, base + ty, M, N, c0, lane, xv, g);
+    bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight, mean, rstd, row_sums, dx, base + ty, M, N, c0, lane,
+                                                     smem, dw_acc, db_acc);
   }
 
   const i64 group = group_block * kRows + ty;
@@ -294,6 +329,89 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
     if (dw_part) store_pack<A>(dw_part + group * N + col, dw_acc[p]);
     if (db_part) store_pack<A>(db_part + group * N + col, db_acc[p]);
   }
+}
+
+// Column blocks of norm_bwd_columns: lanes of kColLanes threads span kColLanes * VEC
+// columns (one 128-byte line of bf16 / fp32 at the widest pack), the block's other threads
+// step down the rows; each thread sums dy * xhat and dy over its rows in order, then a
+// fixed tree over the row lanes in shared memory gives the column's total.
+constexpr int kColLanes = 8;  // = cunorm/_config.py COLUMN_LANES
+
+template <int BLOCK, int VEC, typename A, typename W>
+__device__ __forceinline__ void column_total(A (&acc)[VEC], A* red, W* out, i64 col, bool col_ok) {
+  constexpr int kRowLanes = BLOCK / kColLanes;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) red[threadIdx.x * VEC + k] = acc[k];
+  __syncthreads();
+  const int rl = threadIdx.x / kColLanes;
+#pragma unroll
+  for (int h = kRowLanes / 2; h > 0; h /= 2) {
+    if (rl < h) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) red[threadIdx.x * VEC + k] += red[(threadIdx.x + h * kColLanes) * VEC + k];
+    }
+    __syncthreads();
+  }
+  if (rl == 0 && col_ok) {
+    A v[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = red[threadIdx.x * VEC + k];
+    store_pack<W>(out + col, v);
+  }
+  __syncthreads();  // red is reused by the next gradient
+}
+
+// Backward for few rows, in one launch and without partial rows: blocks [0, row_blocks)
+// write dx (row groups as in norm_bwd, no accumulators); the remaining blocks each own
+// kColLanes * VEC columns and reduce dW = sum(dy * xhat) and dB = sum(dy) over all M rows,
+// written straight to `dw` / `db` in W. x and dy are read twice (once by each kind of block),
+// which for few rows costs less than G partial rows written and read back, and a second
+// launch (benchmarks/NOTES.md, v6).
+template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS>
+__global__ void __launch_bounds__(GroupShape<TPR>::kBlock)
+norm_bwd_columns(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
+                 CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight,
+                 const typename AccOf<T>::type* __restrict__ mean,
+                 const typename AccOf<T>::type* __restrict__ rstd, T* __restrict__ dx,
+                 W* __restrict__ dw, W* __restrict__ db, i64 M, i64 N, i64 row_blocks) {
+  typedef typename AccOf<T>::type A;
+  constexpr int kBlock = GroupShape<TPR>::kBlock, kRows = GroupShape<TPR>::kRows;
+  constexpr int kRowLanes = kBlock / kColLanes;
+  __shared__ A smem[2 * kWarp];
+  __shared__ A red[kBlock * VEC];
+  const RowMap dymap = CUNORM_ROWMAP(dym), xmap = CUNORM_ROWMAP(xm);
+  if (blockIdx.x < row_blocks) {
+    const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
+    A unused[PACKS][VEC];
+    for (i64 base = i64(blockIdx.x) * kRows; base < M; base += row_blocks * kRows) {  // block-uniform
+      A xv[PACKS][VEC], g[PACKS][VEC];
+      load_row<VEC, PACKS, TPR>(dy, dymap, x, xmap, base + ty, M, N, 0, lane, xv, g);
+      bwd_row<T, W, VEC, PACKS, TPR, RMS, kFullRow, false>(xv, g, weight, mean, rstd, static_cast<const A*>(nullptr),
+                                                            dx, base + ty, M, N, 0, lane, smem, unused, unused);
+    }
+    return;
+  }
+  const i64 col = ((i64(blockIdx.x) - row_blocks) * kColLanes + threadIdx.x % kColLanes) * VEC;
+  const bool col_ok = col < N;  // VEC > 1 only when N % VEC == 0: a pack is wholly in or out
+  A dwa[VEC], dba[VEC];
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) { dwa[k] = A(0); dba[k] = A(0); }
+  if (col_ok) {
+#pragma unroll 4
+    for (i64 r = threadIdx.x / kColLanes; r < M; r += kRowLanes) {
+      A xv[VEC], g[VEC];
+      load_pack<A, T, VEC>(x + xmap.offset(r) + col, xv);
+      load_pack<A, T, VEC>(dy + dymap.offset(r) + col, g);
+      const A mu = RMS ? A(0) : mean[r], rs = rstd[r];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        dwa[k] += g[k] * ((xv[k] - mu) * rs);
+        dba[k] += g[k];
+      }
+    }
+  }
+  if (dw) column_total<kBlock, VEC>(dwa, red, dw, col, col_ok);
+  if (db) column_total<kBlock, VEC>(dba, red, db, col, col_ok);
 }
 
 // Split-path backward, first step: per tile partial sums of w*dy and w*dy*xhat -> [M, C, 2].

@@ -108,3 +108,20 @@ def bitwise_equal(a, b) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return bool(cupy.array_equal(a.view(cupy.uint8), b.view(cupy.uint8)))
+
+
+def column_backward_edge(op, rng, n, dtype):
+    """The most rows the one-launch column backward takes at this row length, and one more
+    (the partial-row backward): check both and that the dispatcher picked each path."""
+    from cunorm import _config
+    from cunorm.ops import _row_norm
+
+    dtype = numpy.dtype(dtype)
+    vec = _config.max_vec(dtype.itemsize)
+    vec = vec if n % vec == 0 else 1
+    edge = _config.column_bwd_max_rows(_config.row_config(n, vec, _config.COLUMN_BWD))
+    for rows, column in ((edge, True), (edge + 1, False)):
+        plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, op == "rms_norm", 0,
+                                       0, 0)
+        assert (plan.column_blocks > 0) == column, (rows, n, plan)
+        check(op, rng, (rows, n), dtype)

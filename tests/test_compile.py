@@ -4,6 +4,7 @@ skipping; elsewhere these skip with the reason."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -51,7 +52,7 @@ def test_header_is_inlined_into_the_source():
     assert '#include "common.cuh"' not in src and "struct RowMap" in src
 
 
-@pytest.mark.parametrize("limits", [_config.FWD, _config.BWD], ids=["fwd", "bwd"])
+@pytest.mark.parametrize("limits", [_config.FWD, _config.BWD, _config.BWD_HALF_LN], ids=["fwd", "bwd", "bwd_half_ln"])
 @pytest.mark.parametrize("vec", [1, 2, 4, 8])
 def test_row_configs_cover_every_length(vec, limits):
     configs = _config.all_tile_configs(vec, limits)
@@ -73,3 +74,16 @@ def test_instantiations_cover_dispatch():
                 cfg = _config.row_config(n, vec, _config.FWD)
                 if cfg is not None:
                     assert _row_norm._tile_name("norm_fwd", t, w, cfg, False, 0) in names
+                for rms in (False, True):
+                    cfg = _config.row_config(n, vec, _config.bwd_limits(_row_norm._np_name(t).itemsize, rms))
+                    if cfg is not None:
+                        assert _row_norm._tile_name("norm_bwd", t, w, cfg, rms, 0) in names
+                    cfg = _config.row_config(n, vec, _config.COLUMN_BWD)
+                    if cfg is not None:
+                        assert _row_norm._tile_name("norm_bwd_columns", t, w, cfg, rms) in names
+
+
+def test_column_lanes_agree_with_the_kernel():
+    # the dispatcher sizes the column blocks' grid with the lane count the kernel uses
+    src = _compile.kernel_source(_row_norm.KERNEL_FILE)
+    assert re.search(r"constexpr int kColLanes = (\d+);", src).group(1) == str(_config.COLUMN_LANES)

@@ -100,14 +100,15 @@ def test_large_mean_two_pass_variance(rng, n):
     check(OP, rng, (4, n), numpy.float32, x_offset=1e4)
 
 
+@pytest.mark.parametrize("rows", [100, 1031], ids=["column", "partial_rows"])
 @pytest.mark.parametrize("n", [256, 4096, 65537])
-def test_backward_bitwise_deterministic(rng, n):
+def test_backward_bitwise_deterministic(rng, n, rows):
     import cupy
 
-    x = cupy.asarray(rng.standard_normal((1031, n)).astype(numpy.float32))
+    x = cupy.asarray(rng.standard_normal((rows, n)).astype(numpy.float32))
     w = cupy.asarray(rng.standard_normal(n).astype(numpy.float32))
     b = cupy.asarray(rng.standard_normal(n).astype(numpy.float32))
-    dy = cupy.asarray(rng.standard_normal((1031, n)).astype(numpy.float32))
+    dy = cupy.asarray(rng.standard_normal((rows, n)).astype(numpy.float32))
     _, mean, rstd = cunorm.layer_norm(x, w, b, return_stats=True)
     first = cunorm.layer_norm_backward(dy, x, w, mean, rstd)
     for _ in range(3):

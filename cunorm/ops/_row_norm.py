@@ -5,7 +5,9 @@ in place, see ``_launch.rows_of``; parameters contiguous, in the dtype ``param_d
 outputs as pointers to memory the frontend allocated, scratch through ``alloc(shape, dtype)
 -> pointer``, and the frontend's stream. Picks the path by row length:
   full row : the whole row in one register tile (``_config.row_config``), one launch
-             forward; backward one launch plus the dW/dB partial reduction.
+             forward; backward one launch for few rows (dx blocks and dW/dB column blocks,
+             ``_config.column_bwd_max_rows``), else one launch plus the dW/dB partial
+             reduction.
   split    : longer rows, cut into tiles of one block each; forward = tile statistics,
              finalize, apply; backward = tile sums, finalize, apply, partial reduction.
 """
@@ -59,7 +61,9 @@ def instantiations() -> list[str]:
                 names += [_tile_name("norm_fwd", t, w, c, rms, FULL_ROW)
                           for c in _config.all_tile_configs(vec, _config.FWD)]
                 names += [_tile_name("norm_bwd", t, w, c, rms, FULL_ROW)
-                          for c in _config.all_tile_configs(vec, _config.BWD)]
+                          for c in _config.all_tile_configs(vec, _config.bwd_limits(itemsize, rms))]
+                names += [_tile_name("norm_bwd_columns", t, w, c, rms)
+                          for c in _config.all_tile_configs(vec, _config.COLUMN_BWD)]
                 names += [_tile_name("norm_fwd", t, w, split, rms, CHUNK_STATS),
                           _tile_name("norm_fwd", t, w, split, rms, CHUNK_APPLY),
                           _tile_name("norm_bwd_tile_sums", t, w, split, rms),
@@ -207,7 +211,9 @@ def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, 
 
 @functools.lru_cache(maxsize=4096)
 def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
-    cfg = _config.row_config(n, vec, _config.BWD)
+    """(config, main, tile-sum, finalize, partial-reduce, resident main blocks); tile-sum and
+    finalize on the split path only."""
+    cfg = _config.row_config(n, vec, _config.bwd_limits(numpy.dtype(_np_name(t)).itemsize, rms))
     reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<{_acc_name(t)}, {c_type(gn)}>", device)
     if cfg is not None:
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
@@ -219,13 +225,22 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
     return cfg, main, sums, finalize, reduce, sm_count(device) * blocks_per_sm(main, cfg.block)
 
 
+def _column_backward(t: str, wn: str, n: int, vec: int, rms: bool, m: int, device: int):
+    """(config, kernel) of the one-launch column backward, or None where M is too large for it
+    or the row does not fit its tile."""
+    cfg = _config.row_config(n, vec, _config.COLUMN_BWD)
+    if cfg is None or m > _config.column_bwd_max_rows(cfg):
+        return None
+    return cfg, function_ptr(KERNEL_FILE, _tile_name("norm_bwd_columns", t, wn, cfg, rms), device)
+
+
 class BackwardPlan(NamedTuple):
     """Everything about a backward launch but its pointers."""
 
     main: int
-    blocks: int
+    blocks: int  # main-kernel blocks (row blocks of the column kernel)
     block: int
-    groups: int  # rows of dW/dB partials the main kernel writes
+    groups: int  # rows of dW/dB partials the main kernel writes (0: the column kernel)
     reduce: int
     dy_args: tuple
     x_args: tuple
@@ -233,6 +248,7 @@ class BackwardPlan(NamedTuple):
     n: int
     split: tuple | None  # (tile-sum kernel, finalize kernel, tiles) on the split path
     acc: numpy.dtype
+    column_blocks: int  # > 0: `main` is norm_bwd_columns, dW/dB in the same launch
 
 
 @functools.lru_cache(maxsize=4096)
@@ -248,17 +264,24 @@ def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdty
     dtype, wdtype = numpy.dtype(dtype), numpy.dtype(wdtype)
     vec = pick_vec(dtype.itemsize, n, [(x_align, dtype.itemsize), (p_align, wdtype.itemsize)],
                    (*xr.strides, *dyr.strides))
-    cfg, main, sums, finalize, reduce, resident = _backward_kernels(dtype.name, wdtype.name,
-                                                                    numpy.dtype(grad_dtype).name, n, vec, rms, device)
     acc = acc_dtype(dtype)
+    # the column kernel writes dW/dB in the kernel's parameter dtype only
+    columns = _column_backward(dtype.name, wdtype.name, n, vec, rms, m, device) \
+        if numpy.dtype(grad_dtype) == wdtype else None
+    if columns is not None:
+        cfg, kernel = columns
+        return BackwardPlan(kernel, -(-m // cfg.rows_per_block), cfg.block, 0, 0, dyr.args(), xr.args(), m, n, None,
+                            acc, -(-n // (_config.COLUMN_LANES * vec)))
+    cfg, main, sums, finalize, reduce, resident = _backward_kernels(
+        dtype.name, wdtype.name, numpy.dtype(grad_dtype).name, n, vec, rms, device)
     if sums is None:
         blocks = min(-(-m // cfg.rows_per_block), resident)
         return BackwardPlan(main, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), xr.args(),
-                            m, n, None, acc)
+                            m, n, None, acc, 0)
     tiles = -(-n // cfg.tile)
     blocks = max(1, min(m, -(-resident // tiles)))
     return BackwardPlan(main, blocks, cfg.block, blocks, reduce, dyr.args(), xr.args(), m, n,
-                        (sums, finalize, tiles), acc)
+                        (sums, finalize, tiles), acc, 0)
 
 
 def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rstd: int, dx: int, dw: int,
@@ -268,6 +291,11 @@ def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rs
     pointer`` gives the scratch (dW/dB partials; tile sums on the split path)."""
     stats = (weight, mean, rstd)
     m, n, groups, acc = plan.m, plan.n, plan.groups, plan.acc
+    if plan.column_blocks:
+        grid = plan.blocks + (plan.column_blocks if dw or db else 0)
+        launch(plan.main, grid, plan.block,
+               (dy, *plan.dy_args, x, *plan.x_args, *stats, dx, dw, db, m, n, plan.blocks), stream)
+        return
     row_sums, tiles = 0, 1
     if plan.split is not None:
         sums, finalize, tiles = plan.split
@@ -290,6 +318,8 @@ def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rs
 def backward_scratch(plan: BackwardPlan, dw: bool, db: bool) -> list:
     """The (shape, dtype) of each ``alloc`` run_backward makes with this plan, in order."""
     out = []
+    if plan.column_blocks:
+        return out
     if plan.split is not None:
         out += [((plan.m, plan.split[2], 2), plan.acc), ((plan.m, 2), plan.acc)]
     if dw or db:

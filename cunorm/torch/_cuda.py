@@ -15,7 +15,7 @@ from typing import Optional
 import numpy
 import torch
 
-from .._launch import View, make_current, rows_of
+from .._launch import View, contiguous_strides, make_current, rows_of
 from ..ops import _row_norm
 from ._common import _NUMPY_DTYPE, _TORCH_DTYPE, _acc, _as_dtype, _check_backward, _check_tensors, _stats_shape
 
@@ -98,7 +98,7 @@ def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True, backward_state=None
     dev = x.get_device()
     if torch.cuda.current_device() != dev:
         with torch.cuda.device(dev):
-            return _cuda_forward(x, nd, weight, bias, eps, rms, stats)
+            return _cuda_forward(x, nd, weight, bias, eps, rms, stats, backward_state)
     y = _like(x)
     xp, yp = x.data_ptr(), y.data_ptr()
     wp = 0 if weight is None else weight.data_ptr()
@@ -222,13 +222,9 @@ def _cuda_backward_fast(bstate, dy, x, weight, stats, has_bias, need_dw):
 def _contiguous_dy_backward_plan(bstate, x, weight):
     _, dev, nd, rms, x_align, p_align = bstate
     shape = tuple(x.shape)
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= size
     wdt = _NUMPY_DTYPE[x.dtype if weight is None else weight.dtype]
     # the forward's alignment classes cover x and the parameters; dy and dx are checked aligned
-    return _row_norm.backward_plan(shape, tuple(x.stride()), tuple(reversed(strides)), _NUMPY_DTYPE[x.dtype], wdt,
+    return _row_norm.backward_plan(shape, tuple(x.stride()), contiguous_strides(shape), _NUMPY_DTYPE[x.dtype], wdt,
                                    wdt, nd, rms, dev, x_align, p_align)
 
 
