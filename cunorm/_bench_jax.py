@@ -1,23 +1,29 @@
 """JAX adapter measurements for the GPU check: LayerNorm inside jax.jit at the benchmark's
 shapes, next to the CuPy API's bandwidth and to XLA's own fused jax.numpy LayerNorm (the
 peer a JAX user has). Same bytes model as _bench; time per call is wall time over a run of
-asynchronously dispatched calls, which the GPU bounds at these sizes."""
+asynchronously dispatched calls (the median of SAMPLES runs), which the GPU bounds at these
+sizes when the host keeps up."""
 from __future__ import annotations
 
+import statistics
 import time
 
 CALLS = 20
+SAMPLES = 5
 
 
 def _wall_ms(fn, *args) -> float:
     for _ in range(3):
         out = fn(*args)
     _block(out)
-    t0 = time.perf_counter()
-    for _ in range(CALLS):
-        out = fn(*args)
-    _block(out)
-    return (time.perf_counter() - t0) / CALLS * 1e3
+    samples = []
+    for _ in range(SAMPLES):
+        t0 = time.perf_counter()
+        for _ in range(CALLS):
+            out = fn(*args)
+        _block(out)
+        samples.append((time.perf_counter() - t0) / CALLS * 1e3)
+    return statistics.median(samples)
 
 
 def _block(out):
@@ -36,14 +42,16 @@ def _xla_layer_norm(x, w, b, eps=1e-5):
     return ((xf - mean) * jax.lax.rsqrt(var + eps) * w + b).astype(x.dtype)
 
 
-def bandwidth(cupy_rows: list[dict], row_lengths=(1024, 4096, 16384), log=print) -> list[dict]:
+def bandwidth(cupy_rows: list[dict], row_lengths=None, log=print) -> list[dict]:
+    """Every row length of the CuPy benchmark unless told otherwise."""
     import jax
     import jax.numpy as jnp
 
     import cunorm.jax as cj
 
-    from ._bench import TOTAL_ELEMENTS, add_vs_cupy
+    from ._bench import ROW_LENGTHS, TOTAL_ELEMENTS, add_vs_cupy
 
+    row_lengths = row_lengths or ROW_LENGTHS
     fwd_ours = jax.jit(lambda x, w, b: cj.layer_norm(x, w, b))
     bwd_ours = jax.jit(lambda dy, x, w, mean, rstd: cj._backward(dy, x, w, (mean, rstd), 1, False, True))
     fwd_xla = jax.jit(_xla_layer_norm)

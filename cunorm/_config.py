@@ -134,12 +134,25 @@ def vec_choices(itemsize: int) -> tuple[int, ...]:
     return (1, max_vec(itemsize)) if max_vec(itemsize) > 1 else (1,)
 
 
-def all_tile_configs(vec: int, limits: PathLimits) -> list[TileConfig]:
-    """Every full-row config ``row_config`` can return for this vec and these limits."""
+def bwd_row_config(n: int, vec: int, itemsize: int, rms: bool) -> TileConfig | None:
+    """The partial-row backward's full-row tile (None: split path). Rows a warp holds keep the
+    BWD warp tile: with BWD_HALF_LN's one pack a thread, bf16 N = 512 took a 128-thread group
+    and fell from 0.63 to 0.35 of copy (GPU check after v7)."""
+    cfg = row_config(n, vec, BWD)
+    limits = bwd_limits(itemsize, rms)
+    if limits is BWD or (cfg is not None and cfg.tpr < BWD.min_block_tpr):
+        return cfg
+    return row_config(n, vec, limits)
+
+
+def all_tile_configs(vec: int, limits) -> list[TileConfig]:
+    """Every full-row config ``row_config`` can return for this vec and these limits (or
+    ``limits(n, vec)`` can, for a function)."""
+    pick = limits if callable(limits) else (lambda n, v: row_config(n, v, limits))
     seen = []
     n = 1
     while True:
-        cfg = row_config(n, vec, limits)
+        cfg = pick(n, vec)
         if cfg is None:
             return seen
         if cfg not in seen:

@@ -70,12 +70,12 @@ def test_instantiations_cover_dispatch():
     names = set(_row_norm.instantiations())
     for t, w in _row_norm.TYPE_PAIRS:
         for vec in _config.vec_choices(_row_norm._np_name(t).itemsize):
-            for n in (1, 7, 499, 1533, 4096, 8192, 16384):
+            for n in (1, 7, 499, 512, 1533, 3001, 4096, 8192, 16384):
                 cfg = _config.row_config(n, vec, _config.FWD)
                 if cfg is not None:
                     assert _row_norm._tile_name("norm_fwd", t, w, cfg, False, 0) in names
                 for rms in (False, True):
-                    cfg = _config.row_config(n, vec, _config.bwd_limits(_row_norm._np_name(t).itemsize, rms))
+                    cfg = _config.bwd_row_config(n, vec, _row_norm._np_name(t).itemsize, rms)
                     if cfg is not None:
                         assert _row_norm._tile_name("norm_bwd", t, w, cfg, rms, 0) in names
                     cfg = _config.row_config(n, vec, _config.COLUMN_BWD)

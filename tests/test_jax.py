@@ -10,6 +10,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import cunorm.jax as cj  # noqa: E402
 from cunorm._checks import BFLOAT16  # noqa: E402
+from jax_devices import gpu_or_skip  # noqa: E402
 from tolerances import assert_close, reduction_tol, tol  # noqa: E402
 
 
@@ -149,22 +150,12 @@ def test_bad_arguments_name_the_argument(cpu, call, error, name):
 
 # ---- GPU ----------------------------------------------------------------------------------
 
-def _gpu_or_skip():
-    try:
-        devices = jax.devices("gpu")
-    except RuntimeError:
-        devices = []
-    if not devices:
-        pytest.skip("JAX sees no GPU")
-    return devices[0]
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("shape", [(3, 7), (2049, 1536), (2, 65537), (4, 5, 256)])
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 def test_gpu_jit_values_and_grads_against_jax_numpy(op, shape, dtype):
-    with jax.default_device(_gpu_or_skip()):
+    with jax.default_device(gpu_or_skip()):
         x, w, b, dy = _inputs(shape, dtype)
         _check_values_and_grads(x, w, b, dy, op, int(numpy.prod(shape[:-1])), jax.jit)
 
@@ -172,7 +163,7 @@ def test_gpu_jit_values_and_grads_against_jax_numpy(op, shape, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", VMAP_CASES)
 def test_gpu_vmap(case):
-    with jax.default_device(_gpu_or_skip()):
+    with jax.default_device(gpu_or_skip()):
         _vmap_case(case, 1040, 1e-4)
 
 
@@ -180,7 +171,7 @@ def test_gpu_vmap(case):
 def test_gpu_training_loop_matches_jax_numpy():
     """A two-layer MLP with LayerNorm and RMSNorm, plain SGD for a few steps: cunorm's norms
     and the jax.numpy ones give the same losses."""
-    with jax.default_device(_gpu_or_skip()):
+    with jax.default_device(gpu_or_skip()):
         k = jax.random.split(jax.random.key(0), 4)
         # a well-conditioned problem (loss of order 1, small steps), so five steps do not
         # amplify fp32 rounding differences between the two norms into different losses

@@ -61,7 +61,8 @@ def instantiations() -> list[str]:
                 names += [_tile_name("norm_fwd", t, w, c, rms, FULL_ROW)
                           for c in _config.all_tile_configs(vec, _config.FWD)]
                 names += [_tile_name("norm_bwd", t, w, c, rms, FULL_ROW)
-                          for c in _config.all_tile_configs(vec, _config.bwd_limits(itemsize, rms))]
+                          for c in _config.all_tile_configs(
+                              vec, lambda n, v: _config.bwd_row_config(n, v, itemsize, rms))]
                 names += [_tile_name("norm_bwd_columns", t, w, c, rms)
                           for c in _config.all_tile_configs(vec, _config.COLUMN_BWD)]
                 names += [_tile_name("norm_fwd", t, w, split, rms, CHUNK_STATS),
@@ -213,7 +214,7 @@ def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, 
 def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
     """(config, main, tile-sum, finalize, partial-reduce, resident main blocks); tile-sum and
     finalize on the split path only."""
-    cfg = _config.row_config(n, vec, _config.bwd_limits(numpy.dtype(_np_name(t)).itemsize, rms))
+    cfg = _config.bwd_row_config(n, vec, numpy.dtype(_np_name(t)).itemsize, rms)
     reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<{_acc_name(t)}, {c_type(gn)}>", device)
     if cfg is not None:
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
