@@ -12,7 +12,8 @@ import statistics
 import numpy
 
 TOTAL_ELEMENTS = 64 * 2**20
-ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
+# issue 4 lists N = 512 ... 131072 and asks for 262144 and 1,048,576 (M = 256 and 64 rows)
+ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 1048576)
 BATCH = 10
 SAMPLES = 7
 

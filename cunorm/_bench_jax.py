@@ -42,8 +42,43 @@ def _xla_layer_norm(x, w, b, eps=1e-5):
     return ((xf - mean) * jax.lax.rsqrt(var + eps) * w + b).astype(x.dtype)
 
 
+# Norms one jitted program runs, each on its own input, for the in-program numbers: inside a
+# model's jit, XLA runs each callback between other kernels without a dispatch of its own; a
+# one-op jit charges a whole JAX dispatch (~40 us on the H200 host, benchmarks/NOTES.md v8)
+# to every call. Independent inputs, not a chain: XLA ran 8 chained jax.numpy LayerNorms
+# faster than 8 separate ones can move their bytes (our time / XLA's 0.28-0.56 where single
+# calls read 0.8-1.2, the first try), so a chain does not measure one LayerNorm.
+PROGRAM = 4
+
+
+def _programs():
+    """(ours per call fwd, bwd; ours PROGRAM-wide fwd, bwd; XLA PROGRAM-wide fwd, bwd),
+    jitted; the wide ones take and return tuples."""
+    import jax
+
+    import cunorm.jax as cj
+
+    def ours_bwd(dy, x, w, mean, rstd):
+        return cj._backward(dy, x, w, (mean, rstd), 1, False, True)
+
+    def wide_fwd(f):
+        return jax.jit(lambda xs, w, b: tuple(f(x, w, b) for x in xs))
+
+    def wide_ours_bwd(dys, xs, w, stats):
+        return tuple(ours_bwd(dy, x, w, *st) for dy, x, st in zip(dys, xs, stats))
+
+    def wide_xla_bwd(dys, xs, w, b):
+        return tuple(jax.vjp(_xla_layer_norm, x, w, b)[1](dy) for dy, x in zip(dys, xs))
+
+    return (jax.jit(lambda x, w, b: cj.layer_norm(x, w, b)), jax.jit(ours_bwd),
+            wide_fwd(lambda x, w, b: cj.layer_norm(x, w, b)), jax.jit(wide_ours_bwd),
+            wide_fwd(_xla_layer_norm), jax.jit(wide_xla_bwd))
+
+
 def bandwidth(cupy_rows: list[dict], row_lengths=None, log=print) -> list[dict]:
-    """Every row length of the CuPy benchmark unless told otherwise."""
+    """LayerNorm inside jit at every row length of the CuPy benchmark (unless told otherwise):
+    ``fwd_GBps``/``bwd_GBps`` with PROGRAM norms in one jitted program (against XLA's the same
+    way), ``*_percall_GBps`` with one norm per jitted call."""
     import jax
     import jax.numpy as jnp
 
@@ -52,31 +87,38 @@ def bandwidth(cupy_rows: list[dict], row_lengths=None, log=print) -> list[dict]:
     from ._bench import ROW_LENGTHS, TOTAL_ELEMENTS, add_vs_cupy
 
     row_lengths = row_lengths or ROW_LENGTHS
-    fwd_ours = jax.jit(lambda x, w, b: cj.layer_norm(x, w, b))
-    bwd_ours = jax.jit(lambda dy, x, w, mean, rstd: cj._backward(dy, x, w, (mean, rstd), 1, False, True))
-    fwd_xla = jax.jit(_xla_layer_norm)
-    bwd_xla = jax.jit(lambda x, w, b, dy: jax.vjp(_xla_layer_norm, x, w, b)[1](dy))
+    fwd_call, bwd_call, fwd_ours, bwd_ours, fwd_xla, bwd_xla = _programs()
     out = []
     for dtype, name in ((jnp.bfloat16, "bfloat16"), (jnp.float32, "float32")):
         for n in row_lengths:
             m = TOTAL_ELEMENTS // n
-            k = jax.random.split(jax.random.key(0), 2)
-            x = jax.random.normal(k[0], (m, n)).astype(dtype)
-            dy = jax.random.normal(k[1], (m, n)).astype(dtype)
+            keys = jax.random.split(jax.random.key(0), 2 * PROGRAM)
+            xs = tuple(jax.random.normal(keys[i], (m, n)).astype(dtype) for i in range(PROGRAM))
+            dys = tuple(jax.random.normal(keys[PROGRAM + i], (m, n)).astype(dtype) for i in range(PROGRAM))
             w, b = jnp.ones(n, dtype), jnp.zeros(n, dtype)
-            _, (mean, rstd) = jax.jit(lambda x, w, b: cj._forward(x, w, b, 1e-5, 1, False))(x, w, b)
+            stats_of = jax.jit(lambda x, w, b: cj._forward(x, w, b, 1e-5, 1, False)[1])
+            stats = tuple(stats_of(x, w, b) for x in xs)
+            x, dy, (mean, rstd) = xs[0], dys[0], stats[0]
             s = x.dtype.itemsize
             f_bytes, b_bytes = 2 * m * n * s, 3 * m * n * s
-            row = {"op": "layer_norm", "dtype": name, "M": m, "N": n,
-                   "fwd_GBps": round(f_bytes / _wall_ms(fwd_ours, x, w, b) / 1e6, 1),
-                   "bwd_GBps": round(b_bytes / _wall_ms(bwd_ours, dy, x, w, mean, rstd) / 1e6, 1),
-                   "xla_fwd_GBps": round(f_bytes / _wall_ms(fwd_xla, x, w, b) / 1e6, 1),
-                   "xla_bwd_GBps": round(b_bytes / _wall_ms(bwd_xla, x, w, b, dy) / 1e6, 1)}
+            row = {"op": "layer_norm", "dtype": name, "M": m, "N": n, "program": PROGRAM,
+                   "fwd_GBps": round(PROGRAM * f_bytes / _wall_ms(fwd_ours, xs, w, b) / 1e6, 1),
+                   "bwd_GBps": round(PROGRAM * b_bytes / _wall_ms(bwd_ours, dys, xs, w, stats) / 1e6, 1),
+                   "xla_fwd_GBps": round(PROGRAM * f_bytes / _wall_ms(fwd_xla, xs, w, b) / 1e6, 1),
+                   "xla_bwd_GBps": round(PROGRAM * b_bytes / _wall_ms(bwd_xla, dys, xs, w, b) / 1e6, 1),
+                   "fwd_percall_GBps": round(f_bytes / _wall_ms(fwd_call, x, w, b) / 1e6, 1),
+                   "bwd_percall_GBps": round(b_bytes / _wall_ms(bwd_call, dy, x, w, mean, rstd) / 1e6, 1)}
+            del xs, dys, stats
             add_vs_cupy(row, cupy_rows)
+            for kind in ("fwd", "bwd"):
+                if f"{kind}_vs_cupy" in row:
+                    row[f"{kind}_percall_vs_cupy"] = round(
+                        row[f"{kind}_vs_cupy"] * row[f"{kind}_percall_GBps"] / row[f"{kind}_GBps"], 3)
             row["fwd_vs_xla"] = round(row["fwd_GBps"] / row["xla_fwd_GBps"], 3)
             row["bwd_vs_xla"] = round(row["bwd_GBps"] / row["xla_bwd_GBps"], 3)
-            log(f"jax {name} N={n}: fwd {row['fwd_GBps']} GB/s ({row.get('fwd_vs_cupy')} of CuPy API, "
+            log(f"jax {name} N={n}: in a program fwd {row['fwd_GBps']} GB/s ({row.get('fwd_vs_cupy')} of CuPy API, "
                 f"x{row['fwd_vs_xla']} XLA), bwd {row['bwd_GBps']} GB/s ({row.get('bwd_vs_cupy')}, "
-                f"x{row['bwd_vs_xla']} XLA)")
+                f"x{row['bwd_vs_xla']} XLA); one per call fwd {row['fwd_percall_GBps']}, "
+                f"bwd {row['bwd_percall_GBps']} GB/s")
             out.append(row)
     return out

@@ -57,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--op", type=_choices("op", OPS), default=list(OPS.values()), help="ln, rms (default both)")
     ap.add_argument("--dtype", type=_choices("dtype", DTYPES), default=["bfloat16", "float32"],
                     help="bf16, fp16, fp32 (default bf16,fp32)")
-    ap.add_argument("--n", type=_ints, default=list(ROW_LENGTHS), help="row lengths (default 512 ... 131072)")
+    ap.add_argument("--n", type=_ints, default=list(ROW_LENGTHS), help="row lengths (default 512 ... 1048576)")
     ap.add_argument("--m", type=_ints, default=None, help="row counts (default 64 Mi / N)")
     ap.add_argument("--compare", type=_peers, default=[], help="torch, compile")
     ap.add_argument("--json", metavar="PATH", help="write the rows and the copy bandwidth as JSON")

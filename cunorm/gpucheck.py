@@ -160,10 +160,12 @@ def main(argv=None) -> int:
                   f"fwd+bwd x{both['fwdbwd_ratio']} ({both['op']} M={both['M']} N={both['N']})")
     if record.get("jax"):
         rows = record["jax"]["bandwidth"]
-        print("jax adapter, LayerNorm inside jit: vs the CuPy API, vs XLA's jax.numpy LayerNorm")
+        print(f"jax adapter, LayerNorm inside jit ({rows[0]['program']} a program): of the CuPy API / vs XLA's "
+              "jax.numpy LayerNorm; [one a call: of the CuPy API]")
         for r in rows:
-            print(f"  {r['dtype']:8s} N={r['N']:<6d} fwd {r.get('fwd_vs_cupy')} / x{r['fwd_vs_xla']}, "
-                  f"bwd {r.get('bwd_vs_cupy')} / x{r['bwd_vs_xla']}")
+            print(f"  {r['dtype']:8s} N={r['N']:<6d} fwd {r.get('fwd_vs_cupy')} / x{r['fwd_vs_xla']} "
+                  f"[{r.get('fwd_percall_vs_cupy')}], bwd {r.get('bwd_vs_cupy')} / x{r['bwd_vs_xla']} "
+                  f"[{r.get('bwd_percall_vs_cupy')}]")
     failed = record["tests"] and record["tests"]["failed"]
     return 1 if failed else 0
 
