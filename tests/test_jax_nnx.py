@@ -12,6 +12,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from cunorm.jax import nnx as cnnx  # noqa: E402
 from jax_devices import gpu_or_skip  # noqa: E402
+from tolerances import assert_close  # noqa: E402
 
 PAIRS = {"layer_norm": (cnnx.LayerNorm, nnx.LayerNorm), "rms_norm": (cnnx.RMSNorm, nnx.RMSNorm)}
 
@@ -21,11 +22,6 @@ def _device(kind):
 
 
 DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
-
-
-def _close(a, b, rtol, atol):
-    numpy.testing.assert_allclose(numpy.asarray(a, numpy.float32), numpy.asarray(b, numpy.float32), rtol=rtol,
-                                  atol=atol)
 
 
 @pytest.mark.parametrize("op", sorted(PAIRS))
@@ -55,14 +51,14 @@ def test_values_grads_and_dtype_match_flax(op, dtype, module_dtype, device):
         assert y_ours.dtype == y_theirs.dtype and y_ours.shape == y_theirs.shape
         half = jnp.dtype(y_ours.dtype).itemsize == 2
         rtol, atol = (2e-2, 2e-2) if half else (1e-5, 1e-5)
-        _close(y_ours, y_theirs, rtol, atol)
+        assert_close("y", y_ours, y_theirs, rtol, atol)
 
         def loss(m):
             return (m(x).astype(jnp.float32) * jnp.cos(x.astype(jnp.float32))).sum()
 
         g_ours, g_theirs = nnx.grad(loss)(ours), nnx.grad(loss)(theirs)
         for a, b in zip(jax.tree.leaves(g_ours), jax.tree.leaves(g_theirs)):
-            _close(a, b, 5e-2 if half else 1e-4, 0.5 if half else 1e-3)
+            assert_close("grad", a, b, 5e-2 if half else 1e-4, 0.5 if half else 1e-3)
 
 
 @pytest.mark.parametrize("op", sorted(PAIRS))
@@ -82,11 +78,11 @@ def test_configurations_the_kernels_do_not_serve_run_flax(op):
     with jax.default_device(jax.devices("cpu")[0]):
         ours, theirs = (cls(6, reduction_axes=(-2, -1), rngs=nnx.Rngs(0)) for cls in PAIRS[op])
         x = jax.random.normal(jax.random.key(0), (3, 4, 6))
-        _close(ours(x), theirs(x), 0, 0)
+        assert_close("y, two axes", ours(x), theirs(x), 0, 0)
         ours, theirs = (cls(6, rngs=nnx.Rngs(0)) for cls in PAIRS[op])
         mask = jnp.arange(6) < 4
         mask = jnp.broadcast_to(mask, x.shape)
-        _close(ours(x, mask=mask), theirs(x, mask=mask), 0, 0)
+        assert_close("y, masked", ours(x, mask=mask), theirs(x, mask=mask), 0, 0)
 
 
 class _MLP(nnx.Module):
