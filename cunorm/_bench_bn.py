@@ -60,24 +60,31 @@ def _torch_case(shape, dtype, channels_last):
     return time_ms(fwd, torch_events), time_ms(bwd, torch_events), time_ms(fwd_compiled, torch_events)
 
 
-def run(copy_gbps: float, log=print) -> list[dict]:
+def run(copy_gbps: float, dtypes=("bfloat16", "float32"), peers=("torch", "compile"), log=print) -> list[dict]:
+    """One row per shape, dtype and layout; torch eager's and torch.compile's times where
+    ``peers`` names them and torch has CUDA."""
     import numpy
 
     from ._checks import BFLOAT16
 
-    try:
-        import torch
-        torch_dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32} if torch.cuda.is_available() else None
-    except ImportError:
-        torch_dtypes = None
+    torch_dtypes = None
+    if peers:
+        try:
+            import torch
+            if torch.cuda.is_available():
+                torch_dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+        except ImportError:
+            pass
     rows = []
     for shape in SHAPES:
         numel = int(numpy.prod(shape))
-        for name, dtype in (("bfloat16", BFLOAT16), ("float32", numpy.dtype(numpy.float32))):
+        for name in dtypes:
+            dtype = BFLOAT16 if name == "bfloat16" else numpy.dtype(name)
             for channels_last in (False, True):
                 s = dtype.itemsize
                 f_ms, b_ms, relu_ms = _cupy_case(shape, dtype, channels_last)
-                row = {"shape": list(shape), "dtype": name, "layout": "nhwc" if channels_last else "nchw",
+                row = {"op": "batch_norm", "shape": list(shape), "dtype": name,
+                       "layout": "nhwc" if channels_last else "nchw",
                        "fwd_GBps": round(2 * numel * s / f_ms / 1e6, 1), "bwd_GBps": round(3 * numel * s / b_ms / 1e6, 1),
                        "fwd_ms": round(f_ms, 4), "bwd_ms": round(b_ms, 4),
                        "fused_relu_residual_vs_plain": round(relu_ms / f_ms, 3)}
@@ -92,3 +99,17 @@ def run(copy_gbps: float, log=print) -> list[dict]:
                     f"residual+relu x{row['fused_relu_residual_vs_plain']} of plain")
                 rows.append(row)
     return rows
+
+
+def table(rows: list[dict]) -> str:
+    """The BatchNorm part of the bench table."""
+    lines = [f"{'batch_norm':10s} {'dtype':8s} {'layout':6s} {'shape':>20s} {'fwd copy':>8s} {'bwd copy':>8s} "
+             f"{'vs torch f/b':>15s} {'res+relu':>8s}"]
+    for r in rows:
+        vs = (f"x{r['fwd_speedup_vs_best']:.2f} / x{r['bwd_speedup_vs_torch']:.2f}"
+              if "fwd_speedup_vs_best" in r else "-")
+        lines.append(f"{'':10s} {r['dtype']:8s} {r['layout']:6s} {str(tuple(r['shape'])):>20s} "
+                     f"{r['fwd_of_copy']:8.2f} {r['bwd_of_copy']:8.2f} {vs:>15s} {r['fused_relu_residual_vs_plain']:8.2f}")
+    lines.append("vs torch: the best of torch eager and torch.compile forward, torch eager backward; "
+                 "res+relu: fused residual + ReLU forward time / plain forward")
+    return "\n".join(lines)
