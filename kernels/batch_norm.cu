@@ -17,12 +17,21 @@ using namespace cunorm;
 constexpr int kBnBlock = 256;
 constexpr int kBnRows = kBnBlock / kWarp;  // cl kernels: warps stepping down positions
 
+// e / I for e < 2^32 by a multiply and a shift (imul, ishift from the host, which passes
+// imul = 0 when a channel holds 2^32 elements or more: then a 64-bit division). A 64-bit
+// division per pack cost more instructions than the pack's arithmetic.
+__device__ __forceinline__ i64 div_inner(i64 e, i64 I, unsigned imul, int ishift) {
+  if (imul == 0u) return e / I;
+  const unsigned n = unsigned(e);
+  return i64((static_cast<unsigned long long>(__umulhi(n, imul)) + n) >> ishift);
+}
+
 // Channel-major traversal: calls f(offset of a pack from the channel's base) for this
 // thread's packs of elements [q0, q1) of the channel, q = o * I + i.
 template <int VEC, typename F>
-__device__ __forceinline__ void for_nc(i64 q0, i64 q1, i64 I, i64 so, F&& f) {
+__device__ __forceinline__ void for_nc(i64 q0, i64 q1, i64 I, unsigned imul, int ishift, i64 so, F&& f) {
   for (i64 e = q0 + i64(threadIdx.x) * VEC; e < q1; e += i64(kBnBlock) * VEC) {
-    const i64 o = e / I;
+    const i64 o = div_inner(e, I, imul, ishift);
     f(o * so + (e - o * I));
   }
 }
@@ -70,7 +79,7 @@ __device__ __forceinline__ Affine<A> affine_of(i64 c, const A* mean, const A* rs
 // and the shift keeps the digits a large common offset would cost.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBnBlock)
-bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 O, i64 I, i64 per_chunk,
+bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 O, i64 I, unsigned imul, int ishift, i64 per_chunk,
             typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
   __shared__ A smem[2 * kWarp];
@@ -79,7 +88,7 @@ bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 O, i64 I, i64 per_chunk
   const A K = cvt<A>(xc[0]);
   const i64 q0 = i64(blockIdx.x) * per_chunk, q1 = min(O * I, q0 + per_chunk);
   A n = A(0), s = A(0), q = A(0);
-  for_nc<VEC>(q0, q1, I, so, [&](i64 off) {
+  for_nc<VEC>(q0, q1, I, imul, ishift, so, [&](i64 off) {
     A v[VEC];
     load_pack<A, T, VEC>(xc + off, v);
 #pragma unroll
@@ -179,14 +188,14 @@ bn_running_stats(const R* __restrict__ running_mean, const R* __restrict__ runni
 template <typename T, typename W, int VEC>
 __global__ void __launch_bounds__(kBnBlock)
 bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, i64 sc, i64 O, i64 I,
-            i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
+            unsigned imul, int ishift,            i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
             const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
             int act, typename AccOf<T>::type param) {
   typedef typename AccOf<T>::type A;
   const i64 c = blockIdx.y;
   const Affine<A> aff = affine_of(c, mean, rstd, w, b);
   const i64 base = c * sc, q0 = i64(blockIdx.x) * per_chunk, q1 = min(O * I, q0 + per_chunk);
-  for_nc<VEC>(q0, q1, I, so, [&](i64 off) {
+  for_nc<VEC>(q0, q1, I, imul, ishift, so, [&](i64 off) {
     A v[VEC], r[VEC], out[VEC];
     load_pack<A, T, VEC>(x + base + off, v);
     if (res) load_pack<A, T, VEC>(res + base + off, r);
@@ -225,7 +234,7 @@ bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ 
 template <typename T, typename W, int VEC>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_sums_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, i64 so, i64 sc, i64 O,
-               i64 I, i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
+               i64 I, unsigned imul, int ishift, i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
                const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
                int act, typename AccOf<T>::type param, typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
@@ -234,7 +243,7 @@ bn_bwd_sums_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
   const Affine<A> aff = affine_of(c, mean, rstd, w, b);
   const i64 base = c * sc, q0 = i64(blockIdx.x) * per_chunk, q1 = min(O * I, q0 + per_chunk);
   A s1 = A(0), s2 = A(0);
-  for_nc<VEC>(q0, q1, I, so, [&](i64 off) {
+  for_nc<VEC>(q0, q1, I, imul, ishift, so, [&](i64 off) {
     A v[VEC], g[VEC], r[VEC];
     load_pack<A, T, VEC>(x + base + off, v);
     load_pack<A, T, VEC>(dy + base + off, g);
@@ -322,7 +331,7 @@ bn_bwd_finalize(const A* __restrict__ part, i64 chunks, i64 C, double count, int
 template <typename T, typename W, int VEC>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
-                T* __restrict__ dres, i64 so, i64 sc, i64 O, i64 I, i64 per_chunk,
+                T* __restrict__ dres, i64 so, i64 sc, i64 O, i64 I, unsigned imul, int ishift, i64 per_chunk,
                 const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
                 const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
                 const typename AccOf<T>::type* __restrict__ coef) {
@@ -331,7 +340,7 @@ bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
   const Affine<A> aff = affine_of(c, mean, rstd, w, b);
   const A m1 = coef[c * 2], m2 = coef[c * 2 + 1], scale = aff.w * aff.rstd;
   const i64 base = c * sc, q0 = i64(blockIdx.x) * per_chunk, q1 = min(O * I, q0 + per_chunk);
-  for_nc<VEC>(q0, q1, I, so, [&](i64 off) {
+  for_nc<VEC>(q0, q1, I, imul, ishift, so, [&](i64 off) {
     A v[VEC], g[VEC], r[VEC], out[VEC], dz[VEC];
     load_pack<A, T, VEC>(x + base + off, v);
     load_pack<A, T, VEC>(dy + base + off, g);

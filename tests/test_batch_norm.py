@@ -214,3 +214,15 @@ def test_gpu_torch_channels_last_tensor_is_read_in_place(rng):
     assert y.strides == cx.strides
     ref = reference.batch_norm(x.cpu().double().numpy(), channel_axis=1)
     assert_close("y", y, ref, *tol(numpy.float32))
+
+
+def test_inner_divider_matches_integer_division():
+    # the channel-major kernels divide element indices by I with these constants
+    rng = numpy.random.default_rng(0)
+    divisors = [1, 2, 3, 7, 49, 196, 3136, 12544, 2**20 + 1, 2**31 - 1] + [int(d) for d in rng.integers(1, 2**31, 50)]
+    for d in divisors:
+        mul, shift = _batch_norm.inner_divider(d, 10)
+        for e in [0, 1, d - 1, d, d + 1, 2**32 - 1] + [int(e) for e in rng.integers(0, 2**32, 200)]:
+            if 0 <= e < 2**32:
+                assert ((e * mul >> 32) + e) >> shift == e // d, (d, e)
+    assert _batch_norm.inner_divider(7, 2**32) == (0, 0), "2**32 elements a channel: 64-bit division"

@@ -164,12 +164,23 @@ def _slices(p: Plan):
         yield c0, min(MAX_GRID_Y, p.lay.C - c0)
 
 
+def inner_divider(d: int, count: int) -> tuple:
+    """(imul, ishift) with e // d == (umulhi(e, imul) + e) >> ishift for every 0 <= e < 2**32
+    (round-up reciprocal), or (0, 0) when a channel's ``count`` elements reach 2**32 and the
+    kernels divide in 64 bits."""
+    if count >= 1 << 32 or d >= 1 << 31:
+        return 0, 0
+    shift = (d - 1).bit_length()
+    mul = ((1 << 32) * ((1 << shift) - d)) // d + 1
+    return mul, shift
+
+
 def _shape_args(p: Plan):
     """The layout arguments after a kernel's pointers."""
     lay = p.lay
     if lay.channels_last:
         return (lay.so, lay.C, lay.O, p.per_chunk)
-    return (lay.so, lay.sc, lay.O, lay.I, p.per_chunk)
+    return (lay.so, lay.sc, lay.O, lay.I, *inner_divider(lay.I, lay.O * lay.I), p.per_chunk)
 
 
 def _off(ptr: int, elements: int, itemsize: int) -> int:
