@@ -1,12 +1,13 @@
 """``python -m cunorm bench``: cunorm's bandwidth on your GPU, next to other implementations.
 
-    python -m cunorm bench [--op ln,rms] [--dtype bf16,fp32] [--n 1024,4096] [--m 16,128]
+    python -m cunorm bench [--op ln,rms,bn] [--dtype bf16,fp32] [--n 1024,4096] [--m 16,128]
                            [--compare torch,compile] [--json out.json] [--plot out.png]
 
 Bandwidth is the bytes that must move (forward: x read, y written; backward: x and dy read,
 dx written) over the median kernel time, shown as a fraction of a device-to-device copy
 measured in the same run. Without ``--m`` each N runs with M = 64 Mi / N rows (inputs far
-larger than L2); ``--m`` lists row counts to run at every N instead.
+larger than L2); ``--m`` lists row counts to run at every N instead. BatchNorm (``bn``,
+training, NCHW and channels-last) runs issue 5's four CNN shapes; --n and --m do not apply.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import argparse
 import json
 import sys
 
-OPS = {"ln": "layer_norm", "rms": "rms_norm"}
+OPS = {"ln": "layer_norm", "rms": "rms_norm", "bn": "batch_norm"}
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
@@ -54,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
 
     ap = argparse.ArgumentParser(prog="python -m cunorm bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--op", type=_choices("op", OPS), default=list(OPS.values()), help="ln, rms (default both)")
+    ap.add_argument("--op", type=_choices("op", OPS), default=list(OPS.values()), help="ln, rms, bn (default all)")
     ap.add_argument("--dtype", type=_choices("dtype", DTYPES), default=["bfloat16", "float32"],
                     help="bf16, fp16, fp32 (default bf16,fp32)")
     ap.add_argument("--n", type=_ints, default=list(ROW_LENGTHS), help="row lengths (default 512 ... 1048576)")
@@ -95,7 +96,7 @@ def run(args, log=lambda s: print(s, file=sys.stderr, flush=True)) -> dict:
     copy = _bench.copy_gbps()
     log(f"device-to-device copy: {copy:.1f} GB/s")
     shapes = [(n, m) for n in args.n for m in (args.m or [None])]
-    jobs = [(op, dt, n, m) for op in args.op for dt in args.dtype for n, m in shapes]
+    jobs = [(op, dt, n, m) for op in args.op if op != "batch_norm" for dt in args.dtype for n, m in shapes]
     rows = []
     for i, (op, dt, n, m) in enumerate(jobs, 1):
         dtype = BFLOAT16 if dt == "bfloat16" else numpy.dtype(dt)
@@ -113,7 +114,12 @@ def run(args, log=lambda s: print(s, file=sys.stderr, flush=True)) -> dict:
             line += f"; {name} x{row[name]['fwd_speedup']:.2f} / x{row[name]['bwd_speedup']:.2f}"
         log(line)
         rows.append(row)
-    return {"copy_GBps": round(copy, 1), "peers": peers, "rows": rows}
+    result = {"copy_GBps": round(copy, 1), "peers": peers, "rows": rows}
+    if "batch_norm" in args.op:
+        from . import _bench_bn
+
+        result["batch_norm"] = _bench_bn.run(copy, args.dtype, peers, log)
+    return result
 
 
 def table(result: dict) -> str:
@@ -132,6 +138,10 @@ def table(result: dict) -> str:
             line += f"  {'x%.2f / x%.2f' % (p['fwd_speedup'], p['bwd_speedup']):>17s}"
         lines.append(line)
     lines.append("speed-up = the peer's median time / cunorm's (above 1: cunorm is faster)")
+    if result.get("batch_norm"):
+        from ._bench_bn import table as bn_table
+
+        lines.append(bn_table(result["batch_norm"]))
     return "\n".join(lines)
 
 

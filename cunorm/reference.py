@@ -82,3 +82,85 @@ def rms_norm_backward(dy, x, weight, rstd, *, normalized_ndim=1):
     dx, dweight, _ = layer_norm_backward(dy, x, weight, None, rstd, normalized_ndim=normalized_ndim,
                                          has_bias=False, _rms=True)
     return dx, dweight
+
+
+# ---- BatchNorm --------------------------------------------------------------------------
+
+def _channel_shape(x, channel_axis: int) -> tuple:
+    """(reduction axes, the shape per-channel vectors broadcast as)."""
+    ax = channel_axis % x.ndim
+    shape = [1] * x.ndim
+    shape[ax] = x.shape[ax]
+    return tuple(i for i in range(x.ndim) if i != ax), tuple(shape)
+
+
+def batch_norm(x, weight=None, bias=None, running_mean=None, running_var=None, *, training=True, momentum=0.1,
+               eps=1e-5, residual=None, activation=None, activation_param=None, channel_axis=1,
+               num_batches_tracked=None, return_stats=False):
+    """y = act((x - mean) * rstd * weight + bias + residual), statistics per channel over all
+    other axes: the batch's (biased variance) when ``training``, else the running ones.
+    Training updates ``running_mean``/``running_var`` in place with the unbiased variance:
+    new = (1 - f) * old + f * batch, f = ``momentum``, or 1 / ``num_batches_tracked`` when
+    ``momentum`` is None (PyTorch's cumulative average). (y, mean, rstd) with ``return_stats``:
+    the statistics the normalization used, per channel."""
+    from . import activations
+
+    x64 = _f64(x)
+    axes, shape = _channel_shape(x64, channel_axis)
+    if training:
+        count = x64.size // max(1, x64.shape[channel_axis % x64.ndim])
+        mean = x64.mean(axis=axes) if count else numpy.full(shape[channel_axis % x64.ndim], numpy.nan)
+        var = ((x64 - mean.reshape(shape)) ** 2).mean(axis=axes) if count else numpy.full_like(mean, numpy.nan)
+        if running_mean is not None or running_var is not None:
+            f = (1.0 / num_batches_tracked) if momentum is None else momentum
+            unbiased = var * count / (count - 1) if count > 1 else numpy.full_like(var, numpy.nan)
+            if running_mean is not None:
+                running_mean[...] = (1 - f) * _f64(running_mean) + f * mean
+            if running_var is not None:
+                running_var[...] = (1 - f) * _f64(running_var) + f * unbiased
+    else:
+        mean, var = _f64(running_mean), _f64(running_var)
+    rstd = 1.0 / numpy.sqrt(var + eps)
+    z = (x64 - mean.reshape(shape)) * rstd.reshape(shape)
+    if weight is not None:
+        z = z * _f64(weight).reshape(shape)
+    if bias is not None:
+        z = z + _f64(bias).reshape(shape)
+    if residual is not None:
+        z = z + _f64(residual)
+    y = activations.forward(z, activation, activation_param)
+    return (y, mean, rstd) if return_stats else y
+
+
+def batch_norm_backward(dy, x, weight, bias, mean, rstd, *, residual=None, activation=None,
+                        activation_param=None, training=True, channel_axis=1, has_bias=None):
+    """(dx, dweight, dbias, dresidual) of batch_norm given the statistics it used. The
+    pre-activation is recomputed from x, the statistics, the parameters and the residual.
+    dweight is None without weight, dbias None unless ``has_bias`` (default: bias given),
+    dresidual None without residual. With ``training`` the statistics depend on x (batch
+    statistics); without, they are constants (running statistics)."""
+    from . import activations
+
+    if has_bias is None:
+        has_bias = bias is not None
+    dy, x64 = _f64(dy), _f64(x)
+    axes, shape = _channel_shape(x64, channel_axis)
+    mean, rstd = _f64(mean).reshape(shape), _f64(rstd).reshape(shape)
+    xhat = (x64 - mean) * rstd
+    w = numpy.ones(shape) if weight is None else _f64(weight).reshape(shape)
+    z = xhat * w
+    if bias is not None:
+        z = z + _f64(bias).reshape(shape)
+    if residual is not None:
+        z = z + _f64(residual)
+    dz = dy * activations.derivative(z, activation, activation_param)
+    dbias = dz.sum(axis=axes) if has_bias else None
+    dweight = (dz * xhat).sum(axis=axes) if weight is not None else None
+    if training:
+        count = x64.size // x64.shape[channel_axis % x64.ndim]
+        mean_dz = dz.sum(axis=axes, keepdims=True) / count
+        mean_dzx = (dz * xhat).sum(axis=axes, keepdims=True) / count
+        dx = w * rstd * (dz - mean_dz - xhat * mean_dzx)
+    else:
+        dx = w * rstd * dz
+    return dx, dweight, dbias, (dz if residual is not None else None)

@@ -29,7 +29,7 @@ def test_cli_without_gpu_says_so_in_one_line():
 
 
 @pytest.mark.parametrize("args,message", [
-    (("--op", "ln,bn"), "unknown op 'bn'"),
+    (("--op", "ln,gn"), "unknown op 'gn'"),
     (("--dtype", "int8"), "unknown dtype 'int8'"),
     (("--n", "0"), "positive integers"),
     (("--m", "a,b"), "comma-separated integers"),
@@ -65,6 +65,16 @@ def test_table_shows_fraction_of_copy_and_speedups():
     first = lines[2].split()
     assert first[:4] == ["layer_norm", "bfloat16", "65536", "1024"]
     assert "0.80" in first and "x2.00" in text and "x4.00" in text
+
+
+def test_table_adds_batch_norm_rows():
+    result = _recorded()
+    result["batch_norm"] = [{"op": "batch_norm", "shape": [32, 256, 56, 56], "dtype": "bfloat16", "layout": "nhwc",
+                             "fwd_of_copy": 0.55, "bwd_of_copy": 0.41, "fwd_speedup_vs_best": 1.3,
+                             "bwd_speedup_vs_torch": 1.6, "fused_relu_residual_vs_plain": 1.12}]
+    text = _cli.table(result)
+    line = next(x for x in text.splitlines() if "(32, 256, 56, 56)" in x)
+    assert "nhwc" in line and "0.55" in line and "0.41" in line and "x1.30 / x1.60" in line and "1.12" in line
 
 
 def test_plot_writes_a_png(tmp_path):

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from cunorm import _compile, _config
-from cunorm.ops import _row_norm
+from cunorm.ops import _batch_norm, _row_norm
 
 ARCHS = ["sm_80", "sm_90"]
 CHUNKS = 6  # compile in slices so a failure names a smaller set
@@ -40,6 +40,11 @@ def nvrtc_ready():
 def test_all_row_norm_instantiations_compile(nvrtc_ready, arch, chunk):
     names = _row_norm.instantiations()
     _compile.compile_check(_row_norm.KERNEL_FILE, names[chunk::CHUNKS], arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_all_batch_norm_instantiations_compile(nvrtc_ready, arch):
+    _compile.compile_check(_batch_norm.KERNEL_FILE, _batch_norm.instantiations(), arch)
 
 
 def test_compile_error_is_reported(nvrtc_ready):

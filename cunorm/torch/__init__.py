@@ -18,9 +18,12 @@ import torch
 from .. import _checks
 from ._common import _NUMPY_DTYPE, _as_dtype
 from ._cuda import _cuda_backward_fast
+from ._batch_norm import batch_norm
+from ._bn_modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, _FusedBatchNorm
 from ._ops import _backward_impl, _forward_impl, _reducing_weight
 
-__all__ = ["layer_norm", "rms_norm", "LayerNorm", "RMSNorm", "replace_norms"]
+__all__ = ["layer_norm", "rms_norm", "batch_norm", "LayerNorm", "RMSNorm", "BatchNorm1d", "BatchNorm2d",
+           "BatchNorm3d", "replace_norms"]
 
 
 # ---- functional API -----------------------------------------------------------------------
@@ -162,15 +165,18 @@ class RMSNorm(torch.nn.RMSNorm):
         return rms_norm(input, self.normalized_shape, self.weight, self.eps)
 
 
-_SWAPS = {torch.nn.LayerNorm: LayerNorm, torch.nn.RMSNorm: RMSNorm}
+_SWAPS = {torch.nn.LayerNorm: LayerNorm, torch.nn.RMSNorm: RMSNorm, torch.nn.BatchNorm1d: BatchNorm1d,
+          torch.nn.BatchNorm2d: BatchNorm2d, torch.nn.BatchNorm3d: BatchNorm3d}
 
 
 def replace_norms(module: torch.nn.Module) -> torch.nn.Module:
-    """Swap every ``torch.nn.LayerNorm``/``RMSNorm`` in ``module`` (itself included) for
-    cunorm's, in place. The subclasses add no state, so parameters, buffers, hooks, device and
-    dtype stay exactly as they were. Returns ``module``."""
+    """Swap every ``torch.nn.LayerNorm``/``RMSNorm``/``BatchNorm{1,2,3}d`` in ``module``
+    (itself included) for cunorm's, in place. Parameters, buffers, hooks, device and dtype
+    stay exactly as they were (a swapped BatchNorm applies no activation). Returns ``module``."""
     for sub in module.modules():
         swap = _SWAPS.get(type(sub))
         if swap is not None:
             sub.__class__ = swap
+            if issubclass(swap, _FusedBatchNorm):
+                sub.activation, sub.activation_param = None, None
     return module

@@ -1,0 +1,115 @@
+"""BatchNorm measurements for the GPU check (issue 5's shapes): training forward and
+backward through the CuPy API in NCHW and channels-last layouts, bf16 and fp32, parameters in
+the input dtype, next to torch eager (cuDNN / native) and torch.compile's forward. Bytes
+model: forward 2 * numel * s (x read, y written), backward 3 * numel * s (x and dy read, dx
+written); the _bench method (median of batches of back-to-back calls between events)."""
+from __future__ import annotations
+
+SHAPES = ((32, 256, 56, 56), (128, 64, 112, 112), (64, 1024, 14, 14), (256, 2048, 7, 7))
+
+
+def _cupy_case(shape, dtype, channels_last):
+    import cupy
+    import numpy
+
+    import cunorm
+
+    from ._bench import cupy_events, time_ms
+
+    rng = cupy.random.default_rng(0)
+    n, c, h, w = shape
+    phys = (n, h, w, c) if channels_last else shape
+    x = rng.standard_normal(phys, dtype=numpy.float32).astype(dtype)
+    dy = rng.standard_normal(phys, dtype=numpy.float32).astype(dtype)
+    wt, b = cupy.ones(c, dtype), cupy.zeros(c, dtype)
+    rm, rv = cupy.zeros(c, dtype), cupy.ones(c, dtype)
+    axis = -1 if channels_last else 1
+    _, mean, rstd = cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, return_stats=True)
+    fwd = lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis)  # noqa: E731
+    bwd = lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis)  # noqa: E731
+    fwd_relu = lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, residual=dy,  # noqa: E731
+                                         activation="relu")
+    return time_ms(fwd, cupy_events), time_ms(bwd, cupy_events), time_ms(fwd_relu, cupy_events)
+
+
+def _torch_case(shape, dtype, channels_last):
+    import torch
+    import torch.nn.functional as F
+
+    from ._bench import time_ms, torch_events
+
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(shape, device="cuda", dtype=dtype).to(memory_format=fmt).requires_grad_()
+    w = torch.ones(shape[1], device="cuda", dtype=dtype, requires_grad=True)
+    b = torch.zeros(shape[1], device="cuda", dtype=dtype, requires_grad=True)
+    rm, rv = torch.zeros(shape[1], device="cuda", dtype=dtype), torch.ones(shape[1], device="cuda", dtype=dtype)
+    dy = torch.randn_like(x)
+
+    def fwd():
+        with torch.no_grad():
+            return F.batch_norm(x, rm, rv, w, b, training=True)
+
+    y = F.batch_norm(x, rm, rv, w, b, training=True)
+    bwd = lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True)  # noqa: E731
+    compiled = torch.compile(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True))
+
+    def fwd_compiled():
+        with torch.no_grad():
+            return compiled(x, w, b)
+
+    return time_ms(fwd, torch_events), time_ms(bwd, torch_events), time_ms(fwd_compiled, torch_events)
+
+
+def run(copy_gbps: float, dtypes=("bfloat16", "float32"), peers=("torch", "compile"), log=print) -> list[dict]:
+    """One row per shape, dtype and layout; torch eager's and torch.compile's times where
+    ``peers`` names them and torch has CUDA."""
+    import numpy
+
+    from ._checks import BFLOAT16
+
+    torch_dtypes = None
+    if peers:
+        try:
+            import torch
+            if torch.cuda.is_available():
+                torch_dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+        except ImportError:
+            pass
+    rows = []
+    for shape in SHAPES:
+        numel = int(numpy.prod(shape))
+        for name in dtypes:
+            dtype = BFLOAT16 if name == "bfloat16" else numpy.dtype(name)
+            for channels_last in (False, True):
+                s = dtype.itemsize
+                f_ms, b_ms, relu_ms = _cupy_case(shape, dtype, channels_last)
+                row = {"op": "batch_norm", "shape": list(shape), "dtype": name,
+                       "layout": "nhwc" if channels_last else "nchw",
+                       "fwd_GBps": round(2 * numel * s / f_ms / 1e6, 1), "bwd_GBps": round(3 * numel * s / b_ms / 1e6, 1),
+                       "fwd_ms": round(f_ms, 4), "bwd_ms": round(b_ms, 4),
+                       "fused_relu_residual_vs_plain": round(relu_ms / f_ms, 3)}
+                row["fwd_of_copy"] = round(row["fwd_GBps"] / copy_gbps, 3)
+                row["bwd_of_copy"] = round(row["bwd_GBps"] / copy_gbps, 3)
+                if torch_dtypes:
+                    tf, tb, tc = _torch_case(shape, torch_dtypes[name], channels_last)
+                    row.update(torch_fwd_ms=round(tf, 4), torch_bwd_ms=round(tb, 4), compile_fwd_ms=round(tc, 4),
+                               fwd_speedup_vs_best=round(min(tf, tc) / f_ms, 3), bwd_speedup_vs_torch=round(tb / b_ms, 3))
+                log(f"batch_norm {name} {row['layout']} {shape}: fwd {row['fwd_of_copy']} / bwd {row['bwd_of_copy']} "
+                    f"of copy; vs torch fwd x{row.get('fwd_speedup_vs_best')}, bwd x{row.get('bwd_speedup_vs_torch')}; "
+                    f"residual+relu x{row['fused_relu_residual_vs_plain']} of plain")
+                rows.append(row)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """The BatchNorm part of the bench table."""
+    lines = [f"{'batch_norm':10s} {'dtype':8s} {'layout':6s} {'shape':>20s} {'fwd copy':>8s} {'bwd copy':>8s} "
+             f"{'vs torch f/b':>15s} {'res+relu':>8s}"]
+    for r in rows:
+        vs = (f"x{r['fwd_speedup_vs_best']:.2f} / x{r['bwd_speedup_vs_torch']:.2f}"
+              if "fwd_speedup_vs_best" in r else "-")
+        lines.append(f"{'':10s} {r['dtype']:8s} {r['layout']:6s} {str(tuple(r['shape'])):>20s} "
+                     f"{r['fwd_of_copy']:8.2f} {r['bwd_of_copy']:8.2f} {vs:>15s} {r['fused_relu_residual_vs_plain']:8.2f}")
+    lines.append("vs torch: the best of torch eager and torch.compile forward, torch eager backward; "
+                 "res+relu: fused residual + ReLU forward time / plain forward")
+    return "\n".join(lines)

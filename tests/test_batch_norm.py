@@ -1,0 +1,228 @@
+"""BatchNorm (issue 5): the float64 reference against PyTorch's semantics (CPU), the public
+API's checks and NumPy path, the kernels' layout analysis, and the GPU kernels against the
+reference in both memory layouts (nc: channel-major; cl: channels last)."""
+from __future__ import annotations
+
+import numpy
+import pytest
+
+import cunorm
+from cunorm import activations, reference
+from cunorm._checks import BFLOAT16
+from cunorm._compile import c_type
+from cunorm.ops import _batch_norm
+from tolerances import assert_close, reduction_tol, tol
+
+ACTIVATIONS = list(activations.ACTIVATIONS)
+ACT_IDS = [str(a) for a in ACTIVATIONS]
+
+
+def _inputs(rng, shape, axis, dtype=numpy.float64):
+    C = shape[axis]
+    return {"x": (rng.standard_normal(shape) * 1.5 + 0.3).astype(dtype),
+            "w": (1 + 0.2 * rng.standard_normal(C)), "b": 0.2 * rng.standard_normal(C),
+            "r": rng.standard_normal(shape).astype(dtype), "dy": rng.standard_normal(shape).astype(dtype),
+            "rm": 0.1 * rng.standard_normal(C), "rv": 0.5 + rng.random(C)}
+
+
+# ---- reference against PyTorch (float64, CPU) ----------------------------------------------
+
+def _torch_act(torch, name, p):
+    F = torch.nn.functional
+    return {None: lambda z: z, "relu": F.relu, "leaky_relu": lambda z: F.leaky_relu(z, p), "gelu": F.gelu,
+            "gelu_tanh": lambda z: F.gelu(z, approximate="tanh"), "silu": F.silu, "sigmoid": torch.sigmoid,
+            "tanh": torch.tanh, "mish": F.mish, "elu": lambda z: F.elu(z, p), "hardswish": F.hardswish,
+            "softplus": lambda z: F.softplus(z, p)}[name]
+
+
+@pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
+def test_reference_matches_torch(rng, activation, training, channel_axis):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    F = torch.nn.functional
+    shape = (4, 3, 5, 6) if channel_axis == 1 else (4, 5, 6, 3)
+    d = _inputs(rng, shape, channel_axis)
+    _, p = activations.check(activation, None)
+    param = None if activations.ACTIVATIONS[activation][1] is None else p
+    rm, rv = d["rm"].copy(), d["rv"].copy()
+    y, mean, rstd = reference.batch_norm(d["x"], d["w"], d["b"], rm, rv, training=training, residual=d["r"],
+                                         activation=activation, activation_param=param, channel_axis=channel_axis,
+                                         return_stats=True)
+    dx, dw, db, dr = reference.batch_norm_backward(d["dy"], d["x"], d["w"], d["b"], mean, rstd, residual=d["r"],
+                                                   activation=activation, activation_param=param, training=training,
+                                                   channel_axis=channel_axis)
+    t = {k: torch.tensor(v, requires_grad=k in ("x", "w", "b", "r")) for k, v in d.items()}
+    to_nc = (lambda a: a) if channel_axis == 1 else (lambda a: a.permute(0, 3, 1, 2))
+    from_nc = (lambda a: a) if channel_axis == 1 else (lambda a: a.permute(0, 2, 3, 1))
+    z = F.batch_norm(to_nc(t["x"]), t["rm"], t["rv"], t["w"], t["b"], training=training, momentum=0.1, eps=1e-5)
+    ty = from_nc(_torch_act(torch, activation, p)(z + to_nc(t["r"])))
+    ty.backward(t["dy"])
+    for name, ours, theirs in (("y", y, ty), ("running_mean", rm, t["rm"]), ("running_var", rv, t["rv"]),
+                               ("dx", dx, t["x"].grad), ("dweight", dw, t["w"].grad), ("dbias", db, t["b"].grad),
+                               ("dresidual", dr, t["r"].grad)):
+        assert_close(name, ours, theirs.detach().numpy(), 1e-9, 1e-9)
+
+
+# ---- public API: checks and the NumPy path ---------------------------------------------------
+
+def test_numpy_path_runs_the_reference_and_updates_running_stats(rng):
+    d = _inputs(rng, (3, 4, 7), 1, numpy.float32)
+    rm, rv = d["rm"].astype(numpy.float32), d["rv"].astype(numpy.float32)
+    rm_ref, rv_ref = d["rm"].copy(), d["rv"].copy()
+    y, mean, rstd = cunorm.batch_norm(d["x"], d["w"].astype(numpy.float32), None, rm, rv, momentum=None,
+                                      num_batches_tracked=4, activation="silu", return_stats=True)
+    ry = reference.batch_norm(d["x"], d["w"], None, rm_ref, rv_ref, momentum=0.25, activation="silu")
+    assert y.dtype == numpy.float32 and mean.dtype == numpy.float32 and mean.shape == (4,)
+    assert_close("y", y, ry, *tol(numpy.float32))
+    assert_close("running_mean", rm, rm_ref, 1e-6, 1e-6)
+    assert_close("running_var", rv, rv_ref, 1e-6, 1e-6)
+
+
+@pytest.mark.parametrize("call,error,name", [
+    (lambda x: cunorm.batch_norm(x[0, 0]), ValueError, "x"),  # one axis: no channels
+    (lambda x: cunorm.batch_norm(x, channel_axis=2), ValueError, "channel_axis"),
+    (lambda x: cunorm.batch_norm(x, numpy.ones(5)), ValueError, "weight"),
+    (lambda x: cunorm.batch_norm(x, activation="swish"), ValueError, "activation"),
+    (lambda x: cunorm.batch_norm(x, activation="relu", activation_param=0.1), ValueError, "activation_param"),
+    (lambda x: cunorm.batch_norm(x, training=False), ValueError, "running_mean"),
+    (lambda x: cunorm.batch_norm(x, running_mean=numpy.zeros(3), running_var=numpy.ones(3), momentum=None),
+     ValueError, "num_batches_tracked"),
+    (lambda x: cunorm.batch_norm(x, running_mean=numpy.zeros(3), running_var=numpy.ones(3), momentum=2.0),
+     ValueError, "momentum"),
+    (lambda x: cunorm.batch_norm(x[:1, :, :1]), ValueError, "x"),  # one value per channel when training
+    (lambda x: cunorm.batch_norm(x, residual=x[:1]), ValueError, "residual"),
+    (lambda x: cunorm.batch_norm(x.astype(numpy.int32)), TypeError, "x"),
+])
+def test_bad_arguments_name_the_argument(call, error, name):
+    x = numpy.ones((2, 3, 4), numpy.float32)
+    with pytest.raises(error, match=f"^{name}"):
+        call(x)
+
+
+# ---- layout analysis (CPU) --------------------------------------------------------------------
+
+def test_layouts_nchw_nhwc_and_channels_last_strides():
+    nchw = _batch_norm.layout((4, 3, 5, 6), (90, 30, 6, 1), 1)
+    assert (nchw.channels_last, nchw.O, nchw.C, nchw.I, nchw.so, nchw.sc) == (False, 4, 3, 30, 90, 30)
+    nhwc = _batch_norm.layout((4, 5, 6, 3), (90, 18, 3, 1), 3)
+    assert (nhwc.channels_last, nhwc.O, nhwc.C, nhwc.so) == (True, 120, 3, 3)
+    # a torch channels_last NCHW tensor: channel axis 1, stored innermost
+    assert _batch_norm.layout((4, 3, 5, 6), (90, 1, 18, 3), 1) == nhwc
+    assert _batch_norm.layout((8, 3), (3, 1), 1).channels_last
+    f_order = _batch_norm.layout((8, 3), (1, 8), 1)
+    assert not f_order.channels_last and (f_order.O, f_order.I, f_order.so, f_order.sc) == (8, 1, 1, 8)
+
+
+def test_layouts_the_kernels_cannot_address():
+    assert _batch_norm.layout((4, 3, 5, 6), (90, 30, 1, 5), 1) is None  # spatial axes transposed
+    assert _batch_norm.layout((4, 3, 6), (18, 6, 2), 1) is None  # strided inner axis, channel not innermost
+
+
+def test_instantiations_cover_every_launch_name():
+    names = set(_batch_norm.instantiations())
+    for t in _batch_norm.DTYPES:
+        for vec in _batch_norm._vec_choices(t):
+            assert f"bn_stats_nc<{c_type(t)}, {vec}>" in names
+
+
+# ---- GPU ------------------------------------------------------------------------------------
+
+SHAPES = [(4, 3, 5, 6), (1, 3, 7, 13), (2, 1, 5), (5, 3), (2, 4, 3, 5, 7), (3, 8, 1, 1), (2, 16, 4, 4)]
+DTYPES = [(numpy.dtype(numpy.float32), numpy.float32), (numpy.dtype(numpy.float16), numpy.float32),
+          (BFLOAT16, numpy.float32), (BFLOAT16, BFLOAT16), (numpy.dtype(numpy.float64), numpy.float64)]
+DTYPE_IDS = ["fp32", "fp16_fp32params", "bf16_fp32params", "bf16", "fp64"]
+
+
+def _gpu_case(rng, shape, channel_axis, dtype, pdtype, activation, training, with_residual=True):
+    import cupy
+
+    d = _inputs(rng, shape, channel_axis, dtype)
+    _, p = activations.check(activation, None)
+    param = None if activations.ACTIVATIONS[activation][1] is None else p
+    hw, hb = d["w"].astype(pdtype), d["b"].astype(pdtype)
+    rm, rv = d["rm"].astype(pdtype), d["rv"].astype(pdtype)
+    hr = d["r"] if with_residual else None
+    rm_ref, rv_ref = rm.astype(numpy.float64), rv.astype(numpy.float64)
+    ry, rmean, rrstd = reference.batch_norm(d["x"], hw, hb, rm_ref, rv_ref, training=training, residual=hr,
+                                            activation=activation, activation_param=param,
+                                            channel_axis=channel_axis, return_stats=True)
+    g = {k: cupy.asarray(v) for k, v in (("x", d["x"]), ("w", hw), ("b", hb), ("rm", rm), ("rv", rv),
+                                         ("dy", d["dy"]))}
+    gr = None if hr is None else cupy.asarray(hr)
+    y, mean, rstd = cunorm.batch_norm(g["x"], g["w"], g["b"], g["rm"], g["rv"], training=training, residual=gr,
+                                      activation=activation, activation_param=param, channel_axis=channel_axis,
+                                      return_stats=True)
+    rtol, atol = tol(dtype)
+    assert y.dtype == dtype and y.strides == g["x"].strides
+    assert_close("y", y, ry, rtol, atol)
+    assert_close("mean", mean, rmean, 1e-5, 1e-5)
+    assert_close("rstd", rstd, rrstd, 1e-4, 1e-4)
+    ptol = tol(pdtype)
+    assert_close("running_mean", g["rm"], rm_ref, *ptol)
+    assert_close("running_var", g["rv"], rv_ref, *ptol)
+    dx, dw, db, dr = cunorm.batch_norm_backward(g["dy"], g["x"], g["w"], g["b"], mean, rstd, residual=gr,
+                                                activation=activation, activation_param=param, training=training,
+                                                channel_axis=channel_axis)
+    rdx, rdw, rdb, rdr = reference.batch_norm_backward(d["dy"], d["x"], hw, hb, mean.get(), rstd.get(), residual=hr,
+                                                       activation=activation, activation_param=param,
+                                                       training=training, channel_axis=channel_axis)
+    count = d["x"].size // shape[channel_axis]
+    assert_close("dx", dx, rdx, rtol, 4 * atol * float(rstd.max().get()))
+    assert_close("dweight", dw, rdw, *reduction_tol(numpy.float32 if pdtype == numpy.float32 else pdtype, count))
+    assert_close("dbias", db, rdb, *reduction_tol(numpy.float32 if pdtype == numpy.float32 else pdtype, count))
+    if with_residual:
+        assert_close("dresidual", dr, rdr, rtol, 4 * atol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
+@pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_shapes_dtypes_layouts(rng, shape, dtype, pdtype, channel_axis):
+    sh = shape if channel_axis == 1 else (shape[0], *shape[2:], shape[1])
+    _gpu_case(rng, sh, channel_axis, dtype, pdtype, "relu", training=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("with_residual", [True, False], ids=["residual", "plain"])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
+def test_gpu_activations(rng, activation, with_residual, training, channel_axis):
+    shape = (4, 6, 5, 7) if channel_axis == 1 else (4, 5, 7, 6)
+    _gpu_case(rng, shape, channel_axis, numpy.dtype(numpy.float32), numpy.float32, activation, training,
+              with_residual)
+
+
+@pytest.mark.gpu
+def test_gpu_more_channels_than_one_grid_axis(rng):
+    # 70000 channels: the channel-major launches go out in slices of 65,535
+    _gpu_case(rng, (2, 70000, 3), 1, numpy.dtype(numpy.float32), numpy.float32, None, training=True)
+
+
+@pytest.mark.gpu
+def test_gpu_torch_channels_last_tensor_is_read_in_place(rng):
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    import cupy
+
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    x = torch.randn(4, 8, 5, 6, device="cuda").to(memory_format=torch.channels_last)
+    cx = cupy.from_dlpack(x)
+    y = cunorm.batch_norm(cx, channel_axis=1)
+    assert y.strides == cx.strides
+    ref = reference.batch_norm(x.cpu().double().numpy(), channel_axis=1)
+    assert_close("y", y, ref, *tol(numpy.float32))
+
+
+def test_inner_divider_matches_integer_division():
+    # the channel-major kernels divide element indices by I with these constants
+    rng = numpy.random.default_rng(0)
+    divisors = [1, 2, 3, 7, 49, 196, 3136, 12544, 2**20 + 1, 2**31 - 1] + [int(d) for d in rng.integers(1, 2**31, 50)]
+    for d in divisors:
+        mul, shift = _batch_norm.inner_divider(d, 10)
+        for e in [0, 1, d - 1, d, d + 1, 2**32 - 1] + [int(e) for e in rng.integers(0, 2**32, 200)]:
+            if 0 <= e < 2**32:
+                assert ((e * mul >> 32) + e) >> shift == e // d, (d, e)
+    assert _batch_norm.inner_divider(7, 2**32) == (0, 0), "2**32 elements a channel: 64-bit division"
