@@ -15,6 +15,10 @@ using namespace cunorm;
 
 enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
 
+#ifndef CUNORM_FWD_ONE_PASS
+#define CUNORM_FWD_ONE_PASS 0  // 1: one reduction for both LayerNorm statistics (sweep_fwd_variant.py)
+#endif
+
 
 template <int TPR>
 struct GroupShape {
@@ -95,8 +99,10 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
     A v[PACKS][VEC];
     load_tile<VEC, PACKS, TPR>(xrow + c0, limit, lane, v);
 
-    // v becomes x - pivot, then x - pivot - mu (the centred value), in place.
+    // v becomes x - pivot, then x - pivot - mu (the centred value), in place; with the
+    // one-pass statistics the output subtracts mu instead (mu_done false).
     A pivot = A(0), mu = A(0), r;
+    bool mu_done = false;
     if constexpr (MODE == kChunkApply) {
       if constexpr (!RMS) {
         pivot = row_shift[safe_row * 2];
@@ -107,7 +113,35 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
         for (int k = 0; k < VEC; ++k) v[p][k] = v[p][k] - pivot - mu;
+      mu_done = true;
     } else {
+      A q = A(0);
+#if CUNORM_FWD_ONE_PASS
+      // One pass, one reduction: sums of t = x - pivot and of t^2 together, then the tile's
+      // M2 = sum t^2 - (sum t)^2 / n. The pivot is one of the row's values, so t is centred
+      // to within the row's spread and the subtraction keeps its digits; v stays x - pivot
+      // and the output subtracts mu.
+      if constexpr (!RMS) pivot = cvt<A>(xrow[0]);
+      A s = A(0);
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          v[p][k] -= pivot;
+          s += v[p][k];
+          q += v[p][k] * v[p][k];
+        }
+      }
+      if constexpr (RMS) {
+        q = group_sum<TPR>(q, smem);
+      } else {
+        group_sum2<TPR>(s, q, smem);
+        const A n = A(limit > 0 ? limit : 1);
+        mu = s / n;
+        q = q - s * mu > A(0) ? q - s * mu : A(0);
+      }
+#else
       if constexpr (!RMS) {
         pivot = cvt<A>(xrow[0]);
         A s = A(0);
@@ -120,7 +154,6 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
         mu = group_sum<TPR>(s, smem) / A(limit > 0 ? limit : 1);
       }
       // Second pass over the registers: squared deviations from the exact tile mean.
-      A q = A(0);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
@@ -128,6 +161,8 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
         for (int k = 0; k < VEC; ++k) { v[p][k] -= mu; q += v[p][k] * v[p][k]; }
       }
       q = group_sum<TPR>(q, smem);
+      mu_done = true;
+#endif
       if constexpr (MODE == kChunkStats) {
         if (lane == 0 && row_ok) {
           tile_stats[(row * C + it % C) * 2] = mu;
@@ -151,7 +186,7 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
       load_param<VEC>(weight, c0 + col, A(1), wv);
       load_param<VEC>(bias, c0 + col, A(0), bv);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) out[k] = v[p][k] * r * wv[k] + bv[k];
+      for (int k = 0; k < VEC; ++k) out[k] = (mu_done ? v[p][k] : v[p][k] - mu) * r * wv[k] + bv[k];
       store_pack<T>(ytile + col, out);
     }
   }
