@@ -55,6 +55,15 @@ class Rows:
         return (*self.strides, *self.sizes)
 
 
+def remember(plans: dict, key, value, limit: int):
+    """``plans[key] = value``, emptying ``plans`` first when it holds ``limit`` entries (a
+    per-signature plan cache must not grow without bound); returns ``value``."""
+    if len(plans) >= limit:
+        plans.clear()
+    plans[key] = value
+    return value
+
+
 @functools.lru_cache(maxsize=1024)
 def contiguous_strides(shape: tuple) -> tuple:
     """Element strides of a C-contiguous array of ``shape``."""

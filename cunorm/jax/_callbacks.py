@@ -20,7 +20,7 @@ import math
 import numpy
 
 from .. import reference
-from .._launch import ARENA_ALIGN, Arena, View, arena_bytes, contiguous_strides, make_current
+from .._launch import ARENA_ALIGN, Arena, View, arena_bytes, contiguous_strides, make_current, remember
 from ..ops import _row_norm
 
 
@@ -43,7 +43,8 @@ def scratch_bytes_forward(shape, dtype, pdt, nd, rms, eps) -> int:
     need = ARENA_ALIGN
     if dev is not None:
         for align in (0, 1):
-            plan = _row_norm.forward_plan(tuple(shape), contiguous_strides(tuple(shape)), dtype, pdt, nd, rms, eps, dev, align, align)
+            plan = _row_norm.forward_plan(tuple(shape), contiguous_strides(tuple(shape)), dtype, pdt, nd, rms, eps,
+                                          dev, align, align)
             if plan is not None:
                 need = max(need, arena_bytes(_row_norm.forward_scratch(plan, stats=True)))
     return need
@@ -55,8 +56,8 @@ def scratch_bytes_backward(shape, dtype, wdt, nd, rms, has_weight, has_bias) -> 
     need = ARENA_ALIGN
     if dev is not None:
         for align in (0, 1):
-            plan = _row_norm.backward_plan(tuple(shape), contiguous_strides(tuple(shape)), contiguous_strides(tuple(shape)), dtype, wdt, wdt, nd, rms,
-                                           dev, align, align)
+            strides = contiguous_strides(tuple(shape))
+            plan = _row_norm.backward_plan(tuple(shape), strides, strides, dtype, wdt, wdt, nd, rms, dev, align, align)
             if plan is not None:
                 need = max(need, arena_bytes(_row_norm.backward_scratch(plan, has_weight, has_bias)))
     return need
@@ -114,11 +115,6 @@ _MAX_PLANS = 64
 _GENERAL = False  # a signature that takes the general path (views, per-element loops)
 
 
-def _remember(plans: dict, key, value):
-    if len(plans) >= _MAX_PLANS:
-        plans.clear()
-    plans[key] = value
-    return value
 
 
 def _shape(buf):
@@ -209,7 +205,7 @@ def forward(x_shape, x_dtype, nd: int, rms: bool, eps: float):
                _shape(scratch))
         entry = plans.get(key)
         if entry is None:
-            entry = _remember(plans, key, _forward_entry(key, x, weight, bias, y, scratch))
+            entry = remember(plans, key, _forward_entry(key, x, weight, bias, y, scratch), _MAX_PLANS)
         if entry is not _GENERAL:
             make_current(dev)
             plan, nbytes = entry
@@ -287,7 +283,7 @@ def backward(x_shape, x_dtype, nd: int, rms: bool, has_weight: bool, has_bias: b
                _shape(rstd), _shape(dx), _shape(scratch))
         entry = plans.get(key)
         if entry is None:
-            entry = _remember(plans, key, _backward_entry(key, dy, x, weight, mean, rstd, dx, scratch))
+            entry = remember(plans, key, _backward_entry(key, dy, x, weight, mean, rstd, dx, scratch), _MAX_PLANS)
         if entry is not _GENERAL:
             make_current(dev)
             plan, nbytes = entry

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy
 import torch
 
-from .._launch import View, contiguous_strides, make_current, rows_of
+from .._launch import View, contiguous_strides, make_current, remember, rows_of
 from ..ops import _row_norm
 from ._common import _NUMPY_DTYPE, _TORCH_DTYPE, _acc, _as_dtype, _check_backward, _check_tensors, _stats_shape
 
@@ -85,10 +85,6 @@ _forward_plans: dict = {}
 _backward_plans: dict = {}
 
 
-def _remember(plans: dict, key, value) -> None:
-    if len(plans) >= _MAX_PLANS:
-        plans.clear()
-    plans[key] = value
 
 
 def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True, backward_state=None):
@@ -136,7 +132,7 @@ def _forward_entry(key, x, nd, weight, bias, eps, rms):
             # the backward plan for a C-contiguous dy, made on the first backward
             bstate = [None, key[3], nd, rms, key[-2], key[-1]]
             entry = (plan, _stats_shape(x, nd, rms), _TORCH_DTYPE[plan.acc], bstate)
-    _remember(_forward_plans, key, entry)
+    remember(_forward_plans, key, entry, _MAX_PLANS)
     return entry
 
 
@@ -240,7 +236,7 @@ def _backward_entry(key, dy, x, weight, stats, nd, rms):
                                            key[3], key[-2], key[-1])
             if plan is not None:
                 entry = (plan, tuple(x.shape[x.ndim - nd:]), wdt)
-    _remember(_backward_plans, key, entry)
+    remember(_backward_plans, key, entry, _MAX_PLANS)
     return entry
 
 
