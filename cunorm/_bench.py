@@ -49,6 +49,79 @@ def time_ms(fn, events=cupy_events) -> float:
     return statistics.median(samples)
 
 
+# Holds a stream for a given number of nanoseconds (the GPU's global timer), so the calls
+# queued behind it run back to back once it ends, whatever the host took to queue them.
+_SPIN_SOURCE = r"""
+extern "C" __global__ void cunorm_bench_spin(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"""
+_spin_kernels: dict = {}
+
+
+def _spin(ns: int, stream_ptr: int) -> None:
+    import cupy
+
+    dev = cupy.cuda.runtime.getDevice()
+    kernel = _spin_kernels.get(dev)
+    if kernel is None:
+        kernel = _spin_kernels[dev] = cupy.RawKernel(_SPIN_SOURCE, "cunorm_bench_spin")
+    with cupy.cuda.ExternalStream(stream_ptr):
+        kernel((1,), (1,), (numpy.uint64(ns),))
+
+
+def _reached(event) -> bool:
+    return event.done if hasattr(event, "done") else event.query()
+
+
+def queued_time_ms(fn, stream_ptr: int, events=cupy_events) -> float:
+    """Median GPU milliseconds per call of ``fn`` with the host's share taken out: each batch
+    of BATCH calls is queued behind a spin kernel on ``stream_ptr`` (the stream ``fn``
+    launches on) that outlasts the queuing, so the calls' kernels run back to back between
+    the two events. A batch whose start event had already passed when the host finished
+    queuing (the spin was too short) is discarded and the spin doubled. For calls whose host
+    time exceeds their kernel time (small tensors), time_ms measures the host instead."""
+    import time
+
+    fn()
+    start, end, elapsed = events()
+    end.record()
+    end.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(BATCH):
+        fn()
+    spin_ns = int((time.perf_counter() - t0) * 2e9) + 200_000
+    samples = []
+    while len(samples) < SAMPLES:
+        _spin(spin_ns, stream_ptr)
+        start.record()
+        for _ in range(BATCH):
+            fn()
+        end.record()
+        queued_in_time = not _reached(start)
+        end.synchronize()
+        if queued_in_time:
+            samples.append(elapsed(start, end) / BATCH)
+        elif spin_ns > 10**9:
+            raise RuntimeError("queued_time_ms: the host never finished queuing within a 1 s spin")
+        else:
+            spin_ns *= 2
+    return statistics.median(samples)
+
+
+def host_us(fn, calls: int = 20) -> float:
+    """Wall microseconds per call on the host (the GPU queue may lag behind)."""
+    import time
+
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
 def copy_gbps(nbytes: int = 2 * 2**30) -> float:
     """Device-to-device copy bandwidth, bytes read plus bytes written."""
     import cupy

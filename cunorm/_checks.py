@@ -26,7 +26,31 @@ def _is_cupy(a) -> bool:
 
 
 def backend(**arrays) -> str:
-    """'numpy' or 'cupy' for the given (name=array or None) arguments; all must agree."""
+    """'numpy' or 'cupy' for the given (name=array or None) arguments; all must agree (and
+    CuPy arrays be on one device)."""
+    # the common cases in one cheap pass (a device id from the memory pointer, not a Device
+    # object a call); anything else goes the long way, which also words the errors
+    kind = device = None
+    for a in arrays.values():
+        if a is None:
+            continue
+        t = type(a)
+        if t is numpy.ndarray:
+            this, dev = "numpy", None
+        elif t.__module__.startswith("cupy") and hasattr(a, "data"):
+            this, dev = "cupy", a.data.device_id
+        else:
+            break
+        if kind is None:
+            kind, device = this, dev
+        elif this != kind or dev != device:
+            break
+    else:
+        return kind or "numpy"
+    return _backend_checked(arrays)
+
+
+def _backend_checked(arrays: dict) -> str:
     kinds = {}
     for name, a in arrays.items():
         if a is None:

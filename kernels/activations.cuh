@@ -1,8 +1,9 @@
 // Activations a normalization kernel may apply to its output, and their derivatives, in the
 // accumulation type. Ids and definitions match cunorm/activations.py (PyTorch's formulas and
 // defaults: relu' = 0 at 0, softplus threshold 20, hardswish' = z / 3 + 0.5 on [-3, 3]).
-// The id is a kernel argument: one uniform switch per element instead of one instantiation
-// per activation.
+// A kernel takes the id as an argument (ActAny: one uniform switch per element, one
+// instantiation for all twelve) or as a constant (ActFixed: the switch folds away), so the
+// common cases, none and ReLU, cost nothing extra.
 #pragma once
 
 namespace cunorm {
@@ -76,5 +77,12 @@ __device__ __forceinline__ A act_derivative(int id, A z, A p) {
     default: return A(1);
   }
 }
+
+// A compile-time activation id (the switches above fold) or a run-time one; tag() gives it.
+template <int ID> struct ActFixed { __device__ __forceinline__ int operator()() const { return ID; } };
+struct ActAny {
+  int id;
+  __device__ __forceinline__ int operator()() const { return id; }
+};
 
 }  // namespace cunorm

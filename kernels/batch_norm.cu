@@ -1,166 +1,278 @@
 // BatchNorm over the channels of x, forward and backward, with an optional residual added and
-// an activation applied in the same pass. First version: three passes each way (partial
-// sums per channel and chunk, a per-channel finalize, an elementwise apply), x read twice.
+// an activation applied in the same pass. Three passes each way: partial sums per channel and
+// chunk, a per-channel finalize, an elementwise apply; x is read twice.
 //
 // x is addressed as (outer O, channel C, inner I): element (o, c, i) at o * so + c * sc + i.
 //   nc kernels : channel-major (NCHW and friends): each block owns one channel and a chunk of
-//                its O * I elements; I % VEC == 0, so a pack never straddles two runs of I.
-//   cl kernels : channels last (sc = 1, I = 1): each block owns 32 * VEC channels (one pack a
-//                lane) and a chunk of the O positions, kBnRows warps stepping down them.
+//                its packs (VEC elements; I % VEC == 0, so a pack never straddles two runs).
+//   cl kernels : channels last (sc = 1, I = 1): a block is CPB channel packs (lanes) by
+//                kBnBlock / CPB rows of positions; it owns CPB * VEC channels and a chunk of
+//                the O positions. Few channels take narrow, tall blocks: no idle lanes.
 // y, dy, dx, the residual and its gradient share x's strides (the host sees to it).
 // Sums are per thread in order, then fixed trees: deterministic, no atomics.
+//
+// Speed (NOTES, BatchNorm v2): each thread keeps U packs of loads in flight, walks its packs
+// with adds (no division a pack), holds few per-channel constants (folded once), and the apply
+// passes walk the tensor in the opposite order of the sums pass before them, so they start on
+// what that pass left in L2. The activation is a template class (none, ReLU, any).
 #include "common.cuh"
 #include "activations.cuh"
 
 using namespace cunorm;
 
-constexpr int kBnBlock = 256;
-constexpr int kBnRows = kBnBlock / kWarp;  // cl kernels: warps stepping down positions
+constexpr int kBnBlockLog2 = 8;
+constexpr int kBnBlock = 1 << kBnBlockLog2;
 
-// e / I for e < 2^32 by a multiply and a shift (imul, ishift from the host, which passes
-// imul = 0 when a channel holds 2^32 elements or more: then a 64-bit division). A 64-bit
-// division per pack cost more instructions than the pack's arithmetic.
-__device__ __forceinline__ i64 div_inner(i64 e, i64 I, unsigned imul, int ishift) {
-  if (imul == 0u) return e / I;
-  const unsigned n = unsigned(e);
-  return i64((static_cast<unsigned long long>(__umulhi(n, imul)) + n) >> ishift);
+// Packs a thread keeps in flight: about kInflightBytes a stream (fewer leaves the loads
+// latency-bound; more costs registers and so resident threads), 1 to 8 packs.
+constexpr int kInflightBytes = 32;
+template <typename T, int VEC>
+__host__ __device__ constexpr int unroll_of() {
+  return kInflightBytes / int(VEC * sizeof(T)) < 1 ? 1
+       : (kInflightBytes / int(VEC * sizeof(T)) > 8 ? 8 : kInflightBytes / int(VEC * sizeof(T)));
 }
 
-// Channel-major traversal: calls f(offset of a pack from the channel's base) for this
-// thread's packs of elements [q0, q1) of the channel, q = o * I + i.
-template <int VEC, typename F>
-__device__ __forceinline__ void for_nc(i64 q0, i64 q1, i64 I, unsigned imul, int ishift, i64 so, F&& f) {
-  for (i64 e = q0 + i64(threadIdx.x) * VEC; e < q1; e += i64(kBnBlock) * VEC) {
-    const i64 o = div_inner(e, I, imul, ishift);
-    f(o * so + (e - o * I));
+// The residual's pack, or zeros where there is none (no residual).
+template <typename A, typename T, int VEC>
+__device__ __forceinline__ void unpack_or_zero(bool given, const Pack<T, VEC>& pk, A (&out)[VEC]) {
+  if (given) {
+    unpack(pk, out);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = A(0);
   }
 }
 
-// Channels-last traversal: calls f(offset of this lane's pack) for positions [p0, p1).
-template <typename F>
-__device__ __forceinline__ void for_cl(i64 p0, i64 p1, i64 so, i64 c, F&& f) {
-  for (i64 p = p0 + threadIdx.x / kWarp; p < p1; p += kBnRows) f(p * so + c);
+// ---- walks ---------------------------------------------------------------------------------
+// Channel-major: a channel is O runs of I contiguous elements, run o at o * so. Thread t
+// visits packs p = p0 + t, p0 + t + kBnBlock, ... < p1 of the channel (p = o * IP + i with
+// IP = I / VEC packs a run); its cursor moves kBnBlock packs with adds, the division once.
+struct NcStep {
+  i64 IP, dr, doff, wrap;  // packs a run; the step's pack remainder; its offset; a wrap's extra
+  __device__ __forceinline__ NcStep(i64 so, i64 I, int vec) {
+    IP = I / vec;
+    const i64 dq = kBnBlock / IP;
+    dr = kBnBlock - dq * IP;
+    doff = dq * so + dr * vec;
+    wrap = so - IP * vec;
+  }
+};
+
+struct NcCursor {
+  i64 i, off;  // pack within the run, element offset from the channel's base
+  __device__ __forceinline__ NcCursor(const NcStep& s, i64 p, i64 so, int vec) {
+    const i64 o = p / s.IP;
+    i = p - o * s.IP;
+    off = o * so + i * vec;
+  }
+  __device__ __forceinline__ void next(const NcStep& s) {
+    i += s.dr; off += s.doff;
+    if (i >= s.IP) { i -= s.IP; off += s.wrap; }
+  }
+  __device__ __forceinline__ void prev(const NcStep& s) {
+    i -= s.dr; off -= s.doff;
+    if (i < 0) { i += s.IP; off -= s.wrap; }
+  }
+};
+
+// Calls f(off[U], ok[U]) for this thread's packs of [p0, p1), U at a time (f issues all U
+// loads before it uses any), last pack first when REVERSE. Every thread returns normally, so
+// block barriers may follow.
+template <int U, int VEC, bool REVERSE, typename F>
+__device__ __forceinline__ void walk_nc(i64 p0, i64 p1, i64 so, i64 I, F&& f) {
+  const i64 first = p0 + threadIdx.x;
+  const i64 K = first < p1 ? (p1 - 1 - first) / kBnBlock + 1 : 0;
+  if (K == 0) return;
+  const NcStep s(so, I, VEC);
+  NcCursor cur(s, REVERSE ? first + (K - 1) * kBnBlock : first, so, VEC);
+  for (i64 k = 0; k < K; k += U) {
+    i64 off[U];
+    bool ok[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      ok[u] = k + u < K;
+      off[u] = cur.off;
+      if (REVERSE) cur.prev(s); else cur.next(s);
+    }
+    f(off, ok);
+  }
 }
 
-// Sums `v` (VEC values a lane) over the kBnRows warps of a cl block into row 0, in order.
-template <int VEC, typename A>
-__device__ __forceinline__ void sum_rows(A (&v)[VEC], A* red) {
-  const int lane = threadIdx.x % kWarp, row = threadIdx.x / kWarp;
+// Channels last: this thread's row ty of R visits positions p0 + ty, p0 + ty + R, ... < p1 at
+// offsets p * so + c (R a power of two, rshift its log2).
+template <int U, bool REVERSE, typename F>
+__device__ __forceinline__ void walk_cl(i64 p0, i64 p1, int ty, int rshift, i64 so, i64 c, F&& f) {
+  const i64 first = p0 + ty, R = i64(1) << rshift;
+  const i64 K = first < p1 ? ((p1 - 1 - first) >> rshift) + 1 : 0;
+  i64 at = (REVERSE ? first + (K - 1) * R : first) * so + c;
+  const i64 step = REVERSE ? -R * so : R * so;
+  for (i64 k = 0; k < K; k += U) {
+    i64 off[U];
+    bool ok[U];
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) red[(row * kWarp + lane) * VEC + k] = v[k];
+    for (int u = 0; u < U; ++u) { ok[u] = k + u < K; off[u] = at; at += step; }
+    f(off, ok);
+  }
+}
+
+// The cl block's shape: CPB = 1 << cshift channel packs (lanes) by kBnBlock >> cshift rows.
+struct ClTile {
+  int tx, ty, rshift;
+  i64 c;  // this lane's first channel
+  __device__ __forceinline__ ClTile(int cshift, int vec) {
+    tx = threadIdx.x & ((1 << cshift) - 1);
+    ty = threadIdx.x >> cshift;
+    rshift = kBnBlockLog2 - cshift;
+    c = (i64(blockIdx.y) << cshift | tx) * vec;
+  }
+};
+
+// Sums v (VEC values a thread) over the rows of a cl block into row 0, in row order.
+template <int VEC, typename A>
+__device__ __forceinline__ void sum_rows(A (&v)[VEC], A* red, const ClTile& t) {
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) red[threadIdx.x * VEC + k] = v[k];
   __syncthreads();
-  if (row == 0) {
+  if (t.ty == 0) {
+    const int rows = 1 << t.rshift, width = kBnBlock >> t.rshift;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       A s = A(0);
-      for (int r = 0; r < kBnRows; ++r) s += red[(r * kWarp + lane) * VEC + k];
+      for (int r = 0; r < rows; ++r) s += red[(r * width + t.tx) * VEC + k];
       v[k] = s;
     }
   }
   __syncthreads();
 }
 
-// The pre-activation z = (x - mean) * rstd * w + b (+ residual), and xhat.
+// Per-channel constants, folded once a thread so a cl thread (VEC channels) holds few:
+// z = (x - mean) * scale + shift (+ residual), scale = rstd * w, shift = b. (x - mean) is kept
+// rather than folding the mean into the shift: with |mean| >> std that fold cancels digits.
 template <typename A>
-struct Affine {
-  A mean, rstd, w, b;
-  __device__ __forceinline__ A xhat(A x) const { return (x - mean) * rstd; }
-  __device__ __forceinline__ A z(A x, A r) const { return xhat(x) * w + b + r; }
+struct Channel {
+  A mean, scale, shift;
+  __device__ __forceinline__ A z(A x, A r) const { return (x - mean) * scale + shift + r; }
 };
 
 template <typename A, typename W>
-__device__ __forceinline__ Affine<A> affine_of(i64 c, const A* mean, const A* rstd, const W* w, const W* b) {
-  return Affine<A>{mean[c], rstd[c], w ? cvt<A>(w[c]) : A(1), b ? cvt<A>(b[c]) : A(0)};
+__device__ __forceinline__ Channel<A> channel_of(i64 c, const A* mean, const A* rstd, const W* w, const W* b) {
+  return Channel<A>{mean[c], w ? rstd[c] * cvt<A>(w[c]) : rstd[c], b ? cvt<A>(b[c]) : A(0)};
+}
+
+// ACT: 0 identity, 1 ReLU (each its own instantiation, the switch folded away), 2 any (the
+// id a kernel argument, one switch per element). The host picks; registers stay those of the
+// plain kernel when there is no activation.
+template <int ACT> struct ActOf { typedef ActAny type; };
+template <> struct ActOf<0> { typedef ActFixed<kIdentity> type; };
+template <> struct ActOf<1> { typedef ActFixed<kRelu> type; };
+
+template <int ACT>
+__device__ __forceinline__ typename ActOf<ACT>::type act_tag(int id) {
+  if constexpr (ACT == 2) return ActAny{id};
+  else return typename ActOf<ACT>::type{};
 }
 
 // ---- forward statistics -------------------------------------------------------------------
-// Partial (count, sum(x - K), sum((x - K)^2)) per channel and chunk -> part [C, chunks, 3], K
-// the channel's first element: all partials of a channel share it, so they simply add up,
-// and the shift keeps the digits a large common offset would cost.
+// Partial (sum(x - K), sum((x - K)^2)) per channel and chunk -> part [C, chunks, 2], K the
+// channel's first element: all partials of a channel share it, so they simply add up, and the
+// shift keeps the digits a large common offset would cost. The counts are the host's.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBnBlock)
-bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 O, i64 I, unsigned imul, int ishift, i64 per_chunk,
+bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 I, i64 packs, i64 per_chunk,
             typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
+  constexpr int U = unroll_of<T, VEC>();
   __shared__ A smem[2 * kWarp];
   const i64 c = blockIdx.y;
   const T* xc = x + c * sc;
   const A K = cvt<A>(xc[0]);
-  const i64 q0 = i64(blockIdx.x) * per_chunk, q1 = min(O * I, q0 + per_chunk);
-  A n = A(0), s = A(0), q = A(0);
-  for_nc<VEC>(q0, q1, I, imul, ishift, so, [&](i64 off) {
-    A v[VEC];
-    load_pack<A, T, VEC>(xc + off, v);
+  const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(packs, p0 + per_chunk);
+  A s = A(0), q = A(0);
+  walk_nc<U, VEC, false>(p0, p1, so, I, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+    Pack<T, VEC> v[U];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) { const A d = v[k] - K; s += d; q += d * d; }
-    n += A(VEC);
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) v[u] = load_raw<VEC>(xc + off[u]);
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        A xv[VEC];
+        unpack(v[u], xv);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) { const A d = xv[k] - K; s += d; q += d * d; }
+      }
   });
   group_sum2<kBnBlock>(s, q, smem);
-  n = group_sum<kBnBlock>(n, smem);
   if (threadIdx.x == 0) {
-    A* out = part + (c * gridDim.x + blockIdx.x) * 3;
-    out[0] = n; out[1] = s; out[2] = q;
+    A* out = part + (c * gridDim.x + blockIdx.x) * 2;
+    out[0] = s; out[1] = q;
   }
 }
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBnBlock)
-bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, typename AccOf<T>::type* __restrict__ part) {
+bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cshift,
+            typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
+  constexpr int U = unroll_of<T, VEC>();
   __shared__ A red[kBnBlock * VEC];
-  const int lane = threadIdx.x % kWarp;
-  const i64 c = (i64(blockIdx.y) * kWarp + lane) * VEC;
-  const bool ok = c < C;  // VEC > 1 only when C % VEC == 0
+  const ClTile t(cshift, VEC);
+  const bool ok_c = t.c < C;  // VEC > 1 only when C % VEC == 0
   const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(O, p0 + per_chunk);
-  A K[VEC], s[VEC], q[VEC], n[1] = {A(0)};
+  A K[VEC], s[VEC], q[VEC];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) { K[k] = A(0); s[k] = A(0); q[k] = A(0); }
-  if (ok) {
-    load_pack<A, T, VEC>(x + c, K);
-    for_cl(p0, p1, so, c, [&](i64 off) {
-      A v[VEC];
-      load_pack<A, T, VEC>(x + off, v);
+  if (ok_c) {
+    load_pack<A, T, VEC>(x + t.c, K);
+    walk_cl<U, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+      Pack<T, VEC> v[U];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) { const A d = v[k] - K[k]; s[k] += d; q[k] += d * d; }
-      n[0] += A(1);
+      for (int u = 0; u < U; ++u)
+        if (ok[u]) v[u] = load_raw<VEC>(x + off[u]);
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (ok[u]) {
+          A xv[VEC];
+          unpack(v[u], xv);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) { const A d = xv[k] - K[k]; s[k] += d; q[k] += d * d; }
+        }
     });
   }
-  sum_rows<VEC>(s, red);
-  sum_rows<VEC>(q, red);
-  // every lane of a row counted the same positions: the count is row-independent of lanes
-  A cnt[1] = {n[0]};
-  sum_rows<1>(cnt, red);
-  if (threadIdx.x < kWarp && ok) {
+  sum_rows<VEC>(s, red, t);
+  sum_rows<VEC>(q, red, t);
+  if (t.ty == 0 && ok_c) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      A* out = part + ((c + k) * gridDim.x + blockIdx.x) * 3;
-      out[0] = cnt[0]; out[1] = s[k]; out[2] = q[k];
+      A* out = part + ((t.c + k) * gridDim.x + blockIdx.x) * 2;
+      out[0] = s[k]; out[1] = q[k];
     }
   }
 }
 
-// Per channel (one warp each): mean and rstd from the partials, and the running statistics
-// updated in place (unbiased variance; factor = momentum, or 1 / batches for the cumulative
-// average). Sums in double, lanes over chunks in order, then a fixed tree.
+// Per channel (one warp each): mean and rstd from the partials (count elements each channel),
+// and the running statistics updated in place (unbiased variance; factor = momentum, or
+// 1 / batches for the cumulative average). Sums in double, lanes over chunks in order, then
+// a fixed tree.
 template <typename T, typename R>
 __global__ void __launch_bounds__(128)
 bn_finalize(const T* __restrict__ x, i64 pivot_stride, const typename AccOf<T>::type* __restrict__ part,
-            i64 chunks, i64 C, double eps, double factor, R* __restrict__ running_mean,
+            i64 chunks, i64 C, double count, double eps, double factor, R* __restrict__ running_mean,
             R* __restrict__ running_var, typename AccOf<T>::type* __restrict__ mean,
             typename AccOf<T>::type* __restrict__ rstd) {
   typedef typename AccOf<T>::type A;
   const int lane = threadIdx.x % kWarp;
   const i64 c = i64(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (c >= C) return;
-  double n = 0, s = 0, q = 0;
+  double s = 0, q = 0;
   for (i64 k = lane; k < chunks; k += kWarp) {
-    const A* p = part + (c * chunks + k) * 3;
-    n += double(p[0]); s += double(p[1]); q += double(p[2]);
+    const A* p = part + (c * chunks + k) * 2;
+    s += double(p[0]); q += double(p[1]);
   }
-  n = group_warp_sum<kWarp>(n);
   s = group_warp_sum<kWarp>(s);
   q = group_warp_sum<kWarp>(q);
   if (lane != 0) return;
+  const double n = count;
   const double shift = s / n;
   const double var = fmax(q / n - shift * shift, 0.0);
   const double m = double(cvt<A>(x[c * pivot_stride])) + shift;
@@ -185,76 +297,127 @@ bn_running_stats(const R* __restrict__ running_mean, const R* __restrict__ runni
 }
 
 // ---- forward apply ------------------------------------------------------------------------
-template <typename T, typename W, int VEC>
+// Blocks and packs in the opposite order of bn_stats (see the top of the file).
+template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock)
-bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, i64 sc, i64 O, i64 I,
-            unsigned imul, int ishift,            i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
+bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, i64 sc, i64 I,
+            i64 packs, i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
             const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
             int act, typename AccOf<T>::type param) {
   typedef typename AccOf<T>::type A;
-  const i64 c = blockIdx.y;
-  const Affine<A> aff = affine_of(c, mean, rstd, w, b);
-  const i64 base = c * sc, q0 = i64(blockIdx.x) * per_chunk, q1 = min(O * I, q0 + per_chunk);
-  for_nc<VEC>(q0, q1, I, imul, ishift, so, [&](i64 off) {
-    A v[VEC], r[VEC], out[VEC];
-    load_pack<A, T, VEC>(x + base + off, v);
-    if (res) load_pack<A, T, VEC>(res + base + off, r);
+  constexpr int U = unroll_of<T, VEC>();
+  const auto tag = act_tag<ACT>(act);
+  const i64 c = gridDim.y - 1 - blockIdx.y, chunk = gridDim.x - 1 - blockIdx.x;
+  const Channel<A> ch = channel_of(c, mean, rstd, w, b);
+  const i64 base = c * sc, p0 = chunk * per_chunk, p1 = min(packs, p0 + per_chunk);
+  walk_nc<U, VEC, true>(p0, p1, so, I, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+    Pack<T, VEC> v[U], r[U];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out[k] = act_forward(act, aff.z(v[k], res ? r[k] : A(0)), param);
-    store_pack<T>(y + base + off, out);
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        v[u] = load_raw<VEC>(x + base + off[u]);
+        if (res) r[u] = load_raw<VEC>(res + base + off[u]);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        A xv[VEC], rv[VEC], out[VEC];
+        unpack(v[u], xv);
+        unpack_or_zero(res, r[u], rv);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) out[k] = act_forward(tag(), ch.z(xv[k], rv[k]), param);
+        store_pack<T>(y + base + off[u], out);
+      }
   });
 }
 
-template <typename T, typename W, int VEC>
+template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock)
 bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, i64 C, i64 O,
-            i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
+            i64 per_chunk, int cshift, const typename AccOf<T>::type* __restrict__ mean,
             const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
             int act, typename AccOf<T>::type param) {
   typedef typename AccOf<T>::type A;
-  const i64 c = (i64(blockIdx.y) * kWarp + threadIdx.x % kWarp) * VEC;
-  if (c >= C) return;  // no barriers below
-  Affine<A> aff[VEC];
+  constexpr int U = unroll_of<T, VEC>();
+  const auto tag = act_tag<ACT>(act);
+  const ClTile t(cshift, VEC);
+  if (t.c >= C) return;  // no barriers below
+  Channel<A> ch[VEC];
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) aff[k] = affine_of(c + k, mean, rstd, w, b);
-  const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(O, p0 + per_chunk);
-  for_cl(p0, p1, so, c, [&](i64 off) {
-    A v[VEC], r[VEC], out[VEC];
-    load_pack<A, T, VEC>(x + off, v);
-    if (res) load_pack<A, T, VEC>(res + off, r);
+  for (int k = 0; k < VEC; ++k) ch[k] = channel_of(t.c + k, mean, rstd, w, b);
+  const i64 chunk = gridDim.x - 1 - blockIdx.x;
+  const i64 p0 = chunk * per_chunk, p1 = min(O, p0 + per_chunk);
+  walk_cl<U, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+    Pack<T, VEC> v[U], r[U];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out[k] = act_forward(act, aff[k].z(v[k], res ? r[k] : A(0)), param);
-    store_pack<T>(y + off, out);
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        v[u] = load_raw<VEC>(x + off[u]);
+        if (res) r[u] = load_raw<VEC>(res + off[u]);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        A xv[VEC], rv[VEC], out[VEC];
+        unpack(v[u], xv);
+        unpack_or_zero(res, r[u], rv);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) out[k] = act_forward(tag(), ch[k].z(xv[k], rv[k]), param);
+        store_pack<T>(y + off[u], out);
+      }
   });
 }
 
 // ---- backward -----------------------------------------------------------------------------
 // dz = dy * act'(z), z recomputed from x (never stored: fewer bytes than writing and reading
-// it back). Partial (sum dz, sum dz * xhat) per channel and chunk -> part [C, chunks, 2].
-template <typename T, typename W, int VEC>
+// it back); without an activation dz = dy and neither z nor the residual is needed.
+// Partial (sum dz, sum dz * xhat) per channel and chunk -> part [C, chunks, 2]; the threads
+// sum dz * (x - mean) and scale by rstd once.
+template <int ACT, typename A, typename Tag, int VEC>
+__device__ __forceinline__ void dz_of(Tag tag, const Channel<A>& ch, const A (&xv)[VEC], const A (&gv)[VEC],
+                                      const A (&rv)[VEC], A param, A (&dz)[VEC]) {
+#pragma unroll
+  for (int k = 0; k < VEC; ++k)
+    dz[k] = ACT == 0 ? gv[k] : gv[k] * act_derivative(tag(), ch.z(xv[k], rv[k]), param);
+}
+
+template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock)
-bn_bwd_sums_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, i64 so, i64 sc, i64 O,
-               i64 I, unsigned imul, int ishift, i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
+bn_bwd_sums_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, i64 so, i64 sc,
+               i64 I, i64 packs, i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
                const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
                int act, typename AccOf<T>::type param, typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
+  constexpr int U = unroll_of<T, VEC>();
+  const auto tag = act_tag<ACT>(act);
+  const bool with_res = ACT != 0 && res;
   __shared__ A smem[2 * kWarp];
   const i64 c = blockIdx.y;
-  const Affine<A> aff = affine_of(c, mean, rstd, w, b);
-  const i64 base = c * sc, q0 = i64(blockIdx.x) * per_chunk, q1 = min(O * I, q0 + per_chunk);
+  const Channel<A> ch = channel_of(c, mean, rstd, w, b);
+  const i64 base = c * sc, p0 = i64(blockIdx.x) * per_chunk, p1 = min(packs, p0 + per_chunk);
   A s1 = A(0), s2 = A(0);
-  for_nc<VEC>(q0, q1, I, imul, ishift, so, [&](i64 off) {
-    A v[VEC], g[VEC], r[VEC];
-    load_pack<A, T, VEC>(x + base + off, v);
-    load_pack<A, T, VEC>(dy + base + off, g);
-    if (res) load_pack<A, T, VEC>(res + base + off, r);
+  walk_nc<U, VEC, false>(p0, p1, so, I, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+    Pack<T, VEC> v[U], g[U], r[U];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const A dz = g[k] * act_derivative(act, aff.z(v[k], res ? r[k] : A(0)), param);
-      s1 += dz;
-      s2 += dz * aff.xhat(v[k]);
-    }
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        v[u] = load_raw<VEC>(x + base + off[u]);
+        g[u] = load_raw<VEC>(dy + base + off[u]);
+        if (with_res) r[u] = load_raw<VEC>(res + base + off[u]);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        A xv[VEC], gv[VEC], rv[VEC], dz[VEC];
+        unpack(v[u], xv);
+        unpack(g[u], gv);
+        unpack_or_zero(with_res, r[u], rv);
+        dz_of<ACT>(tag, ch, xv, gv, rv, param, dz);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) { s1 += dz[k]; s2 += dz[k] * (xv[k] - ch.mean); }
+      }
   });
+  s2 *= rstd[c];
   group_sum2<kBnBlock>(s1, s2, smem);
   if (threadIdx.x == 0) {
     A* out = part + (c * gridDim.x + blockIdx.x) * 2;
@@ -262,43 +425,60 @@ bn_bwd_sums_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
   }
 }
 
-template <typename T, typename W, int VEC>
+template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, i64 so, i64 C, i64 O,
-               i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
+               i64 per_chunk, int cshift, const typename AccOf<T>::type* __restrict__ mean,
                const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
                int act, typename AccOf<T>::type param, typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
+  constexpr int U = unroll_of<T, VEC>();
+  const auto tag = act_tag<ACT>(act);
+  const bool with_res = ACT != 0 && res;
   __shared__ A red[kBnBlock * VEC];
-  const i64 c = (i64(blockIdx.y) * kWarp + threadIdx.x % kWarp) * VEC;
-  const bool ok = c < C;
+  const ClTile t(cshift, VEC);
+  const bool ok_c = t.c < C;
   A s1[VEC], s2[VEC];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) { s1[k] = A(0); s2[k] = A(0); }
-  if (ok) {
-    Affine<A> aff[VEC];
+  if (ok_c) {
+    Channel<A> ch[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) aff[k] = affine_of(c + k, mean, rstd, w, b);
+    for (int k = 0; k < VEC; ++k) ch[k] = channel_of(t.c + k, mean, rstd, w, b);
     const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(O, p0 + per_chunk);
-    for_cl(p0, p1, so, c, [&](i64 off) {
-      A v[VEC], g[VEC], r[VEC];
-      load_pack<A, T, VEC>(x + off, v);
-      load_pack<A, T, VEC>(dy + off, g);
-      if (res) load_pack<A, T, VEC>(res + off, r);
+    walk_cl<U, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+      Pack<T, VEC> v[U], g[U], r[U];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const A dz = g[k] * act_derivative(act, aff[k].z(v[k], res ? r[k] : A(0)), param);
-        s1[k] += dz;
-        s2[k] += dz * aff[k].xhat(v[k]);
-      }
+      for (int u = 0; u < U; ++u)
+        if (ok[u]) {
+          v[u] = load_raw<VEC>(x + off[u]);
+          g[u] = load_raw<VEC>(dy + off[u]);
+          if (with_res) r[u] = load_raw<VEC>(res + off[u]);
+        }
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (ok[u]) {
+          A xv[VEC], gv[VEC], rv[VEC];
+          unpack(v[u], xv);
+          unpack(g[u], gv);
+          unpack_or_zero(with_res, r[u], rv);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            const A dz = ACT == 0 ? gv[k] : gv[k] * act_derivative(tag(), ch[k].z(xv[k], rv[k]), param);
+            s1[k] += dz;
+            s2[k] += dz * (xv[k] - ch[k].mean);
+          }
+        }
     });
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) s2[k] *= rstd[t.c + k];
   }
-  sum_rows<VEC>(s1, red);
-  sum_rows<VEC>(s2, red);
-  if (threadIdx.x < kWarp && ok) {
+  sum_rows<VEC>(s1, red, t);
+  sum_rows<VEC>(s2, red, t);
+  if (t.ty == 0 && ok_c) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      A* out = part + ((c + k) * gridDim.x + blockIdx.x) * 2;
+      A* out = part + ((t.c + k) * gridDim.x + blockIdx.x) * 2;
       out[0] = s1[k]; out[1] = s2[k];
     }
   }
@@ -327,64 +507,106 @@ bn_bwd_finalize(const A* __restrict__ part, i64 chunks, i64 C, double count, int
   coef[c * 2 + 1] = training ? A(s2 / count) : A(0);
 }
 
-// dx = w * rstd * (dz - mean(dz) - xhat * mean(dz * xhat)); dres = dz where asked for.
-template <typename T, typename W, int VEC>
+// dx = w * rstd * (dz - mean(dz) - xhat * mean(dz * xhat)), as
+// dx = a * (dz - m1) - d * (x - mean) with a = w * rstd, d = w * rstd^2 * m2 folded per
+// channel; dres = dz where asked for. Blocks and packs in the opposite order of bn_bwd_sums.
+template <typename A>
+struct ChannelGrad {
+  A a, m1, d;
+  __device__ __forceinline__ A dx(A dz, A x_minus_mean) const { return a * (dz - m1) - d * x_minus_mean; }
+};
+
+template <typename A, typename W>
+__device__ __forceinline__ ChannelGrad<A> channel_grad_of(i64 c, const A* rstd, const W* w, const A* coef) {
+  const A a = w ? rstd[c] * cvt<A>(w[c]) : rstd[c];
+  return ChannelGrad<A>{a, coef[c * 2], a * rstd[c] * coef[c * 2 + 1]};
+}
+
+template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
-                T* __restrict__ dres, i64 so, i64 sc, i64 O, i64 I, unsigned imul, int ishift, i64 per_chunk,
+                T* __restrict__ dres, i64 so, i64 sc, i64 I, i64 packs, i64 per_chunk,
                 const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
                 const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
                 const typename AccOf<T>::type* __restrict__ coef) {
   typedef typename AccOf<T>::type A;
-  const i64 c = blockIdx.y;
-  const Affine<A> aff = affine_of(c, mean, rstd, w, b);
-  const A m1 = coef[c * 2], m2 = coef[c * 2 + 1], scale = aff.w * aff.rstd;
-  const i64 base = c * sc, q0 = i64(blockIdx.x) * per_chunk, q1 = min(O * I, q0 + per_chunk);
-  for_nc<VEC>(q0, q1, I, imul, ishift, so, [&](i64 off) {
-    A v[VEC], g[VEC], r[VEC], out[VEC], dz[VEC];
-    load_pack<A, T, VEC>(x + base + off, v);
-    load_pack<A, T, VEC>(dy + base + off, g);
-    if (res) load_pack<A, T, VEC>(res + base + off, r);
+  constexpr int U = unroll_of<T, VEC>();
+  const auto tag = act_tag<ACT>(act);
+  const bool with_res = ACT != 0 && res;
+  const i64 c = gridDim.y - 1 - blockIdx.y, chunk = gridDim.x - 1 - blockIdx.x;
+  const Channel<A> ch = channel_of(c, mean, rstd, w, b);
+  const ChannelGrad<A> cg = channel_grad_of(c, rstd, w, coef);
+  const i64 base = c * sc, p0 = chunk * per_chunk, p1 = min(packs, p0 + per_chunk);
+  walk_nc<U, VEC, true>(p0, p1, so, I, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+    Pack<T, VEC> v[U], g[U], r[U];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      dz[k] = g[k] * act_derivative(act, aff.z(v[k], res ? r[k] : A(0)), param);
-      out[k] = scale * (dz[k] - m1 - aff.xhat(v[k]) * m2);
-    }
-    store_pack<T>(dx + base + off, out);
-    if (dres) store_pack<T>(dres + base + off, dz);
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        v[u] = load_raw<VEC>(x + base + off[u]);
+        g[u] = load_raw<VEC>(dy + base + off[u]);
+        if (with_res) r[u] = load_raw<VEC>(res + base + off[u]);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        A xv[VEC], gv[VEC], rv[VEC], dz[VEC], out[VEC];
+        unpack(v[u], xv);
+        unpack(g[u], gv);
+        unpack_or_zero(with_res, r[u], rv);
+        dz_of<ACT>(tag, ch, xv, gv, rv, param, dz);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) out[k] = cg.dx(dz[k], xv[k] - ch.mean);
+        store_pack<T>(dx + base + off[u], out);
+        if (dres) store_pack<T>(dres + base + off[u], dz);
+      }
   });
 }
 
-template <typename T, typename W, int VEC>
+template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
-                T* __restrict__ dres, i64 so, i64 C, i64 O, i64 per_chunk,
+                T* __restrict__ dres, i64 so, i64 C, i64 O, i64 per_chunk, int cshift,
                 const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
                 const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
                 const typename AccOf<T>::type* __restrict__ coef) {
   typedef typename AccOf<T>::type A;
-  const i64 c = (i64(blockIdx.y) * kWarp + threadIdx.x % kWarp) * VEC;
-  if (c >= C) return;  // no barriers below
-  Affine<A> aff[VEC];
-  A m1[VEC], m2[VEC];
+  constexpr int U = unroll_of<T, VEC>();
+  const auto tag = act_tag<ACT>(act);
+  const bool with_res = ACT != 0 && res;
+  const ClTile t(cshift, VEC);
+  if (t.c >= C) return;  // no barriers below
+  Channel<A> ch[VEC];
+  ChannelGrad<A> cg[VEC];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) {
-    aff[k] = affine_of(c + k, mean, rstd, w, b);
-    m1[k] = coef[(c + k) * 2];
-    m2[k] = coef[(c + k) * 2 + 1];
+    ch[k] = channel_of(t.c + k, mean, rstd, w, b);
+    cg[k] = channel_grad_of(t.c + k, rstd, w, coef);
   }
-  const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(O, p0 + per_chunk);
-  for_cl(p0, p1, so, c, [&](i64 off) {
-    A v[VEC], g[VEC], r[VEC], out[VEC], dz[VEC];
-    load_pack<A, T, VEC>(x + off, v);
-    load_pack<A, T, VEC>(dy + off, g);
-    if (res) load_pack<A, T, VEC>(res + off, r);
+  const i64 chunk = gridDim.x - 1 - blockIdx.x;
+  const i64 p0 = chunk * per_chunk, p1 = min(O, p0 + per_chunk);
+  walk_cl<U, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+    Pack<T, VEC> v[U], g[U], r[U];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      dz[k] = g[k] * act_derivative(act, aff[k].z(v[k], res ? r[k] : A(0)), param);
-      out[k] = aff[k].w * aff[k].rstd * (dz[k] - m1[k] - aff[k].xhat(v[k]) * m2[k]);
-    }
-    store_pack<T>(dx + off, out);
-    if (dres) store_pack<T>(dres + off, dz);
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        v[u] = load_raw<VEC>(x + off[u]);
+        g[u] = load_raw<VEC>(dy + off[u]);
+        if (with_res) r[u] = load_raw<VEC>(res + off[u]);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (ok[u]) {
+        A xv[VEC], gv[VEC], rv[VEC], dz[VEC], out[VEC];
+        unpack(v[u], xv);
+        unpack(g[u], gv);
+        unpack_or_zero(with_res, r[u], rv);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          dz[k] = ACT == 0 ? gv[k] : gv[k] * act_derivative(tag(), ch[k].z(xv[k], rv[k]), param);
+          out[k] = cg[k].dx(dz[k], xv[k] - ch[k].mean);
+        }
+        store_pack<T>(dx + off[u], out);
+        if (dres) store_pack<T>(dres + off[u], dz);
+      }
   });
 }

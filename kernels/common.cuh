@@ -61,10 +61,20 @@ struct alignas(sizeof(T) * VEC < 16 ? sizeof(T) * VEC : 16) Pack {
 };
 
 template <typename A, typename T, int VEC>
-__device__ __forceinline__ void load_pack(const T* p, A (&out)[VEC]) {
-  const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(p);
+__device__ __forceinline__ void unpack(const Pack<T, VEC>& pk, A (&out)[VEC]) {
 #pragma unroll
   for (int k = 0; k < VEC; ++k) out[k] = cvt<A>(pk.v[k]);
+}
+
+template <typename A, typename T, int VEC>
+__device__ __forceinline__ void load_pack(const T* p, A (&out)[VEC]) {
+  unpack(*reinterpret_cast<const Pack<T, VEC>*>(p), out);
+}
+
+// The raw pack (held in its own width until used: half the registers of converted bf16).
+template <int VEC, typename T>
+__device__ __forceinline__ Pack<T, VEC> load_raw(const T* p) {
+  return *reinterpret_cast<const Pack<T, VEC>*>(p);
 }
 
 template <typename T, typename A, int VEC>

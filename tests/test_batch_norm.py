@@ -119,6 +119,15 @@ def test_layouts_the_kernels_cannot_address():
     assert _batch_norm.layout((4, 3, 6), (18, 6, 2), 1) is None  # strided inner axis, channel not innermost
 
 
+def test_dense_layout_refuses_gaps_and_overlap():
+    assert _batch_norm.dense_layout((4, 3, 5, 6), (90, 30, 6, 1), 1) == _batch_norm.layout((4, 3, 5, 6),
+                                                                                           (90, 30, 6, 1), 1)
+    assert _batch_norm.dense_layout((4, 3, 5, 6), (90, 1, 18, 3), 1).channels_last  # torch channels_last
+    assert _batch_norm.dense_layout((4, 3, 5, 6), (180, 60, 12, 2), 1) is None  # every other element
+    assert _batch_norm.dense_layout((4, 3, 5, 6), (90, 30, 6, 0), 1) is None  # a broadcast axis
+    assert _batch_norm.dense_layout((4, 1, 3, 5), (15, 99, 5, 1), 2) is not None  # size-1 axes: any stride
+
+
 def test_instantiations_cover_every_launch_name():
     names = set(_batch_norm.instantiations())
     for t in _batch_norm.DTYPES:
@@ -195,6 +204,50 @@ def test_gpu_activations(rng, activation, with_residual, training, channel_axis)
               with_residual)
 
 
+# Shapes that take several chunks a channel, a walk that wraps runs mid-step (I < 256 packs),
+# unroll tails, scalar packs (odd I), and cl blocks of 1, 2, 8 and 32 channel lanes.
+WALK_SHAPES = [(16, 24, 37, 41), (3, 5, 1033), (64, 7, 49), (8, 64, 30, 31), (2, 3, 4099), (257, 40, 3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
+@pytest.mark.parametrize("dtype,pdtype", [DTYPES[0], DTYPES[2]], ids=[DTYPE_IDS[0], DTYPE_IDS[2]])
+@pytest.mark.parametrize("shape", WALK_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_chunked_walks(rng, shape, dtype, pdtype, channel_axis):
+    sh = shape if channel_axis == 1 else (shape[0], *shape[2:], shape[1])
+    _gpu_case(rng, sh, channel_axis, dtype, pdtype, None, training=True, with_residual=False)
+
+
+def test_plans_chunk_and_shape_blocks():
+    # channel-major: chunks cover the channel's packs exactly; cl: narrow tall blocks for few channels
+    nc = _batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1)
+    with _sm_count(132):
+        p = _batch_norm.plan(nc, numpy.float32, numpy.float32, 0, 0)
+    assert p.vec == 4 and (p.chunks - 1) * p.per_chunk < 32 * 3136 // 4 <= p.chunks * p.per_chunk
+    for C, vec, lanes in ((64, 8, 8), (3, 1, 4), (256, 8, 32), (2048, 8, 32), (1, 1, 1)):
+        cl = _batch_norm.layout((32, 7, 7, C), (49 * C, 7 * C, C, 1), 3)
+        with _sm_count(132):
+            p = _batch_norm.plan(cl, BFLOAT16, numpy.float32, 0, 0)
+        assert (p.vec, 1 << p.cshift, p.grid_y) == (vec, lanes, -(-C // vec // lanes)), C
+        assert (p.chunks - 1) * p.per_chunk < 32 * 49 <= p.chunks * p.per_chunk
+
+
+class _sm_count:
+    """The planner's SM count pinned (no GPU needed)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        self.saved = _batch_norm.sm_count
+        _batch_norm.sm_count = lambda device: self.n
+        _batch_norm.plan.cache_clear()
+
+    def __exit__(self, *exc):
+        _batch_norm.sm_count = self.saved
+        _batch_norm.plan.cache_clear()
+
+
 @pytest.mark.gpu
 def test_gpu_more_channels_than_one_grid_axis(rng):
     # 70000 channels: the channel-major launches go out in slices of 65,535
@@ -214,15 +267,3 @@ def test_gpu_torch_channels_last_tensor_is_read_in_place(rng):
     assert y.strides == cx.strides
     ref = reference.batch_norm(x.cpu().double().numpy(), channel_axis=1)
     assert_close("y", y, ref, *tol(numpy.float32))
-
-
-def test_inner_divider_matches_integer_division():
-    # the channel-major kernels divide element indices by I with these constants
-    rng = numpy.random.default_rng(0)
-    divisors = [1, 2, 3, 7, 49, 196, 3136, 12544, 2**20 + 1, 2**31 - 1] + [int(d) for d in rng.integers(1, 2**31, 50)]
-    for d in divisors:
-        mul, shift = _batch_norm.inner_divider(d, 10)
-        for e in [0, 1, d - 1, d, d + 1, 2**32 - 1] + [int(e) for e in rng.integers(0, 2**32, 200)]:
-            if 0 <= e < 2**32:
-                assert ((e * mul >> 32) + e) >> shift == e // d, (d, e)
-    assert _batch_norm.inner_divider(7, 2**32) == (0, 0), "2**32 elements a channel: 64-bit division"

@@ -71,10 +71,12 @@ def test_table_adds_batch_norm_rows():
     result = _recorded()
     result["batch_norm"] = [{"op": "batch_norm", "shape": [32, 256, 56, 56], "dtype": "bfloat16", "layout": "nhwc",
                              "fwd_of_copy": 0.55, "bwd_of_copy": 0.41, "fwd_speedup_vs_best": 1.3,
-                             "bwd_speedup_vs_torch": 1.6, "fused_relu_residual_vs_plain": 1.12}]
+                             "bwd_speedup_vs_best": 1.6, "fused_relu_residual_vs_plain": 1.12,
+                             "host_us_fwd": 31.0, "host_us_bwd": 29.0}]
     text = _cli.table(result)
     line = next(x for x in text.splitlines() if "(32, 256, 56, 56)" in x)
     assert "nhwc" in line and "0.55" in line and "0.41" in line and "x1.30 / x1.60" in line and "1.12" in line
+    assert "31 /   29" in line
 
 
 def test_plot_writes_a_png(tmp_path):

@@ -13,21 +13,34 @@ import numpy
 
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import launch, make_current, pick_vec, sm_count
+from .._launch import launch, make_current, pick_vec, scalar_bits, sm_count
 
 KERNEL_FILE = "batch_norm.cu"
 BLOCK = 256  # = kBnBlock
-ROWS = BLOCK // 32  # = kBnRows
 MAX_GRID_Y = 65535
-# Blocks a pass aims for: enough to fill the GPU several times over (first choice; the
-# persistent one-read version of issue 5's targets replaces this).
+# Blocks a pass aims for: enough to fill the GPU a few times over.
 BLOCKS_PER_SM = 8
+# cl kernels: at most this many channel packs across a block (one 512-byte row of a warp for
+# 16-byte packs); fewer channels take narrower, taller blocks.
+CL_MAX_LANES = 32
+# A block's least work, in loop trips of its threads: below it the block's fixed costs (the
+# pivot, the reduction, the partial's store) outweigh its loads.
+MIN_TRIPS = 4
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def _param_types(t: str) -> tuple:
     """Parameter / running-statistics dtypes compiled with x dtype ``t``: its own and float32."""
     return (t,) if t in ("float32",) else (t, "float32")
+
+
+ACT_CLASSES = (0, 1, 2)  # kernels' ACT: none, ReLU, any other (the id then an argument)
+APPLY_KERNELS = ("bn_apply_nc", "bn_apply_cl", "bn_bwd_sums_nc", "bn_bwd_sums_cl", "bn_bwd_apply_nc", "bn_bwd_apply_cl")
+
+
+def act_class(act: int) -> int:
+    """The kernels' ACT for activation id ``act`` (cunorm.activations' ids: 0 none, 1 ReLU)."""
+    return act if act in (0, 1) else 2
 
 
 def instantiations() -> list[str]:
@@ -40,8 +53,7 @@ def instantiations() -> list[str]:
             names += [f"bn_stats_nc<{ct}, {vec}>", f"bn_stats_cl<{ct}, {vec}>"]
             for w in _param_types(t):
                 cw = c_type(w)
-                names += [f"{k}<{ct}, {cw}, {vec}>" for k in ("bn_apply_nc", "bn_apply_cl", "bn_bwd_sums_nc",
-                                                            "bn_bwd_sums_cl", "bn_bwd_apply_nc", "bn_bwd_apply_cl")]
+                names += [f"{k}<{ct}, {cw}, {vec}, {a}>" for k in APPLY_KERNELS for a in ACT_CLASSES]
         for w in _param_types(t):
             cw = c_type(w)
             names += [f"bn_finalize<{ct}, {cw}>", f"bn_running_stats<{acc}, {cw}>", f"bn_bwd_finalize<{acc}, {cw}>"]
@@ -60,6 +72,7 @@ def _np(name: str):
     return BFLOAT16 if name == "bfloat16" else numpy.dtype(name)
 
 
+@functools.lru_cache(maxsize=256)
 def param_dtype(x_dtype, *dtypes):
     """The dtype the kernels read parameters (and running statistics) in: x's own when all
     given ones are, else float32 (the frontend casts; C elements)."""
@@ -102,6 +115,18 @@ def layout(shape: tuple, strides: tuple, axis: int) -> Layout | None:
     return Layout(False, O, C, I, so, strides[axis])
 
 
+@functools.lru_cache(maxsize=1024)
+def dense_layout(shape: tuple, strides: tuple, axis: int) -> Layout | None:
+    """layout() of an array with these element strides when it is dense (no gaps, no overlap,
+    so outputs made like it share its strides), else None (the frontend copies it first)."""
+    expected = 1
+    for size, st in sorted(((n, abs(st)) for n, st in zip(shape, strides) if n != 1), key=lambda d: d[1]):
+        if st != expected:
+            return None
+        expected *= size
+    return layout(shape, strides, axis)
+
+
 def _merge(dims):
     """Consecutive (size, stride) axes, outermost first, merged where nested; None if a
     stride is negative (not addressed)."""
@@ -120,8 +145,9 @@ class Plan(NamedTuple):
     lay: Layout
     vec: int
     chunks: int
-    per_chunk: int
+    per_chunk: int  # packs (nc) or positions (cl) a block
     grid_y: int  # channels (nc, launched in slices of MAX_GRID_Y) or channel tiles (cl)
+    cshift: int  # cl: log2 of the channel packs across a block
     t: str
     w: str
     acc: numpy.dtype
@@ -129,29 +155,34 @@ class Plan(NamedTuple):
 
 @functools.lru_cache(maxsize=1024)
 def plan(lay: Layout, dtype, wdtype, align: int, device: int) -> Plan:
-    """Pack width (``align`` = all data pointers ORed, mod 16), chunking and grid."""
+    """Pack width (``align`` = all data pointers ORed, mod 16), block shape, chunking, grid."""
     dtype = numpy.dtype(dtype)
     itemsize = dtype.itemsize
-    sms = sm_count(device)
+    target = BLOCKS_PER_SM * sm_count(device)
     if lay.channels_last:
         vec = pick_vec(itemsize, lay.C, [(align, itemsize)], (lay.so,))
-        grid_y = -(-lay.C // (32 * vec))
-        chunks = max(1, min(-(-BLOCKS_PER_SM * sms // grid_y), -(-lay.O // (ROWS * 4))))
-        per_chunk = -(-lay.O // chunks)
+        lanes = -(-lay.C // vec)
+        cshift = min(CL_MAX_LANES, 1 << (lanes - 1).bit_length()).bit_length() - 1
+        grid_y = -(-lanes >> cshift)
+        total, trip = lay.O, BLOCK >> cshift  # positions; positions a loop trip of the block
     else:
         vec = pick_vec(itemsize, lay.I, [(align, itemsize)], (lay.so, lay.sc))
-        per_channel = lay.O * lay.I
-        grid_y = lay.C
-        chunks = max(1, min(-(-BLOCKS_PER_SM * sms // lay.C), -(-per_channel // (BLOCK * vec * 4))))
-        per_chunk = -(-per_channel // chunks // vec) * vec
-        chunks = -(-per_channel // per_chunk)
+        cshift, grid_y = 0, lay.C
+        total, trip = lay.O * lay.I // vec, BLOCK  # packs of a channel; packs a trip
+    chunks = max(1, min(-(-target // grid_y), total // (trip * MIN_TRIPS)))
+    per_chunk = -(-total // chunks)
+    chunks = -(-total // per_chunk)
     if grid_y > MAX_GRID_Y and lay.channels_last:
         raise ValueError(f"x: {lay.C} channels is more than the channels-last kernels address")
-    return Plan(lay, vec, chunks, per_chunk, grid_y, dtype.name, numpy.dtype(wdtype).name, acc_dtype(dtype))
+    return Plan(lay, vec, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name,
+                acc_dtype(dtype))
 
 
-def _kernel(name: str, p: Plan, device: int, with_w: bool = True) -> int:
-    args = [c_type(p.t)] + ([c_type(p.w)] if with_w else []) + [str(p.vec)]
+def _kernel(name: str, p: Plan, device: int, act=None) -> int:
+    """A pass's kernel; ``act`` (an activation id) picks the ACT class of those that take one."""
+    args = [c_type(p.t)] + ([c_type(p.w)] if act is not None else []) + [str(p.vec)]
+    if act is not None:
+        args.append(str(act_class(act)))
     return function_ptr(KERNEL_FILE, f"{name}<{', '.join(args)}>", device)
 
 
@@ -164,27 +195,50 @@ def _slices(p: Plan):
         yield c0, min(MAX_GRID_Y, p.lay.C - c0)
 
 
-def inner_divider(d: int, count: int) -> tuple:
-    """(imul, ishift) with e // d == (umulhi(e, imul) + e) >> ishift for every 0 <= e < 2**32
-    (round-up reciprocal), or (0, 0) when a channel's ``count`` elements reach 2**32 and the
-    kernels divide in 64 bits."""
-    if count >= 1 << 32 or d >= 1 << 31:
-        return 0, 0
-    shift = (d - 1).bit_length()
-    mul = ((1 << 32) * ((1 << shift) - d)) // d + 1
-    return mul, shift
-
-
 def _shape_args(p: Plan):
     """The layout arguments after a kernel's pointers."""
     lay = p.lay
     if lay.channels_last:
-        return (lay.so, lay.C, lay.O, p.per_chunk)
-    return (lay.so, lay.sc, lay.O, lay.I, *inner_divider(lay.I, lay.O * lay.I), p.per_chunk)
+        return (lay.so, lay.C, lay.O, p.per_chunk, p.cshift)
+    return (lay.so, lay.sc, lay.I, lay.O * lay.I // p.vec, p.per_chunk)
 
 
 def _off(ptr: int, elements: int, itemsize: int) -> int:
     return ptr + elements * itemsize if ptr else 0
+
+
+class _Passes(NamedTuple):
+    """What a direction launches for one plan, made once (kernel lookups, name strings and
+    grids cost more host time than the launches): the first pass, the per-channel pass and
+    the apply pass, with each slice's first channel and grid."""
+
+    first: int  # bn_stats (0 in eval) / bn_bwd_sums
+    channel: int  # bn_finalize or bn_running_stats / bn_bwd_finalize
+    apply: int
+    slices: tuple  # ((c0, grid), ...)
+    shape_args: tuple
+    t_size: int
+    w_size: int
+    a_size: int
+    act_bits: int  # the activation parameter in the accumulation type's bits
+
+
+@functools.lru_cache(maxsize=1024)
+def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdtype: str, device: int) -> _Passes:
+    kind = "cl" if p.lay.channels_last else "nc"
+    acc = "double" if p.acc == numpy.float64 else "float"
+    if backward:
+        first = _kernel(f"bn_bwd_sums_{kind}", p, device, act)
+        channel = function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device)
+        apply = _kernel(f"bn_bwd_apply_{kind}", p, device, act)
+    else:
+        first = _kernel(f"bn_stats_{kind}", p, device) if training else 0
+        channel = function_ptr(KERNEL_FILE, f"bn_finalize<{c_type(p.t)}, {c_type(rdtype)}>" if training
+                               else f"bn_running_stats<{acc}, {c_type(rdtype)}>", device)
+        apply = _kernel(f"bn_apply_{kind}", p, device, act)
+    slices = tuple((c0, (p.chunks, cn if not p.lay.channels_last else p.grid_y)) for c0, cn in _slices(p))
+    return _Passes(first, channel, apply, slices, _shape_args(p), numpy.dtype(_np(p.t)).itemsize,
+                   numpy.dtype(_np(p.w)).itemsize, p.acc.itemsize, scalar_bits(param, p.acc))
 
 
 def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int, running_var: int, rdtype,
@@ -193,70 +247,51 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
     """Writes y and mean/rstd (per channel, acc dtype); training also updates the running
     statistics in place (where given)."""
     make_current(device)
-    lay, t_size = p.lay, numpy.dtype(_np(p.t)).itemsize
-    w_size, a_size = numpy.dtype(_np(p.w)).itemsize, p.acc.itemsize
-    kind = "cl" if lay.channels_last else "nc"
-    pivot_stride = 1 if lay.channels_last else lay.sc
+    q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device)
+    lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
+    sc = 0 if lay.channels_last else lay.sc  # cl: one launch, channel offsets inside
     if training:
-        part = alloc((lay.C, p.chunks, 3), p.acc)
-        stats = _kernel(f"bn_stats_{kind}", p, device, with_w=False)
-        for c0, cn in _slices(p):
-            xo = _off(x, c0 * lay.sc, t_size) if not lay.channels_last else x
-            launch(stats, (p.chunks, cn if not lay.channels_last else p.grid_y), BLOCK,
-                   (xo, *_shape_args(p), _off(part, c0 * p.chunks * 3, a_size)), stream)
-        rname = f"bn_finalize<{c_type(p.t)}, {c_type(numpy.dtype(rdtype).name)}>"
-        launch(function_ptr(KERNEL_FILE, rname, device), -(-lay.C // 4), 128,
-               (x, pivot_stride, part, p.chunks, lay.C, _f64(eps), _f64(factor), running_mean, running_var, mean,
-                rstd), stream)
+        part = alloc((lay.C, p.chunks, 2), p.acc)
+        for c0, grid in q.slices:
+            launch(q.first, grid, BLOCK, (_off(x, c0 * sc, t_size), *q.shape_args, _off(part, c0 * p.chunks * 2, a_size)),
+                   stream)
+        launch(q.channel, -(-lay.C // 4), 128,
+               (x, 1 if lay.channels_last else lay.sc, part, p.chunks, lay.C, _f64(float(lay.O * lay.I)), _f64(eps),
+                _f64(factor), running_mean, running_var, mean, rstd), stream)
     else:
-        acc = "double" if p.acc == numpy.float64 else "float"
-        rname = f"bn_running_stats<{acc}, {c_type(numpy.dtype(rdtype).name)}>"
-        launch(function_ptr(KERNEL_FILE, rname, device), -(-lay.C // 128), 128,
-               (running_mean, running_var, lay.C, _f64(eps), mean, rstd), stream)
-    apply = _kernel(f"bn_apply_{kind}", p, device)
-    for c0, cn in _slices(p):
-        xo = 0 if lay.channels_last else c0 * lay.sc
-        launch(apply, (p.chunks, cn if not lay.channels_last else p.grid_y), BLOCK,
-               (_off(x, xo, t_size), _off(res, xo, t_size), _off(y, xo, t_size), *_shape_args(p),
+        launch(q.channel, -(-lay.C // 128), 128, (running_mean, running_var, lay.C, _f64(eps), mean, rstd), stream)
+    for c0, grid in q.slices:
+        xo = c0 * sc
+        launch(q.apply, grid, BLOCK,
+               (_off(x, xo, t_size), _off(res, xo, t_size), _off(y, xo, t_size), *q.shape_args,
                 _off(mean, c0, a_size), _off(rstd, c0, a_size), _off(w, c0, w_size), _off(b, c0, w_size), act,
-                _acc_bits(param, p.acc)), stream)
+                q.act_bits), stream)
 
 
 def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: int, mean: int, rstd: int,
              dw: int, db: int, training: bool, act: int, param: float, alloc, stream: int, device: int) -> None:
     """Writes dx, and dweight / dbias / dresidual where their pointers are non-null."""
     make_current(device)
-    lay, t_size = p.lay, numpy.dtype(_np(p.t)).itemsize
-    w_size, a_size = numpy.dtype(_np(p.w)).itemsize, p.acc.itemsize
-    kind = "cl" if lay.channels_last else "nc"
-    part = alloc((lay.C, p.chunks, 2), p.acc)
-    coef = alloc((lay.C, 2), p.acc)
-    sums = _kernel(f"bn_bwd_sums_{kind}", p, device)
-    pbits = _acc_bits(param, p.acc)
-    for c0, cn in _slices(p):
-        xo = 0 if lay.channels_last else c0 * lay.sc
-        launch(sums, (p.chunks, cn if not lay.channels_last else p.grid_y), BLOCK,
-               (_off(dy, xo, t_size), _off(x, xo, t_size), _off(res, xo, t_size), *_shape_args(p),
-                _off(mean, c0, a_size), _off(rstd, c0, a_size), _off(w, c0, w_size), _off(b, c0, w_size), act, pbits,
-                _off(part, c0 * p.chunks * 2, a_size)), stream)
-    acc = "double" if p.acc == numpy.float64 else "float"
-    count = lay.O * lay.I
-    launch(function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device), -(-lay.C // 4), 128,
-           (part, p.chunks, lay.C, _f64(float(count)), int(training), dw, db, coef), stream)
-    apply = _kernel(f"bn_bwd_apply_{kind}", p, device)
-    for c0, cn in _slices(p):
-        xo = 0 if lay.channels_last else c0 * lay.sc
-        launch(apply, (p.chunks, cn if not lay.channels_last else p.grid_y), BLOCK,
+    q = _passes(p, True, training, act, param, "", device)
+    lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
+    sc = 0 if lay.channels_last else lay.sc
+    part = alloc((lay.C, p.chunks + 1, 2), p.acc)  # the partials, then coef [C, 2]
+    coef = part + lay.C * p.chunks * 2 * a_size
+    for c0, grid in q.slices:
+        xo = c0 * sc
+        launch(q.first, grid, BLOCK,
+               (_off(dy, xo, t_size), _off(x, xo, t_size), _off(res, xo, t_size), *q.shape_args,
+                _off(mean, c0, a_size), _off(rstd, c0, a_size), _off(w, c0, w_size), _off(b, c0, w_size), act,
+                q.act_bits, _off(part, c0 * p.chunks * 2, a_size)), stream)
+    launch(q.channel, -(-lay.C // 4), 128,
+           (part, p.chunks, lay.C, _f64(float(lay.O * lay.I)), int(training), dw, db, coef), stream)
+    for c0, grid in q.slices:
+        xo = c0 * sc
+        launch(q.apply, grid, BLOCK,
                (_off(dy, xo, t_size), _off(x, xo, t_size), _off(res, xo, t_size), _off(dx, xo, t_size),
-                _off(dres, xo, t_size), *_shape_args(p), _off(mean, c0, a_size), _off(rstd, c0, a_size),
-                _off(w, c0, w_size), _off(b, c0, w_size), act, pbits, _off(coef, c0 * 2, a_size)), stream)
+                _off(dres, xo, t_size), *q.shape_args, _off(mean, c0, a_size), _off(rstd, c0, a_size),
+                _off(w, c0, w_size), _off(b, c0, w_size), act, q.act_bits, _off(coef, c0 * 2, a_size)), stream)
 
 
 def _f64(v: float) -> int:
-    return int(numpy.float64(v).view(numpy.int64))
-
-
-def _acc_bits(v: float, acc) -> int:
-    if numpy.dtype(acc) == numpy.float64:
-        return _f64(v)
-    return int(numpy.float32(v).view(numpy.int32))
+    return scalar_bits(v, numpy.float64)

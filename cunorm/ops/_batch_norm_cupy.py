@@ -11,19 +11,11 @@ from . import _batch_norm
 from ._row_norm_cupy import _Scratch, _empty, _stream_ptr
 
 
-def _element_strides(a) -> tuple:
-    return tuple(s // a.itemsize for s in a.strides)
-
-
-def _dense_like(x):
-    """x itself when it is dense (no gaps, no overlap), else a dense copy in its axis order."""
-    import cupy
-
-    y = cupy.empty_like(x, order="K")
-    if y.strides == x.strides:
-        return x
-    y[...] = x
-    return y
+def _kernel_layout(shape: tuple, strides: tuple, itemsize: int, axis: int):
+    """The kernels' layout of a dense array with these byte strides, else None."""
+    if any(st % itemsize for st in strides):
+        return None
+    return _batch_norm.dense_layout(shape, tuple(st // itemsize for st in strides), axis)
 
 
 def _like(a, x):
@@ -38,14 +30,13 @@ def _like(a, x):
 
 
 def _prepared(x, axis):
-    """(x, layout): x dense and addressable in place, copied to C order when it is not."""
+    """(x, layout): x addressable in place, or copied to C order when it is not."""
     import cupy
 
-    x = _dense_like(x)
-    lay = _batch_norm.layout(tuple(x.shape), _element_strides(x), axis)
+    lay = _kernel_layout(x.shape, x.strides, x.itemsize, axis)
     if lay is None:
         x = cupy.ascontiguousarray(x)
-        lay = _batch_norm.layout(tuple(x.shape), _element_strides(x), axis)
+        lay = _kernel_layout(x.shape, x.strides, x.itemsize, axis)
     return x, lay
 
 
@@ -78,7 +69,8 @@ def forward(x, weight, bias, running_mean, running_var, training, factor, eps, r
     residual = _like(residual, x)
     y = _empty_output(x)
     acc = acc_dtype(x.dtype)
-    mean, rstd = _empty((lay.C,), acc), _empty((lay.C,), acc)
+    stats = _empty((2, lay.C), acc)  # one allocation for both
+    mean, rstd = stats[0], stats[1]
     if x.size == 0:
         mean.fill(numpy.nan)
         rstd.fill(numpy.nan)
@@ -88,10 +80,11 @@ def forward(x, weight, bias, running_mean, running_var, training, factor, eps, r
     align = 0
     for a in (x, y, residual):
         align |= _ptr(a)
-    plan = _batch_norm.plan(lay, x.dtype, pdt, align & 15, x.device.id)
+    device = x.data.device_id
+    plan = _batch_norm.plan(lay, x.dtype, pdt, align & 15, device)
     _batch_norm.forward(plan, _ptr(x), _ptr(residual), _ptr(y), _ptr(w), _ptr(b), _ptr(rm), _ptr(rv), rdt,
-                        _ptr(mean), _ptr(rstd), training, factor, eps, act, param, _Scratch(), _stream_ptr(),
-                        x.device.id)
+                        stats.data.ptr, stats.data.ptr + lay.C * stats.itemsize, training, factor, eps, act, param,
+                        _Scratch(), _stream_ptr(), device)
     # running statistics cast to the kernels' dtype were updated in the copy: write them back
     for given, used in ((running_mean, rm), (running_var, rv)):
         if training and given is not None and used is not given:
@@ -109,8 +102,10 @@ def backward(dy, x, weight, bias, mean, rstd, residual, act, param, training, ax
     dres = _empty_output(x) if residual_grad else None
     pdt, (w, b) = _params(x, weight, bias)
     acc = acc_dtype(x.dtype)
-    mean = cupy.ascontiguousarray(mean, dtype=acc)
-    rstd = cupy.ascontiguousarray(rstd, dtype=acc)
+    if mean.dtype != acc or not mean.flags.c_contiguous:
+        mean = cupy.ascontiguousarray(mean, dtype=acc)
+    if rstd.dtype != acc or not rstd.flags.c_contiguous:
+        rstd = cupy.ascontiguousarray(rstd, dtype=acc)
     dw = _empty((lay.C,), pdt) if weight is not None else None
     db = _empty((lay.C,), pdt) if has_bias else None
     if x.size == 0:
@@ -121,9 +116,10 @@ def backward(dy, x, weight, bias, mean, rstd, residual, act, param, training, ax
         align = 0
         for a in (x, dy, residual, dx, dres):
             align |= _ptr(a)
-        plan = _batch_norm.plan(lay, x.dtype, pdt, align & 15, x.device.id)
+        device = x.data.device_id
+        plan = _batch_norm.plan(lay, x.dtype, pdt, align & 15, device)
         _batch_norm.backward(plan, _ptr(dy), _ptr(x), _ptr(residual), _ptr(dx), _ptr(dres), _ptr(w), _ptr(b),
                              _ptr(mean), _ptr(rstd), _ptr(dw), _ptr(db), training, act, param, _Scratch(),
-                             _stream_ptr(), x.device.id)
+                             _stream_ptr(), device)
     cast = lambda g: None if g is None else (g if g.dtype == grad_dtype else g.astype(grad_dtype))  # noqa: E731
     return dx, cast(dw), cast(db), dres

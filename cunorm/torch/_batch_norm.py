@@ -27,9 +27,10 @@ def _act_name(name: str):
 def _addressed(x: torch.Tensor):
     """(x, layout): x dense and addressable in place (channels_last stays channels_last),
     copied where it is not."""
-    if torch.empty_like(x).stride() != x.stride():  # gaps or overlap: a dense copy, same axis order
+    lay = _batch_norm.dense_layout(tuple(x.shape), x.stride(), 1)
+    if lay is None:  # gaps or overlap: a dense copy, same axis order
         x = x.clone(memory_format=torch.preserve_format)
-    lay = _batch_norm.layout(tuple(x.shape), tuple(x.stride()), 1)
+        lay = _batch_norm.layout(tuple(x.shape), tuple(x.stride()), 1)
     if lay is None:
         x = x.contiguous()
         lay = _batch_norm.layout(tuple(x.shape), tuple(x.stride()), 1)
