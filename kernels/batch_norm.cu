@@ -44,74 +44,126 @@ __device__ __forceinline__ void unpack_or_zero(bool given, const Pack<T, VEC>& p
 }
 
 // ---- walks ---------------------------------------------------------------------------------
-// Channel-major: a channel is O runs of I contiguous elements, run o at o * so. Thread t
-// visits packs p = p0 + t, p0 + t + kBnBlock, ... < p1 of the channel (p = o * IP + i with
-// IP = I / VEC packs a run); its cursor moves kBnBlock packs with adds, the division once.
-struct NcStep {
-  i64 IP, dr, doff, wrap;  // packs a run; the step's pack remainder; its offset; a wrap's extra
-  __device__ __forceinline__ NcStep(i64 so, i64 I, int vec) {
-    IP = I / vec;
+// A pack a thread visits: its element offset and the elements [lo, hi) of it that belong to
+// the tensor (a channel-major run need not start on a pack boundary). Empty when lo == hi.
+struct Slot {
+  i64 off;
+  int lo, hi;
+  __device__ __forceinline__ bool any() const { return lo < hi; }
+  __device__ __forceinline__ bool has(int k) const { return k >= lo && k < hi; }
+};
+
+// Channel-major: a channel is O runs of I contiguous elements, run o at o * so. Packs are
+// VEC-aligned in memory and IP of them cover a run: I / VEC when every run starts aligned,
+// else enough for any start, the elements outside the run masked off (so odd spatial sizes
+// such as 7 x 7 still move 16-byte packs). A pack is loaded only when it holds an element
+// of the run, so it lies in the 16-byte block of one: inside the allocation. Thread t
+// visits packs p = p0 + t, p0 + t + kBnBlock, ... < p1 of the channel (p = o * IP + i); its
+// cursor moves kBnBlock packs with adds (the run offset, the pack, the run's misalignment
+// `mis` against pack boundaries), the division once.
+template <int VEC>
+struct NcWalk {
+  i64 so, I, IP, dr, dso;
+  int dmis, wmis;
+  __device__ __forceinline__ NcWalk(i64 so_, i64 I_, i64 IP_) : so(so_), I(I_), IP(IP_) {
     const i64 dq = kBnBlock / IP;
     dr = kBnBlock - dq * IP;
-    doff = dq * so + dr * vec;
-    wrap = so - IP * vec;
+    dso = dq * so;
+    dmis = int(dso & (VEC - 1));
+    wmis = int(so & (VEC - 1));
   }
 };
 
+template <int VEC>
 struct NcCursor {
-  i64 i, off;  // pack within the run, element offset from the channel's base
-  __device__ __forceinline__ NcCursor(const NcStep& s, i64 p, i64 so, int vec) {
-    const i64 o = p / s.IP;
-    i = p - o * s.IP;
-    off = o * so + i * vec;
+  i64 i, run;  // pack within the run, the run's offset from the channel's base
+  int mis;     // the run's first element's place within its pack
+  __device__ __forceinline__ NcCursor(const NcWalk<VEC>& w, i64 p, i64 base_mis) {
+    const i64 o = p / w.IP;
+    i = p - o * w.IP;
+    run = o * w.so;
+    mis = int((base_mis + run) & (VEC - 1));
   }
-  __device__ __forceinline__ void next(const NcStep& s) {
-    i += s.dr; off += s.doff;
-    if (i >= s.IP) { i -= s.IP; off += s.wrap; }
+  __device__ __forceinline__ void next(const NcWalk<VEC>& w) {
+    i += w.dr; run += w.dso; mis += w.dmis;
+    if (i >= w.IP) { i -= w.IP; run += w.so; mis += w.wmis; }
+    mis &= VEC - 1;
   }
-  __device__ __forceinline__ void prev(const NcStep& s) {
-    i -= s.dr; off -= s.doff;
-    if (i < 0) { i += s.IP; off -= s.wrap; }
+  __device__ __forceinline__ void prev(const NcWalk<VEC>& w) {
+    i -= w.dr; run -= w.dso; mis -= w.dmis;
+    if (i < 0) { i += w.IP; run -= w.so; mis -= w.wmis; }
+    mis &= VEC - 1;
+  }
+  __device__ __forceinline__ Slot slot(const NcWalk<VEC>& w) const {
+    const i64 start = i * VEC - mis;  // the pack's first element, from the run's start
+    const int lo = start < 0 ? int(-start) : 0;
+    const int hi = w.I - start < VEC ? int(w.I - start) : VEC;
+    return Slot{run + start, lo, hi > lo ? hi : lo};
   }
 };
 
-// Calls f(off[U], ok[U]) for this thread's packs of [p0, p1), U at a time (f issues all U
-// loads before it uses any), last pack first when REVERSE. Every thread returns normally, so
-// block barriers may follow.
-template <int U, int VEC, bool REVERSE, typename F>
-__device__ __forceinline__ void walk_nc(i64 p0, i64 p1, i64 so, i64 I, F&& f) {
+// Calls f(slot[U]) for this thread's packs of [p0, p1) of the channel at xc, U at a time (f
+// issues all U loads before it uses any), last pack first when REVERSE. Every thread returns
+// normally, so block barriers may follow.
+template <int U, int VEC, bool REVERSE, typename T, typename F>
+__device__ __forceinline__ void walk_nc(const T* xc, i64 p0, i64 p1, i64 so, i64 I, i64 IP, F&& f) {
   const i64 first = p0 + threadIdx.x;
   const i64 K = first < p1 ? (p1 - 1 - first) / kBnBlock + 1 : 0;
   if (K == 0) return;
-  const NcStep s(so, I, VEC);
-  NcCursor cur(s, REVERSE ? first + (K - 1) * kBnBlock : first, so, VEC);
+  const NcWalk<VEC> w(so, I, IP);
+  const i64 base_mis = i64(reinterpret_cast<unsigned long long>(xc) / sizeof(T));
+  NcCursor<VEC> cur(w, REVERSE ? first + (K - 1) * kBnBlock : first, base_mis);
   for (i64 k = 0; k < K; k += U) {
-    i64 off[U];
-    bool ok[U];
+    Slot sl[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      ok[u] = k + u < K;
-      off[u] = cur.off;
-      if (REVERSE) cur.prev(s); else cur.next(s);
+      sl[u] = k + u < K ? cur.slot(w) : Slot{0, 0, 0};
+      if (REVERSE) cur.prev(w); else cur.next(w);
     }
-    f(off, ok);
+    f(sl);
   }
 }
 
 // Channels last: this thread's row ty of R visits positions p0 + ty, p0 + ty + R, ... < p1 at
-// offsets p * so + c (R a power of two, rshift its log2).
-template <int U, bool REVERSE, typename F>
+// offsets p * so + c (R a power of two, rshift its log2); every pack is whole.
+template <int U, int VEC, bool REVERSE, typename F>
 __device__ __forceinline__ void walk_cl(i64 p0, i64 p1, int ty, int rshift, i64 so, i64 c, F&& f) {
   const i64 first = p0 + ty, R = i64(1) << rshift;
   const i64 K = first < p1 ? ((p1 - 1 - first) >> rshift) + 1 : 0;
   i64 at = (REVERSE ? first + (K - 1) * R : first) * so + c;
   const i64 step = REVERSE ? -R * so : R * so;
   for (i64 k = 0; k < K; k += U) {
-    i64 off[U];
-    bool ok[U];
+    Slot sl[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) { ok[u] = k + u < K; off[u] = at; at += step; }
-    f(off, ok);
+    for (int u = 0; u < U; ++u) {
+      sl[u] = Slot{at, 0, k + u < K ? VEC : 0};
+      at += step;
+    }
+    f(sl);
+  }
+}
+
+// Calls g(k) for the elements k of a pack that belong to the tensor; a masked pack's store.
+template <int VEC, typename G>
+__device__ __forceinline__ void each(const Slot& s, G&& g) {
+  if (s.lo == 0 && s.hi == VEC) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) g(k);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+      if (s.has(k)) g(k);
+  }
+}
+
+template <typename T, typename A, int VEC>
+__device__ __forceinline__ void store_slot(T* p, const Slot& s, const A (&v)[VEC]) {
+  if (s.lo == 0 && s.hi == VEC) {
+    store_pack<T>(p, v);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+      if (s.has(k)) p[k] = cvt<T>(v[k]);
   }
 }
 
@@ -178,7 +230,7 @@ __device__ __forceinline__ typename ActOf<ACT>::type act_tag(int id) {
 // shift keeps the digits a large common offset would cost. The counts are the host's.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBnBlock)
-bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 I, i64 packs, i64 per_chunk,
+bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 I, i64 IP, i64 packs, i64 per_chunk,
             typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
   constexpr int U = unroll_of<T, VEC>();
@@ -188,18 +240,17 @@ bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 I, i64 packs, i64 per_c
   const A K = cvt<A>(xc[0]);
   const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(packs, p0 + per_chunk);
   A s = A(0), q = A(0);
-  walk_nc<U, VEC, false>(p0, p1, so, I, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+  walk_nc<U, VEC, false>(xc, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) v[u] = load_raw<VEC>(xc + off[u]);
+      if (sl[u].any()) v[u] = load_raw<VEC>(xc + sl[u].off);
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
+      if (sl[u].any()) {
         A xv[VEC];
         unpack(v[u], xv);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) { const A d = xv[k] - K; s += d; q += d * d; }
+        each<VEC>(sl[u], [&](int k) { const A d = xv[k] - K; s += d; q += d * d; });
       }
   });
   group_sum2<kBnBlock>(s, q, smem);
@@ -224,14 +275,14 @@ bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cs
   for (int k = 0; k < VEC; ++k) { K[k] = A(0); s[k] = A(0); q[k] = A(0); }
   if (ok_c) {
     load_pack<A, T, VEC>(x + t.c, K);
-    walk_cl<U, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+    walk_cl<U, VEC, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
       Pack<T, VEC> v[U];
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (ok[u]) v[u] = load_raw<VEC>(x + off[u]);
+        if (sl[u].any()) v[u] = load_raw<VEC>(x + sl[u].off);
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (ok[u]) {
+        if (sl[u].any()) {
           A xv[VEC];
           unpack(v[u], xv);
 #pragma unroll
@@ -301,7 +352,7 @@ bn_running_stats(const R* __restrict__ running_mean, const R* __restrict__ runni
 template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock)
 bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, i64 sc, i64 I,
-            i64 packs, i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
+            i64 IP, i64 packs, i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
             const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
             int act, typename AccOf<T>::type param) {
   typedef typename AccOf<T>::type A;
@@ -310,23 +361,23 @@ bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ 
   const i64 c = gridDim.y - 1 - blockIdx.y, chunk = gridDim.x - 1 - blockIdx.x;
   const Channel<A> ch = channel_of(c, mean, rstd, w, b);
   const i64 base = c * sc, p0 = chunk * per_chunk, p1 = min(packs, p0 + per_chunk);
-  walk_nc<U, VEC, true>(p0, p1, so, I, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+  walk_nc<U, VEC, true>(x + base, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U], r[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
-        v[u] = load_raw<VEC>(x + base + off[u]);
-        if (res) r[u] = load_raw<VEC>(res + base + off[u]);
+      if (sl[u].any()) {
+        v[u] = load_raw<VEC>(x + base + sl[u].off);
+        if (res) r[u] = load_raw<VEC>(res + base + sl[u].off);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
+      if (sl[u].any()) {
         A xv[VEC], rv[VEC], out[VEC];
         unpack(v[u], xv);
         unpack_or_zero(res, r[u], rv);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) out[k] = act_forward(tag(), ch.z(xv[k], rv[k]), param);
-        store_pack<T>(y + base + off[u], out);
+        store_slot<T>(y + base + sl[u].off, sl[u], out);
       }
   });
 }
@@ -347,23 +398,23 @@ bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ 
   for (int k = 0; k < VEC; ++k) ch[k] = channel_of(t.c + k, mean, rstd, w, b);
   const i64 chunk = gridDim.x - 1 - blockIdx.x;
   const i64 p0 = chunk * per_chunk, p1 = min(O, p0 + per_chunk);
-  walk_cl<U, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+  walk_cl<U, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U], r[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
-        v[u] = load_raw<VEC>(x + off[u]);
-        if (res) r[u] = load_raw<VEC>(res + off[u]);
+      if (sl[u].any()) {
+        v[u] = load_raw<VEC>(x + sl[u].off);
+        if (res) r[u] = load_raw<VEC>(res + sl[u].off);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
+      if (sl[u].any()) {
         A xv[VEC], rv[VEC], out[VEC];
         unpack(v[u], xv);
         unpack_or_zero(res, r[u], rv);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) out[k] = act_forward(tag(), ch[k].z(xv[k], rv[k]), param);
-        store_pack<T>(y + off[u], out);
+        store_pack<T>(y + sl[u].off, out);
       }
   });
 }
@@ -384,7 +435,7 @@ __device__ __forceinline__ void dz_of(Tag tag, const Channel<A>& ch, const A (&x
 template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_sums_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, i64 so, i64 sc,
-               i64 I, i64 packs, i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
+               i64 I, i64 IP, i64 packs, i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
                const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
                int act, typename AccOf<T>::type param, typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
@@ -396,25 +447,24 @@ bn_bwd_sums_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
   const Channel<A> ch = channel_of(c, mean, rstd, w, b);
   const i64 base = c * sc, p0 = i64(blockIdx.x) * per_chunk, p1 = min(packs, p0 + per_chunk);
   A s1 = A(0), s2 = A(0);
-  walk_nc<U, VEC, false>(p0, p1, so, I, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+  walk_nc<U, VEC, false>(x + base, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U], g[U], r[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
-        v[u] = load_raw<VEC>(x + base + off[u]);
-        g[u] = load_raw<VEC>(dy + base + off[u]);
-        if (with_res) r[u] = load_raw<VEC>(res + base + off[u]);
+      if (sl[u].any()) {
+        v[u] = load_raw<VEC>(x + base + sl[u].off);
+        g[u] = load_raw<VEC>(dy + base + sl[u].off);
+        if (with_res) r[u] = load_raw<VEC>(res + base + sl[u].off);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
+      if (sl[u].any()) {
         A xv[VEC], gv[VEC], rv[VEC], dz[VEC];
         unpack(v[u], xv);
         unpack(g[u], gv);
         unpack_or_zero(with_res, r[u], rv);
         dz_of<ACT>(tag, ch, xv, gv, rv, param, dz);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) { s1 += dz[k]; s2 += dz[k] * (xv[k] - ch.mean); }
+        each<VEC>(sl[u], [&](int k) { s1 += dz[k]; s2 += dz[k] * (xv[k] - ch.mean); });
       }
   });
   s2 *= rstd[c];
@@ -446,18 +496,18 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
 #pragma unroll
     for (int k = 0; k < VEC; ++k) ch[k] = channel_of(t.c + k, mean, rstd, w, b);
     const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(O, p0 + per_chunk);
-    walk_cl<U, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+    walk_cl<U, VEC, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
       Pack<T, VEC> v[U], g[U], r[U];
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (ok[u]) {
-          v[u] = load_raw<VEC>(x + off[u]);
-          g[u] = load_raw<VEC>(dy + off[u]);
-          if (with_res) r[u] = load_raw<VEC>(res + off[u]);
+        if (sl[u].any()) {
+          v[u] = load_raw<VEC>(x + sl[u].off);
+          g[u] = load_raw<VEC>(dy + sl[u].off);
+          if (with_res) r[u] = load_raw<VEC>(res + sl[u].off);
         }
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (ok[u]) {
+        if (sl[u].any()) {
           A xv[VEC], gv[VEC], rv[VEC];
           unpack(v[u], xv);
           unpack(g[u], gv);
@@ -525,7 +575,7 @@ __device__ __forceinline__ ChannelGrad<A> channel_grad_of(i64 c, const A* rstd, 
 template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
-                T* __restrict__ dres, i64 so, i64 sc, i64 I, i64 packs, i64 per_chunk,
+                T* __restrict__ dres, i64 so, i64 sc, i64 I, i64 IP, i64 packs, i64 per_chunk,
                 const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
                 const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
                 const typename AccOf<T>::type* __restrict__ coef) {
@@ -537,18 +587,18 @@ bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
   const Channel<A> ch = channel_of(c, mean, rstd, w, b);
   const ChannelGrad<A> cg = channel_grad_of(c, rstd, w, coef);
   const i64 base = c * sc, p0 = chunk * per_chunk, p1 = min(packs, p0 + per_chunk);
-  walk_nc<U, VEC, true>(p0, p1, so, I, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+  walk_nc<U, VEC, true>(x + base, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U], g[U], r[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
-        v[u] = load_raw<VEC>(x + base + off[u]);
-        g[u] = load_raw<VEC>(dy + base + off[u]);
-        if (with_res) r[u] = load_raw<VEC>(res + base + off[u]);
+      if (sl[u].any()) {
+        v[u] = load_raw<VEC>(x + base + sl[u].off);
+        g[u] = load_raw<VEC>(dy + base + sl[u].off);
+        if (with_res) r[u] = load_raw<VEC>(res + base + sl[u].off);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
+      if (sl[u].any()) {
         A xv[VEC], gv[VEC], rv[VEC], dz[VEC], out[VEC];
         unpack(v[u], xv);
         unpack(g[u], gv);
@@ -556,8 +606,8 @@ bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
         dz_of<ACT>(tag, ch, xv, gv, rv, param, dz);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) out[k] = cg.dx(dz[k], xv[k] - ch.mean);
-        store_pack<T>(dx + base + off[u], out);
-        if (dres) store_pack<T>(dres + base + off[u], dz);
+        store_slot<T>(dx + base + sl[u].off, sl[u], out);
+        if (dres) store_slot<T>(dres + base + sl[u].off, sl[u], dz);
       }
   });
 }
@@ -584,18 +634,18 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
   }
   const i64 chunk = gridDim.x - 1 - blockIdx.x;
   const i64 p0 = chunk * per_chunk, p1 = min(O, p0 + per_chunk);
-  walk_cl<U, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const i64 (&off)[U], const bool (&ok)[U]) {
+  walk_cl<U, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U], g[U], r[U];
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
-        v[u] = load_raw<VEC>(x + off[u]);
-        g[u] = load_raw<VEC>(dy + off[u]);
-        if (with_res) r[u] = load_raw<VEC>(res + off[u]);
+      if (sl[u].any()) {
+        v[u] = load_raw<VEC>(x + sl[u].off);
+        g[u] = load_raw<VEC>(dy + sl[u].off);
+        if (with_res) r[u] = load_raw<VEC>(res + sl[u].off);
       }
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (ok[u]) {
+      if (sl[u].any()) {
         A xv[VEC], gv[VEC], rv[VEC], dz[VEC], out[VEC];
         unpack(v[u], xv);
         unpack(g[u], gv);
@@ -605,8 +655,8 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
           dz[k] = ACT == 0 ? gv[k] : gv[k] * act_derivative(tag(), ch[k].z(xv[k], rv[k]), param);
           out[k] = cg[k].dx(dz[k], xv[k] - ch[k].mean);
         }
-        store_pack<T>(dx + off[u], out);
-        if (dres) store_pack<T>(dres + off[u], dz);
+        store_pack<T>(dx + sl[u].off, out);
+        if (dres) store_pack<T>(dres + sl[u].off, dz);
       }
   });
 }

@@ -205,8 +205,10 @@ def test_gpu_activations(rng, activation, with_residual, training, channel_axis)
 
 
 # Shapes that take several chunks a channel, a walk that wraps runs mid-step (I < 256 packs),
-# unroll tails, scalar packs (odd I), and cl blocks of 1, 2, 8 and 32 channel lanes.
-WALK_SHAPES = [(16, 24, 37, 41), (3, 5, 1033), (64, 7, 49), (8, 64, 30, 31), (2, 3, 4099), (257, 40, 3)]
+# unroll tails, runs off pack boundaries (odd I: masked packs), I = 1, and cl blocks of 1, 2,
+# 8 and 32 channel lanes.
+WALK_SHAPES = [(16, 24, 37, 41), (3, 5, 1033), (64, 7, 49), (8, 64, 30, 31), (2, 3, 4099), (257, 40, 3),
+               (33, 20, 7, 7), (5, 3, 1)]
 
 
 @pytest.mark.gpu
@@ -218,12 +220,50 @@ def test_gpu_chunked_walks(rng, shape, dtype, pdtype, channel_axis):
     _gpu_case(rng, sh, channel_axis, dtype, pdtype, None, training=True, with_residual=False)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
+def test_gpu_views_that_start_off_a_pack_boundary(rng, channel_axis):
+    # x, the residual and dy one element into their buffers: runs start mid-pack (nc masks
+    # the packs' ends) or the pointers are out of phase with the outputs (scalar packs)
+    import cupy
+
+    shape = (6, 5, 9, 11) if channel_axis == 1 else (6, 9, 11, 5)
+    d = _inputs(rng, shape, channel_axis, numpy.float32)
+    n = int(numpy.prod(shape))
+    views = {}
+    for k in ("x", "r", "dy"):
+        buf = cupy.empty(n + 1, numpy.float32)
+        views[k] = buf[1:].reshape(shape)
+        views[k][...] = cupy.asarray(d[k])
+    y, mean, rstd = cunorm.batch_norm(views["x"], residual=views["r"], activation="relu", channel_axis=channel_axis,
+                                      return_stats=True)
+    ry, rmean, rrstd = reference.batch_norm(d["x"], residual=d["r"], activation="relu", channel_axis=channel_axis,
+                                            return_stats=True)
+    assert_close("y", y, ry, *tol(numpy.float32))
+    dx, _, _, dr = cunorm.batch_norm_backward(views["dy"], views["x"], None, None, mean, rstd, residual=views["r"],
+                                              activation="relu", channel_axis=channel_axis)
+    rdx, _, _, rdr = reference.batch_norm_backward(d["dy"], d["x"], None, None, mean.get(), rstd.get(),
+                                                   residual=d["r"], activation="relu", channel_axis=channel_axis)
+    assert_close("dx", dx, rdx, 1e-4, 1e-4)
+    assert_close("dresidual", dr, rdr, 1e-4, 1e-4)
+
+
 def test_plans_chunk_and_shape_blocks():
     # channel-major: chunks cover the channel's packs exactly; cl: narrow tall blocks for few channels
     nc = _batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1)
     with _sm_count(132):
         p = _batch_norm.plan(nc, numpy.float32, numpy.float32, 0, 0)
-    assert p.vec == 4 and (p.chunks - 1) * p.per_chunk < 32 * 3136 // 4 <= p.chunks * p.per_chunk
+    assert p.vec == 4 and p.ip == 3136 // 4
+    assert (p.chunks - 1) * p.per_chunk < 32 * p.ip <= p.chunks * p.per_chunk
+    # 7 x 7 planes: 16-byte packs over runs that start anywhere, ends masked; a pointer out of
+    # phase with the others: scalar packs
+    odd = _batch_norm.layout((256, 2048, 7, 7), (2048 * 49, 49, 7, 1), 1)
+    with _sm_count(132):
+        assert _batch_norm.plan(odd, BFLOAT16, numpy.float32, 0, 0)[1:3] == (8, 7)
+        assert _batch_norm.plan(odd, numpy.float32, numpy.float32, 4, 0)[1:3] == (4, 13)
+        assert _batch_norm.plan(odd, numpy.float32, numpy.float32, -1, 0)[1:3] == (1, 49)
+    assert _batch_norm.pointer_phase(4096 + 4, 0, 8192 + 4) == 4
+    assert _batch_norm.pointer_phase(4096 + 4, 8192) == -1
     for C, vec, lanes in ((64, 8, 8), (3, 1, 4), (256, 8, 32), (2048, 8, 32), (1, 1, 1)):
         cl = _batch_norm.layout((32, 7, 7, C), (49 * C, 7 * C, C, 1), 3)
         with _sm_count(132):

@@ -144,6 +144,7 @@ def _merge(dims):
 class Plan(NamedTuple):
     lay: Layout
     vec: int
+    ip: int  # nc: packs covering a run of I elements (I / vec when every run starts aligned)
     chunks: int
     per_chunk: int  # packs (nc) or positions (cl) a block
     grid_y: int  # channels (nc, launched in slices of MAX_GRID_Y) or channel tiles (cl)
@@ -153,28 +154,41 @@ class Plan(NamedTuple):
     acc: numpy.dtype
 
 
+def pointer_phase(*pointers: int) -> int:
+    """The first pointer's address mod 16 when every non-null one shares it (the packs of
+    all tensors then line up), else -1."""
+    phase = pointers[0] % 16
+    return phase if all(p % 16 == phase for p in pointers if p) else -1
+
+
 @functools.lru_cache(maxsize=1024)
-def plan(lay: Layout, dtype, wdtype, align: int, device: int) -> Plan:
-    """Pack width (``align`` = all data pointers ORed, mod 16), block shape, chunking, grid."""
+def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
+    """Pack width, block shape, chunking and grid; ``phase`` from pointer_phase."""
+    from .._config import max_vec
+
     dtype = numpy.dtype(dtype)
     itemsize = dtype.itemsize
     target = BLOCKS_PER_SM * sm_count(device)
     if lay.channels_last:
-        vec = pick_vec(itemsize, lay.C, [(align, itemsize)], (lay.so,))
+        vec = pick_vec(itemsize, lay.C, [(1 if phase else 0, itemsize)], (lay.so,))
         lanes = -(-lay.C // vec)
         cshift = min(CL_MAX_LANES, 1 << (lanes - 1).bit_length()).bit_length() - 1
         grid_y = -(-lanes >> cshift)
+        ip = 1
         total, trip = lay.O, BLOCK >> cshift  # positions; positions a loop trip of the block
     else:
-        vec = pick_vec(itemsize, lay.I, [(align, itemsize)], (lay.so, lay.sc))
+        vec = max_vec(itemsize) if phase >= 0 and phase % itemsize == 0 else 1
+        aligned = phase == 0 and lay.I % vec == 0 and lay.so % vec == 0 and lay.sc % vec == 0
+        # runs off pack boundaries: enough packs for any start, the ends masked in the kernels
+        ip = lay.I // vec if aligned else -(-(lay.I + vec - 1) // vec)
         cshift, grid_y = 0, lay.C
-        total, trip = lay.O * lay.I // vec, BLOCK  # packs of a channel; packs a trip
+        total, trip = lay.O * ip, BLOCK  # packs of a channel; packs a trip
     chunks = max(1, min(-(-target // grid_y), total // (trip * MIN_TRIPS)))
     per_chunk = -(-total // chunks)
     chunks = -(-total // per_chunk)
     if grid_y > MAX_GRID_Y and lay.channels_last:
         raise ValueError(f"x: {lay.C} channels is more than the channels-last kernels address")
-    return Plan(lay, vec, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name,
+    return Plan(lay, vec, ip, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name,
                 acc_dtype(dtype))
 
 
@@ -200,7 +214,7 @@ def _shape_args(p: Plan):
     lay = p.lay
     if lay.channels_last:
         return (lay.so, lay.C, lay.O, p.per_chunk, p.cshift)
-    return (lay.so, lay.sc, lay.I, lay.O * lay.I // p.vec, p.per_chunk)
+    return (lay.so, lay.sc, lay.I, p.ip, lay.O * p.ip, p.per_chunk)
 
 
 def _off(ptr: int, elements: int, itemsize: int) -> int:

@@ -77,11 +77,8 @@ def forward(x, weight, bias, running_mean, running_var, training, factor, eps, r
         return y, mean, rstd
     pdt, (w, b) = _params(x, weight, bias)
     rdt, (rm, rv) = _params(x, running_mean, running_var)
-    align = 0
-    for a in (x, y, residual):
-        align |= _ptr(a)
     device = x.data.device_id
-    plan = _batch_norm.plan(lay, x.dtype, pdt, align & 15, device)
+    plan = _batch_norm.plan(lay, x.dtype, pdt, _batch_norm.pointer_phase(_ptr(x), _ptr(y), _ptr(residual)), device)
     _batch_norm.forward(plan, _ptr(x), _ptr(residual), _ptr(y), _ptr(w), _ptr(b), _ptr(rm), _ptr(rv), rdt,
                         stats.data.ptr, stats.data.ptr + lay.C * stats.itemsize, training, factor, eps, act, param,
                         _Scratch(), _stream_ptr(), device)
@@ -113,11 +110,9 @@ def backward(dy, x, weight, bias, mean, rstd, residual, act, param, training, ax
             if g is not None:
                 g.fill(0)
     else:
-        align = 0
-        for a in (x, dy, residual, dx, dres):
-            align |= _ptr(a)
         device = x.data.device_id
-        plan = _batch_norm.plan(lay, x.dtype, pdt, align & 15, device)
+        phase = _batch_norm.pointer_phase(_ptr(x), _ptr(dy), _ptr(residual), _ptr(dx), _ptr(dres))
+        plan = _batch_norm.plan(lay, x.dtype, pdt, phase, device)
         _batch_norm.backward(plan, _ptr(dy), _ptr(x), _ptr(residual), _ptr(dx), _ptr(dres), _ptr(w), _ptr(b),
                              _ptr(mean), _ptr(rstd), _ptr(dw), _ptr(db), training, act, param, _Scratch(),
                              _stream_ptr(), device)

@@ -69,8 +69,8 @@ def _cuda_forward(x, w, b, rm, rv, residual, training, factor, eps, act, param):
                                                                            if p is not None))]
         w2, b2 = _cast((w, b), pdt)
         rm2, rv2 = _cast((rm, rv), rdt)
-        align = _ptr(x) | _ptr(y) | _ptr(residual)
-        plan = _batch_norm.plan(lay, _NUMPY_DTYPE[x.dtype], _NUMPY_DTYPE[pdt], align & 15, dev)
+        phase = _batch_norm.pointer_phase(_ptr(x), _ptr(y), _ptr(residual))
+        plan = _batch_norm.plan(lay, _NUMPY_DTYPE[x.dtype], _NUMPY_DTYPE[pdt], phase, dev)
         acc_size = stats.element_size()
         kid, _ = activations.check(act, None if activations.ACTIVATIONS[act][1] is None else param)
         _batch_norm.forward(plan, _ptr(x), _ptr(residual), _ptr(y), _ptr(w2), _ptr(b2), _ptr(rm2), _ptr(rv2),
@@ -100,8 +100,8 @@ def _cuda_backward(dy, x, w, b, stats, residual, training, act, param, has_bias,
                     g.zero_()
         else:
             stats = stats.contiguous()
-            align = _ptr(x) | _ptr(dy) | _ptr(residual) | _ptr(dx) | _ptr(dres)
-            plan = _batch_norm.plan(lay, _NUMPY_DTYPE[x.dtype], _NUMPY_DTYPE[pdt], align & 15, dev)
+            phase = _batch_norm.pointer_phase(_ptr(x), _ptr(dy), _ptr(residual), _ptr(dx), _ptr(dres))
+            plan = _batch_norm.plan(lay, _NUMPY_DTYPE[x.dtype], _NUMPY_DTYPE[pdt], phase, dev)
             kid, _ = activations.check(act, None if activations.ACTIVATIONS[act][1] is None else param)
             _batch_norm.backward(plan, _ptr(dy), _ptr(x), _ptr(residual), _ptr(dx), _ptr(dres), _ptr(w2), _ptr(b2),
                                  stats.data_ptr(), stats.data_ptr() + lay.C * stats.element_size(), _ptr(dw),
