@@ -25,7 +25,10 @@ constexpr int kBnBlock = 1 << kBnBlockLog2;
 
 // Packs a thread keeps in flight: about kInflightBytes a stream (fewer leaves the loads
 // latency-bound; more costs registers and so resident threads), 1 to 8 packs.
-constexpr int kInflightBytes = 32;
+#ifndef CUNORM_BN_INFLIGHT_BYTES
+#define CUNORM_BN_INFLIGHT_BYTES 32  // benchmarks/sweep_bn_config.py compares others
+#endif
+constexpr int kInflightBytes = CUNORM_BN_INFLIGHT_BYTES;
 template <typename T, int VEC>
 __host__ __device__ constexpr int unroll_of() {
   return kInflightBytes / int(VEC * sizeof(T)) < 1 ? 1

@@ -1,0 +1,78 @@
+"""BatchNorm launch settings against each other at issue 5's shapes: bytes a thread keeps in
+flight a stream (kInflightBytes, compiled in), blocks a pass aims for (BLOCKS_PER_SM) and a
+block's least work (MIN_TRIPS), one changed at a time from the defaults. Kernel time
+(_bench.queued_time_ms), training forward and backward, as fractions of copy.
+
+    python benchmarks/sweep_bn_config.py [--json out.json]
+"""
+from __future__ import annotations
+
+import numpy
+
+from cunorm import _bench, _compile
+from cunorm._checks import BFLOAT16
+from cunorm.ops import _batch_norm
+
+SHAPES = ((32, 256, 56, 56), (128, 64, 112, 112), (64, 1024, 14, 14), (256, 2048, 7, 7))
+# (inflight bytes, blocks per SM, least loop trips a block)
+SETTINGS = ((32, 8, 4), (16, 8, 4), (64, 8, 4), (32, 4, 4), (32, 16, 4), (32, 32, 4), (32, 8, 1), (32, 8, 16))
+
+
+def _use(inflight: int, blocks_per_sm: int, min_trips: int) -> None:
+    _compile.COMPILE_OPTIONS = (f"-DCUNORM_BN_INFLIGHT_BYTES={inflight}",)
+    _compile._modules.clear()
+    _batch_norm.BLOCKS_PER_SM, _batch_norm.MIN_TRIPS = blocks_per_sm, min_trips
+    _batch_norm.plan.cache_clear()
+    _batch_norm._passes.cache_clear()
+
+
+def _case(shape, dtype, channels_last):
+    import cupy
+
+    import cunorm
+
+    rng = cupy.random.default_rng(0)
+    n, c, h, w = shape
+    phys = (n, h, w, c) if channels_last else shape
+    x = rng.standard_normal(phys, dtype=numpy.float32).astype(dtype)
+    dy = rng.standard_normal(phys, dtype=numpy.float32).astype(dtype)
+    axis = -1 if channels_last else 1
+    _, mean, rstd = cunorm.batch_norm(x, channel_axis=axis, return_stats=True)
+    stream = cupy.cuda.get_current_stream().ptr
+    f = _bench.queued_time_ms(lambda: cunorm.batch_norm(x, channel_axis=axis), stream)
+    b = _bench.queued_time_ms(lambda: cunorm.batch_norm_backward(dy, x, None, None, mean, rstd, channel_axis=axis),
+                              stream)
+    size = int(numpy.prod(shape)) * x.itemsize
+    return 2 * size / f / 1e6, 3 * size / b / 1e6
+
+
+def sweep(log=print) -> list[dict]:
+    defaults = (_compile.COMPILE_OPTIONS, _batch_norm.BLOCKS_PER_SM, _batch_norm.MIN_TRIPS)
+    copy = _bench.copy_gbps()
+    rows = []
+    try:
+        for setting in SETTINGS:
+            _use(*setting)
+            for shape in SHAPES:
+                for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
+                    for cl in (False, True):
+                        f, b = _case(shape, dtype, cl)
+                        row = {"inflight": setting[0], "blocks_per_sm": setting[1], "min_trips": setting[2],
+                               "shape": list(shape), "dtype": dtype.name, "layout": "nhwc" if cl else "nchw",
+                               "fwd_of_copy": round(f / copy, 3), "bwd_of_copy": round(b / copy, 3)}
+                        log(f"{setting} {dtype.name:8s} {row['layout']} {shape}: fwd {row['fwd_of_copy']:.3f} "
+                            f"bwd {row['bwd_of_copy']:.3f}")
+                        rows.append(row)
+    finally:
+        _compile.COMPILE_OPTIONS = defaults[0]
+        _compile._modules.clear()
+        _batch_norm.BLOCKS_PER_SM, _batch_norm.MIN_TRIPS = defaults[1], defaults[2]
+        _batch_norm.plan.cache_clear()
+        _batch_norm._passes.cache_clear()
+    return rows
+
+
+if __name__ == "__main__":
+    from _sweep_cli import main
+
+    main(sweep, __doc__)
