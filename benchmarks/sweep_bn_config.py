@@ -1,6 +1,7 @@
 """BatchNorm launch settings against each other at issue 5's shapes: bytes a thread keeps in
-flight a stream (kInflightBytes, compiled in), blocks a pass aims for (BLOCKS_PER_SM) and a
-block's least work (MIN_TRIPS), one changed at a time from the defaults. Kernel time
+flight a stream (kInflightBytes, compiled in), blocks a pass aims for (BLOCKS_PER_SM, both
+layouts alike here) and a block's least work (MIN_TRIPS), one changed at a time from
+(32, 8, 4), the defaults when it ran first. Kernel time
 (_bench.queued_time_ms), training forward and backward, as fractions of copy.
 
     python benchmarks/sweep_bn_config.py [--json out.json]
@@ -21,7 +22,8 @@ SETTINGS = ((32, 8, 4), (16, 8, 4), (64, 8, 4), (32, 4, 4), (32, 16, 4), (32, 32
 def _use(inflight: int, blocks_per_sm: int, min_trips: int) -> None:
     _compile.COMPILE_OPTIONS = (f"-DCUNORM_BN_INFLIGHT_BYTES={inflight}",)
     _compile._modules.clear()
-    _batch_norm.BLOCKS_PER_SM, _batch_norm.MIN_TRIPS = blocks_per_sm, min_trips
+    _batch_norm.BLOCKS_PER_SM = _batch_norm.BLOCKS_PER_SM_CL = blocks_per_sm
+    _batch_norm.MIN_TRIPS = min_trips
     _batch_norm.plan.cache_clear()
     _batch_norm._passes.cache_clear()
 
@@ -47,7 +49,8 @@ def _case(shape, dtype, channels_last):
 
 
 def sweep(log=print) -> list[dict]:
-    defaults = (_compile.COMPILE_OPTIONS, _batch_norm.BLOCKS_PER_SM, _batch_norm.MIN_TRIPS)
+    defaults = (_compile.COMPILE_OPTIONS, _batch_norm.BLOCKS_PER_SM, _batch_norm.BLOCKS_PER_SM_CL,
+                _batch_norm.MIN_TRIPS)
     copy = _bench.copy_gbps()
     rows = []
     try:
@@ -66,7 +69,7 @@ def sweep(log=print) -> list[dict]:
     finally:
         _compile.COMPILE_OPTIONS = defaults[0]
         _compile._modules.clear()
-        _batch_norm.BLOCKS_PER_SM, _batch_norm.MIN_TRIPS = defaults[1], defaults[2]
+        _batch_norm.BLOCKS_PER_SM, _batch_norm.BLOCKS_PER_SM_CL, _batch_norm.MIN_TRIPS = defaults[1:]
         _batch_norm.plan.cache_clear()
         _batch_norm._passes.cache_clear()
     return rows

@@ -18,13 +18,17 @@ from .._launch import launch, make_current, pick_vec, scalar_bits, sm_count
 KERNEL_FILE = "batch_norm.cu"
 BLOCK = 256  # = kBnBlock
 MAX_GRID_Y = 65535
-# Blocks a pass aims for: enough to fill the GPU a few times over.
+# Blocks a pass aims for, per SM: channel-major 8, channels-last 4 (sweep_bn_config.py on the
+# H200, NOTES "BatchNorm v2": 4 lifted the nhwc cases by up to +0.08 of copy, bf16 (64, 1024,
+# 14, 14) 0.27 -> 0.35, and cost nchw (128, 64, 112, 112) 0.04-0.07, so the layouts differ).
 BLOCKS_PER_SM = 8
+BLOCKS_PER_SM_CL = 4
 # cl kernels: at most this many channel packs across a block (one 512-byte row of a warp for
 # 16-byte packs); fewer channels take narrower, taller blocks.
 CL_MAX_LANES = 32
 # A block's least work, in loop trips of its threads: below it the block's fixed costs (the
-# pivot, the reduction, the partial's store) outweigh its loads.
+# pivot, the reduction, the partial's store) outweigh its loads (1 and 16 measured within
+# -0.08 / +0.09 of 4 on single shapes, within 3% on average).
 MIN_TRIPS = 4
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -168,7 +172,7 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
 
     dtype = numpy.dtype(dtype)
     itemsize = dtype.itemsize
-    target = BLOCKS_PER_SM * sm_count(device)
+    target = (BLOCKS_PER_SM_CL if lay.channels_last else BLOCKS_PER_SM) * sm_count(device)
     if lay.channels_last:
         vec = pick_vec(itemsize, lay.C, [(1 if phase else 0, itemsize)], (lay.so,))
         lanes = -(-lay.C // vec)
