@@ -56,7 +56,10 @@ def _torch_case(shape, dtype, channels_last):
 
     y = F.batch_norm(x, rm, rv, w, b, training=True)
     bwd = lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True)  # noqa: E731
-    compiled = torch.compile(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True))
+    # a fresh compile for each case: one code object recompiled for each shape would reach
+    # dynamo's recompile limit and fall back to eager, or go dynamic
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), dynamic=False)
 
     def fwd_compiled():
         with torch.no_grad():
