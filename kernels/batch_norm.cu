@@ -20,7 +20,10 @@
 
 using namespace cunorm;
 
-constexpr int kBnBlockLog2 = 8;
+#ifndef CUNORM_BN_BLOCK_LOG2
+#define CUNORM_BN_BLOCK_LOG2 8  // the host's BLOCK must match (sweep_bn_variants.py sets both)
+#endif
+constexpr int kBnBlockLog2 = CUNORM_BN_BLOCK_LOG2;
 constexpr int kBnBlock = 1 << kBnBlockLog2;
 
 // Packs a thread keeps in flight: about kInflightBytes a stream (fewer leaves the loads
@@ -29,11 +32,16 @@ constexpr int kBnBlock = 1 << kBnBlockLog2;
 #define CUNORM_BN_INFLIGHT_BYTES 32  // benchmarks/sweep_bn_config.py compares others
 #endif
 constexpr int kInflightBytes = CUNORM_BN_INFLIGHT_BYTES;
-template <typename T, int VEC>
+template <typename T, int VEC, int BYTES = kInflightBytes>
 __host__ __device__ constexpr int unroll_of() {
-  return kInflightBytes / int(VEC * sizeof(T)) < 1 ? 1
-       : (kInflightBytes / int(VEC * sizeof(T)) > 8 ? 8 : kInflightBytes / int(VEC * sizeof(T)));
+  return BYTES / int(VEC * sizeof(T)) < 1 ? 1 : (BYTES / int(VEC * sizeof(T)) > 8 ? 8 : BYTES / int(VEC * sizeof(T)));
 }
+
+// The statistics pass reads one stream and holds few registers: its own budget.
+#ifndef CUNORM_BN_STATS_INFLIGHT_BYTES
+#define CUNORM_BN_STATS_INFLIGHT_BYTES CUNORM_BN_INFLIGHT_BYTES
+#endif
+constexpr int kStatsInflightBytes = CUNORM_BN_STATS_INFLIGHT_BYTES;
 
 // The residual's pack, or zeros where there is none (no residual).
 template <typename A, typename T, int VEC>
@@ -66,10 +74,11 @@ struct Slot {
 // `mis` against pack boundaries), the division once.
 template <int VEC>
 struct NcWalk {
-  i64 so, I, IP, dr, dso;
+  i64 so, dso;   // a run's stride; the step's run offset
+  int I, IP, dr;  // run length, packs a run, the step's pack remainder (the host keeps I < 2^31)
   int dmis, wmis;
-  __device__ __forceinline__ NcWalk(i64 so_, i64 I_, i64 IP_) : so(so_), I(I_), IP(IP_) {
-    const i64 dq = kBnBlock / IP;
+  __device__ __forceinline__ NcWalk(i64 so_, i64 I_, i64 IP_) : so(so_), I(int(I_)), IP(int(IP_)) {
+    const int dq = kBnBlock / IP;
     dr = kBnBlock - dq * IP;
     dso = dq * so;
     dmis = int(dso & (VEC - 1));
@@ -79,11 +88,12 @@ struct NcWalk {
 
 template <int VEC>
 struct NcCursor {
-  i64 i, run;  // pack within the run, the run's offset from the channel's base
-  int mis;     // the run's first element's place within its pack
+  i64 run;   // the run's offset from the channel's base
+  int i;     // pack within the run
+  int mis;   // the run's first element's place within its pack
   __device__ __forceinline__ NcCursor(const NcWalk<VEC>& w, i64 p, i64 base_mis) {
     const i64 o = p / w.IP;
-    i = p - o * w.IP;
+    i = int(p - o * w.IP);
     run = o * w.so;
     mis = int((base_mis + run) & (VEC - 1));
   }
@@ -98,25 +108,26 @@ struct NcCursor {
     mis &= VEC - 1;
   }
   __device__ __forceinline__ Slot slot(const NcWalk<VEC>& w) const {
-    const i64 start = i * VEC - mis;  // the pack's first element, from the run's start
-    const int lo = start < 0 ? int(-start) : 0;
-    const int hi = w.I - start < VEC ? int(w.I - start) : VEC;
+    const int start = i * VEC - mis;  // the pack's first element, from the run's start
+    const int lo = start < 0 ? -start : 0;
+    const int hi = w.I - start < VEC ? w.I - start : VEC;
     return Slot{run + start, lo, hi > lo ? hi : lo};
   }
 };
 
 // Calls f(slot[U]) for this thread's packs of [p0, p1) of the channel at xc, U at a time (f
 // issues all U loads before it uses any), last pack first when REVERSE. Every thread returns
-// normally, so block barriers may follow.
+// normally, so block barriers may follow. (Counts a thread's packs in 32 bits: a chunk holds
+// fewer than 2^31 * kBnBlock packs.)
 template <int U, int VEC, bool REVERSE, typename T, typename F>
 __device__ __forceinline__ void walk_nc(const T* xc, i64 p0, i64 p1, i64 so, i64 I, i64 IP, F&& f) {
   const i64 first = p0 + threadIdx.x;
-  const i64 K = first < p1 ? (p1 - 1 - first) / kBnBlock + 1 : 0;
+  const int K = first < p1 ? int((p1 - 1 - first) / kBnBlock) + 1 : 0;
   if (K == 0) return;
   const NcWalk<VEC> w(so, I, IP);
   const i64 base_mis = i64(reinterpret_cast<unsigned long long>(xc) / sizeof(T));
-  NcCursor<VEC> cur(w, REVERSE ? first + (K - 1) * kBnBlock : first, base_mis);
-  for (i64 k = 0; k < K; k += U) {
+  NcCursor<VEC> cur(w, REVERSE ? first + i64(K - 1) * kBnBlock : first, base_mis);
+  for (int k = 0; k < K; k += U) {
     Slot sl[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -132,10 +143,10 @@ __device__ __forceinline__ void walk_nc(const T* xc, i64 p0, i64 p1, i64 so, i64
 template <int U, int VEC, bool REVERSE, typename F>
 __device__ __forceinline__ void walk_cl(i64 p0, i64 p1, int ty, int rshift, i64 so, i64 c, F&& f) {
   const i64 first = p0 + ty, R = i64(1) << rshift;
-  const i64 K = first < p1 ? ((p1 - 1 - first) >> rshift) + 1 : 0;
+  const int K = first < p1 ? int((p1 - 1 - first) >> rshift) + 1 : 0;
   i64 at = (REVERSE ? first + (K - 1) * R : first) * so + c;
   const i64 step = REVERSE ? -R * so : R * so;
-  for (i64 k = 0; k < K; k += U) {
+  for (int k = 0; k < K; k += U) {
     Slot sl[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -236,7 +247,7 @@ __global__ void __launch_bounds__(kBnBlock)
 bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 I, i64 IP, i64 packs, i64 per_chunk,
             typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
-  constexpr int U = unroll_of<T, VEC>();
+  constexpr int U = unroll_of<T, VEC, kStatsInflightBytes>();
   __shared__ A smem[2 * kWarp];
   const i64 c = blockIdx.y;
   const T* xc = x + c * sc;
@@ -268,7 +279,7 @@ __global__ void __launch_bounds__(kBnBlock)
 bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cshift,
             typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
-  constexpr int U = unroll_of<T, VEC>();
+  constexpr int U = unroll_of<T, VEC, kStatsInflightBytes>();
   __shared__ A red[kBnBlock * VEC];
   const ClTile t(cshift, VEC);
   const bool ok_c = t.c < C;  // VEC > 1 only when C % VEC == 0

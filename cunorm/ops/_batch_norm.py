@@ -181,6 +181,9 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
         ip = 1
         total, trip = lay.O, BLOCK >> cshift  # positions; positions a loop trip of the block
     else:
+        if lay.I >= 2**31 - 64:  # the kernels count a run's packs in 32 bits
+            raise ValueError(f"x: {lay.I} elements a channel in one contiguous run is more than the kernels "
+                             "address (2**31 - 64)")
         vec = max_vec(itemsize) if phase >= 0 and phase % itemsize == 0 else 1
         aligned = phase == 0 and lay.I % vec == 0 and lay.so % vec == 0 and lay.sc % vec == 0
         # runs off pack boundaries: enough packs for any start, the ends masked in the kernels
