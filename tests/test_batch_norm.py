@@ -9,7 +9,6 @@ import pytest
 import cunorm
 from cunorm import activations, reference
 from cunorm._checks import BFLOAT16
-from cunorm._compile import c_type
 from cunorm.ops import _batch_norm
 from tolerances import assert_close, reduction_tol, tol
 
@@ -128,11 +127,35 @@ def test_dense_layout_refuses_gaps_and_overlap():
     assert _batch_norm.dense_layout((4, 1, 3, 5), (15, 99, 5, 1), 2) is not None  # size-1 axes: any stride
 
 
-def test_instantiations_cover_every_launch_name():
+def test_instantiations_cover_every_launch_name(monkeypatch):
+    # every kernel name the dispatcher asks for, over dtypes, parameter and running-statistics
+    # dtypes, layouts, pointer phases, activations and directions, is one CI compiles
     names = set(_batch_norm.instantiations())
-    for t in _batch_norm.DTYPES:
-        for vec in _batch_norm._vec_choices(t):
-            assert f"bn_stats_nc<{c_type(t)}, {vec}>" in names
+    asked = []
+    monkeypatch.setattr(_batch_norm, "function_ptr", lambda f, name, dev: asked.append(name) or 1)
+    monkeypatch.setattr(_batch_norm, "sm_count", lambda dev: 132)
+    _batch_norm.plan.cache_clear()
+    _batch_norm._passes.cache_clear()
+    layouts = [_batch_norm.layout((4, 16, 5, 6), (480, 30, 6, 1), 1), _batch_norm.layout((4, 5, 6, 16), (480, 96, 16, 1), 3),
+               _batch_norm.layout((8, 3, 7, 7), (147, 49, 7, 1), 1)]
+    try:
+        for t in _batch_norm.DTYPES:
+            dt = BFLOAT16 if t == "bfloat16" else numpy.dtype(t)
+            for w in {t, "float32"} if t != "float64" else {t}:
+                pdt = _batch_norm.param_dtype(dt, BFLOAT16 if w == "bfloat16" else numpy.dtype(w))
+                for lay in layouts:
+                    for phase in (0, 2, -1):
+                        p = _batch_norm.plan(lay, dt, pdt, phase, 0)
+                        for act in range(len(ACTIVATIONS)):
+                            for training in (True, False):
+                                _batch_norm._passes(p, False, training, act, 0.01, pdt.name, 0)
+                                _batch_norm._passes(p, True, training, act, 0.01, "", 0)
+    finally:
+        _batch_norm.plan.cache_clear()
+        _batch_norm._passes.cache_clear()
+    missing = sorted(set(asked) - names)
+    assert not missing, missing[:5]
+    assert len(set(asked)) > 100
 
 
 # ---- GPU ------------------------------------------------------------------------------------
