@@ -29,22 +29,11 @@ def _use(inflight: int, blocks_per_sm: int, min_trips: int) -> None:
 
 
 def _case(shape, dtype, channels_last):
-    import cupy
+    """(forward, backward) GB/s of the bench's own BatchNorm case (cunorm._bench_bn)."""
+    from cunorm._bench_bn import _cupy_case
 
-    import cunorm
-
-    rng = cupy.random.default_rng(0)
-    n, c, h, w = shape
-    phys = (n, h, w, c) if channels_last else shape
-    x = rng.standard_normal(phys, dtype=numpy.float32).astype(dtype)
-    dy = rng.standard_normal(phys, dtype=numpy.float32).astype(dtype)
-    axis = -1 if channels_last else 1
-    _, mean, rstd = cunorm.batch_norm(x, channel_axis=axis, return_stats=True)
-    stream = cupy.cuda.get_current_stream().ptr
-    f = _bench.queued_time_ms(lambda: cunorm.batch_norm(x, channel_axis=axis), stream)
-    b = _bench.queued_time_ms(lambda: cunorm.batch_norm_backward(dy, x, None, None, mean, rstd, channel_axis=axis),
-                              stream)
-    size = int(numpy.prod(shape)) * x.itemsize
+    f, b = _cupy_case(shape, dtype, channels_last)[:2]
+    size = int(numpy.prod(shape)) * numpy.dtype(dtype).itemsize
     return 2 * size / f / 1e6, 3 * size / b / 1e6
 
 
