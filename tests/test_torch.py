@@ -388,6 +388,62 @@ def test_gpu_general_path_layouts_and_dtypes(case):
 
 
 @gpu
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("rows", [7, 600])  # the one-launch column backward; partials and their reduction
+def test_gpu_fast_backward_twice_on_one_graph(op, rows):
+    """Two backwards of one graph (retain_graph) through the fast backward: each right, and
+    the second leaves the gradients the first returned as they were."""
+    _cuda_or_skip()
+    n = 499
+    x = torch.randn(rows, n, device="cuda", requires_grad=True)
+    params = tuple(torch.randn(n, device="cuda", requires_grad=True) for _ in range(2 if op == "layer_norm" else 1))
+    dy1, dy2 = torch.randn(rows, n, device="cuda"), torch.randn(rows, n, device="cuda")
+    y = getattr(ct, op)(x, (n,), *params)
+    first = torch.autograd.grad(y, (x, *params), dy1, retain_graph=True)
+    second = torch.autograd.grad(y, (x, *params), dy2)
+    for dy, grads in ((dy1, first), (dy2, second)):
+        _, ref_grads = _reference_grads(op, x, params, dy)
+        for name, g, ref in zip(("dx", "dweight", "dbias"), grads, ref_grads):
+            rtol, atol = reduction_tol(numpy.dtype(numpy.float32), 1 if name == "dx" else 7)
+            assert_close(f"{op} rows={rows} {name}", g.cpu().double(), ref.cpu(), rtol, 4 * atol)
+
+
+def _misaligned_copy(t):
+    """t's values in memory one element past an allocation's start (16-byte alignment lost)."""
+    flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:]
+    return flat.view(t.shape).copy_(t)
+
+
+@gpu
+@pytest.mark.parametrize("unpack", ["contiguous_copy", "misaligned_copy"])
+def test_gpu_fast_backward_checks_unpacked_tensors(unpack):
+    """Saved-tensor hooks (activation offloading) hand the backward other memory than the
+    forward saw: rows at another stride, or a pointer the plan's vector width cannot load.
+    The backward must notice and take the general path; the same signature without hooks
+    afterwards must still be right."""
+    _cuda_or_skip()
+    n = 499
+    base = torch.randn(7, 512, device="cuda")
+    x = base[:, :n].requires_grad_() if unpack == "contiguous_copy" else base[:, :496].clone().requires_grad_()
+    n = x.shape[1]
+    w, b = (torch.randn(n, device="cuda", requires_grad=True) for _ in range(2))
+    dy = torch.randn(7, n, device="cuda")
+    to_other_memory = (lambda t: t.contiguous().clone()) if unpack == "contiguous_copy" else _misaligned_copy
+    for hooked in (True, False):
+        if hooked:
+            with torch.autograd.graph.saved_tensors_hooks(lambda t: t.detach().cpu(),
+                                                          lambda t: to_other_memory(t.cuda())):
+                y = ct.layer_norm(x, (n,), w, b)
+        else:
+            y = ct.layer_norm(x, (n,), w, b)
+        grads = torch.autograd.grad(y, (x, w, b), dy)
+        _, ref_grads = _reference_grads("layer_norm", x, (w, b), dy)
+        for name, g, ref in zip(("dx", "dweight", "dbias"), grads, ref_grads):
+            rtol, atol = reduction_tol(numpy.dtype(numpy.float32), 1 if name == "dx" else 7)
+            assert_close(f"{unpack} hooked={hooked} {name}", g.cpu().double(), ref.cpu(), rtol, 4 * atol)
+
+
+@gpu
 def test_gpu_fresh_thread_and_repeated_signature():
     """A thread that never touched CUDA (its driver context unset) can call in, and a cached
     signature called with new tensors gives their results, not the first call's."""

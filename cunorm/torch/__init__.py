@@ -17,7 +17,7 @@ import torch
 
 from .. import _checks
 from ._common import _NUMPY_DTYPE, _as_dtype
-from ._cuda import _cuda_backward_fast
+from ._cuda import _cuda_forward
 from ._batch_norm import batch_norm
 from ._bn_modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, _FusedBatchNorm
 from ._ops import _backward_impl, _forward_impl, _reducing_weight
@@ -35,6 +35,8 @@ def _normalized_ndim(input, normalized_shape) -> int:
         raise TypeError(f"input: expected a torch.Tensor, got {type(input).__name__}")
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     nd = len(shape)
+    if nd == 1 and input.ndim and input.shape[-1] == shape[0]:  # the common case, without slicing a Size
+        return 1
     if nd < 1 or nd > input.ndim or input.shape[input.ndim - nd:] != shape:
         raise ValueError(f"normalized_shape: {list(shape)} does not match the last axes of input "
                          f"of shape {list(input.shape)}")
@@ -69,7 +71,7 @@ class _LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, nd, weight, bias, eps):
         fast = []
-        y, stats = _forward_impl(x, nd, weight, bias, eps, rms=False, backward_state=fast)
+        y, stats = _forward(x, nd, weight, bias, eps, False, fast)
         ctx.save_for_backward(x, weight, stats)
         ctx.nd, ctx.bias_dtype, ctx.fast = nd, None if bias is None else bias.dtype, fast
         return y
@@ -80,7 +82,7 @@ class _LayerNormFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         has_bias = ctx.bias_dtype is not None and need[3]
         if ctx.fast:  # the forward took the fast path, so weight and bias share a dtype
-            grads = _cuda_backward_fast(ctx.fast[0], dy, x, weight, stats, has_bias, need[2] and weight is not None)
+            grads = ctx.fast[0](dy, x, weight, stats, need[2] and weight is not None, has_bias)
             if grads is not None:
                 return grads[0], None, grads[1], grads[2], None
         w = _reducing_weight(weight, ctx.bias_dtype if has_bias else None)
@@ -96,7 +98,7 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, nd, weight, eps):
         fast = []
-        y, stats = _forward_impl(x, nd, weight, None, eps, rms=True, backward_state=fast)
+        y, stats = _forward(x, nd, weight, None, eps, True, fast)
         ctx.save_for_backward(x, weight, stats)
         ctx.nd, ctx.fast = nd, fast
         return y
@@ -104,17 +106,26 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, weight, stats = ctx.saved_tensors
+        need_dw = ctx.needs_input_grad[2]
         if ctx.fast:
-            grads = _cuda_backward_fast(ctx.fast[0], dy, x, weight, stats, False,
-                                        ctx.needs_input_grad[2] and weight is not None)
+            grads = ctx.fast[0](dy, x, weight, stats, need_dw and weight is not None, False)
             if grads is not None:
                 return grads[0], None, grads[1], None
-        dx, dw, _ = _backward_impl(dy, x, weight, stats, ctx.nd, True, False, ctx.needs_input_grad[2])
+        dx, dw, _ = _backward_impl(dy, x, weight, stats, ctx.nd, True, False, need_dw)
         return dx, None, dw, None
 
 
-def _needs_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+def _forward(x, nd, weight, bias, eps, rms, fast):
+    """The Functions' forward: the CUDA fast path called directly (one call layer fewer on a
+    host-bound path), the CPU reference otherwise."""
+    if x.is_cuda:
+        return _cuda_forward(x, nd, weight, bias, eps, rms, True, fast)
+    return _forward_impl(x, nd, weight, bias, eps, rms)
+
+
+def _needs_grad(x, weight, bias=None) -> bool:
+    return torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                        or (bias is not None and bias.requires_grad))
 
 
 def layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optional[torch.Tensor] = None,

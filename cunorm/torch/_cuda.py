@@ -89,10 +89,10 @@ _backward_plans: dict = {}
 
 def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True, backward_state=None):
     """(y, stats or None); stats as _stats_shape says, in float32 (float64 for float64 x).
-    When the call takes the fast path, a list passed as ``backward_state`` receives what
-    _cuda_backward_fast needs to skip its own signature lookup."""
+    When the call takes the fast path, a list passed as ``backward_state`` receives its
+    signature's FastBackward."""
     dev = x.get_device()
-    if torch.cuda.current_device() != dev:
+    if torch._C._cuda_getDevice() != dev:  # torch.cuda.current_device() without its lazy-init check
         with torch.cuda.device(dev):
             return _cuda_forward(x, nd, weight, bias, eps, rms, stats, backward_state)
     y = _like(x)
@@ -106,13 +106,13 @@ def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True, backward_state=None
         entry = _forward_entry(key, x, nd, weight, bias, eps, rms)
     if entry is _GENERAL:
         return _cuda_forward_general(x, nd, weight, bias, eps, rms, stats)
-    plan, stats_shape, acc, bstate = entry
+    plan, stats_shape, acc, fast = entry
     if backward_state is not None:
-        backward_state.append(bstate)
+        backward_state.append(fast)
     mean = rstd = 0
     st = None
     if stats:
-        st = torch.empty(stats_shape, dtype=acc, device=x.device)
+        st = x.new_empty(stats_shape, dtype=acc)
         mean = rstd = st.data_ptr()
         if not rms:
             rstd += plan.m * plan.acc.itemsize
@@ -129,9 +129,8 @@ def _forward_entry(key, x, nd, weight, bias, eps, rms):
         plan = _row_norm.forward_plan(tuple(x.shape), tuple(x.stride()), _NUMPY_DTYPE[x.dtype], _NUMPY_DTYPE[pdt],
                                       nd, rms, eps, key[3], key[-2], key[-1])
         if plan is not None:
-            # the backward plan for a C-contiguous dy, made on the first backward
-            bstate = [None, key[3], nd, rms, key[-2], key[-1]]
-            entry = (plan, _stats_shape(x, nd, rms), _TORCH_DTYPE[plan.acc], bstate)
+            fast = FastBackward(key[3], nd, rms, tuple(x.stride()), key[-2], key[-1])
+            entry = (plan, _stats_shape(x, nd, rms), _TORCH_DTYPE[plan.acc], fast)
     remember(_forward_plans, key, entry, _MAX_PLANS)
     return entry
 
@@ -184,44 +183,54 @@ def _cuda_backward(dy, x, weight, stats, nd, rms, has_bias, need_dw=True):
     return dx, dw, db
 
 
-def _cuda_backward_fast(bstate, dy, x, weight, stats, has_bias, need_dw):
-    """The eager backward of a forward that took the fast path: its signature already known,
-    only dy's layout is checked. The autograd thread runs this, where host work costs about
-    1.5 to 3 times what it costs on the caller's thread (benchmarks/NOTES.md, v5), so it does as
-    little as it can. None when dy or the device does not fit; the caller falls back to
-    _cuda_backward."""
-    dev = bstate[1]
-    if not dy.is_contiguous() or torch.cuda.current_device() != dev:
-        return None
-    dx = torch.empty_like(dy)
-    dyp, dxp = dy.data_ptr(), dx.data_ptr()
-    if (dyp | dxp) & 15:
-        return None
-    plan = bstate[0]
-    if plan is None:
-        plan = bstate[0] = _contiguous_dy_backward_plan(bstate, x, weight)
-    if weight is not None:
-        wp = weight.data_ptr()
-        dw = torch.empty_like(weight) if need_dw else None
-        db = torch.empty_like(weight) if has_bias else None
-    else:
-        wp, dw = 0, None
-        db = torch.empty(x.shape[x.ndim - bstate[2]:], dtype=x.dtype, device=x.device) if has_bias else None
-    sp = stats.data_ptr()
-    mean, rstd = (0, sp) if bstate[3] else (sp, sp + plan.m * plan.acc.itemsize)
-    make_current(dev)
-    _row_norm.run_backward(plan, dyp, x.data_ptr(), wp, mean, rstd, dxp, 0 if dw is None else dw.data_ptr(),
-                           0 if db is None else db.data_ptr(), _Scratch(dev), _stream(dev))
-    return dx, dw, db
+class FastBackward:
+    """The eager backward of one fast-path forward signature, called on torch's autograd
+    device thread, where host work takes 1.5 to 3 times as long as on the caller's
+    (benchmarks/NOTES.md, v5 and v14): no signature lookup, only checks that dy and the saved
+    tensors (which saved-tensor hooks may have moved) still fit the plan. The plan, for a
+    C-contiguous dy, is made on the first backward."""
 
+    __slots__ = ("plan", "dev", "nd", "rms", "x_strides", "x_align", "p_align")
 
-def _contiguous_dy_backward_plan(bstate, x, weight):
-    _, dev, nd, rms, x_align, p_align = bstate
-    shape = tuple(x.shape)
-    wdt = _NUMPY_DTYPE[x.dtype if weight is None else weight.dtype]
-    # the forward's alignment classes cover x and the parameters; dy and dx are checked aligned
-    return _row_norm.backward_plan(shape, tuple(x.stride()), contiguous_strides(shape), _NUMPY_DTYPE[x.dtype], wdt,
-                                   wdt, nd, rms, dev, x_align, p_align)
+    def __init__(self, dev, nd, rms, x_strides, x_align, p_align):
+        self.plan, self.dev, self.nd, self.rms = None, dev, nd, rms
+        self.x_strides, self.x_align, self.p_align = x_strides, x_align, p_align
+
+    def __call__(self, dy, x, weight, stats, need_dw: bool, has_bias: bool):
+        """(dx, dweight or None, dbias or None), or None where dy, the saved tensors or the
+        current device do not fit (the caller then takes the general backward)."""
+        if not dy.is_contiguous() or x.stride() != self.x_strides or torch._C._cuda_getDevice() != self.dev:
+            return None
+        xp, dyp = x.data_ptr(), dy.data_ptr()
+        wp = 0 if weight is None else weight.data_ptr()
+        # as aligned as the forward's pointers (the plan's vector width assumes it)
+        if ((xp | dyp) & 15) | self.x_align != self.x_align or (wp & 15) | self.p_align != self.p_align:
+            return None
+        dx = torch.empty_like(dy)
+        dxp = dx.data_ptr()
+        if (dxp & 15) | self.x_align != self.x_align:
+            return None
+        plan = self.plan
+        if plan is None:
+            plan = self.plan = self._backward_plan(x, weight)
+        if weight is not None:
+            dw = torch.empty_like(weight) if need_dw else None
+            db = torch.empty_like(weight) if has_bias else None
+        else:
+            dw = None
+            db = x.new_empty(x.shape[x.ndim - self.nd:]) if has_bias else None
+        sp = stats.data_ptr()
+        mean, rstd = (0, sp) if self.rms else (sp, sp + plan.m * plan.acc.itemsize)
+        make_current(self.dev)
+        _row_norm.run_backward(plan, dyp, xp, wp, mean, rstd, dxp, 0 if dw is None else dw.data_ptr(),
+                               0 if db is None else db.data_ptr(), _Scratch(self.dev), _stream(self.dev))
+        return dx, dw, db
+
+    def _backward_plan(self, x, weight):
+        shape = tuple(x.shape)
+        wdt = _NUMPY_DTYPE[x.dtype if weight is None else weight.dtype]
+        return _row_norm.backward_plan(shape, self.x_strides, contiguous_strides(shape), _NUMPY_DTYPE[x.dtype], wdt,
+                                       wdt, self.nd, self.rms, self.dev, self.x_align, self.p_align)
 
 
 def _backward_entry(key, dy, x, weight, stats, nd, rms):
