@@ -124,6 +124,52 @@ def row_config(n: int, vec: int, limits: PathLimits) -> TileConfig | None:
     return TileConfig(vec, _next_pow2(-(-packs_total // tpr)), tpr)
 
 
+@dataclasses.dataclass(frozen=True)
+class ClusterConfig:
+    """A long row held by a thread-block cluster (sm_90+, kernels/layer_norm_cluster.cu):
+    ``cluster`` blocks of ``tpb`` threads, each thread ``packs`` packs of ``vec``."""
+
+    vec: int
+    packs: int
+    tpb: int
+    cluster: int
+
+    @property
+    def block(self) -> int:
+        return self.tpb
+
+    @property
+    def capacity(self) -> int:
+        return self.cluster * self.tpb * self.packs * self.vec
+
+    tile = capacity  # the row length one launch unit covers, as TileConfig.tile
+
+
+# Rows past the full-row tile on sm_90: the smallest cluster tile that holds them. 8 raw
+# packs a thread (32 registers of 16-byte packs) under the kernel's 64-register bound; a
+# block's threads and the cluster (8: the portable maximum) grow with the row. Prepared, not
+# measured (benchmarks/NOTES.md, v13): a GPU run decides whether it replaces the split path.
+CLUSTER_PACKS = 8
+CLUSTER_SHAPES = ((256, 2), (256, 4), (256, 8), (512, 8), (1024, 8))  # (threads a block, blocks)
+CLUSTER_MIN_SM = 90
+
+
+def cluster_config(n: int, vec: int) -> ClusterConfig | None:
+    """The cluster tile for a row of ``n`` elements in packs of ``vec`` (None: too long, or
+    scalar packs, which would need too many registers; the split path serves them)."""
+    if vec == 1:
+        return None
+    for tpb, cluster in CLUSTER_SHAPES:
+        cfg = ClusterConfig(vec, CLUSTER_PACKS, tpb, cluster)
+        if cfg.capacity >= n:
+            return cfg
+    return None
+
+
+def all_cluster_configs(vec: int) -> list[ClusterConfig]:
+    return [] if vec == 1 else [ClusterConfig(vec, CLUSTER_PACKS, tpb, c) for tpb, c in CLUSTER_SHAPES]
+
+
 def split_config(vec: int) -> TileConfig:
     return TileConfig(vec, packs_cap(vec, SPLIT_MAX_VALUES), SPLIT_TPR)
 
