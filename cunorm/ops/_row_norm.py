@@ -102,10 +102,9 @@ def _cluster_name(t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _compute_capability(device: int) -> int:
-    from cupy_backends.cuda.api import runtime
+    import cupy
 
-    return (10 * runtime.deviceGetAttribute(runtime.cudaDevAttrComputeCapabilityMajor, device)
-            + runtime.deviceGetAttribute(runtime.cudaDevAttrComputeCapabilityMinor, device))
+    return int(cupy.cuda.Device(device).compute_capability)
 
 
 def _np_name(name: str):
