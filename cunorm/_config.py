@@ -145,11 +145,13 @@ class ClusterConfig:
     tile = capacity  # the row length one launch unit covers, as TileConfig.tile
 
 
-# Rows past the full-row tile on sm_90: the smallest cluster tile that holds them. 8 raw
-# packs a thread (32 registers of 16-byte packs) under the kernel's 64-register bound; a
-# block's threads and the cluster (8: the portable maximum) grow with the row. Prepared, not
-# measured (benchmarks/NOTES.md, v13): a GPU run decides whether it replaces the split path.
-CLUSTER_PACKS = 8
+# Rows past the full-row tile on sm_90: the smallest cluster tile that holds them. 32 values
+# a thread (8 fp32 packs, 4 half packs): with 8 half packs (64 values) the kernel spilled
+# 136-168 bytes under its 64-register bound (NVRTC -Xptxas -v, sm_90) and the bf16 forward
+# fell to 0.16-0.46 of copy against the split path's 0.37-0.51 (NOTES v13 outcome); fp32 at
+# 8 packs used 62-64 registers, no spills. A block's threads and the cluster (8: the
+# portable maximum) grow with the row.
+CLUSTER_VALUES = 32
 CLUSTER_SHAPES = ((256, 2), (256, 4), (256, 8), (512, 8), (1024, 8))  # (threads a block, blocks)
 CLUSTER_MIN_SM = 90
 
@@ -160,14 +162,14 @@ def cluster_config(n: int, vec: int) -> ClusterConfig | None:
     if vec == 1:
         return None
     for tpb, cluster in CLUSTER_SHAPES:
-        cfg = ClusterConfig(vec, CLUSTER_PACKS, tpb, cluster)
+        cfg = ClusterConfig(vec, CLUSTER_VALUES // vec, tpb, cluster)
         if cfg.capacity >= n:
             return cfg
     return None
 
 
 def all_cluster_configs(vec: int) -> list[ClusterConfig]:
-    return [] if vec == 1 else [ClusterConfig(vec, CLUSTER_PACKS, tpb, c) for tpb, c in CLUSTER_SHAPES]
+    return [] if vec == 1 else [ClusterConfig(vec, CLUSTER_VALUES // vec, tpb, c) for tpb, c in CLUSTER_SHAPES]
 
 
 def split_config(vec: int) -> TileConfig:

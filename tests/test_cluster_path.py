@@ -33,7 +33,7 @@ def clusters(monkeypatch):
 
 # bf16 / fp16 rows past 32768 elements and fp32 past 16384 leave the full-row tile; each N
 # picks another cluster shape (and 40000 / 20000 leave part of the last block's slice empty)
-CASES = [(BFLOAT16, n) for n in (40000, 65536, 131072, 262144, 524288)] + \
+CASES = [(BFLOAT16, n) for n in (40000, 65536, 131072, 262144)] + \
         [(numpy.dtype(numpy.float16), 65536)] + \
         [(numpy.dtype(numpy.float32), n) for n in (20000, 65536, 131072, 262144)]
 
@@ -77,10 +77,11 @@ def test_cluster_path_many_rows(rng, clusters, monkeypatch):
 
 
 def test_cluster_configs():
-    assert _config.cluster_config(65536, 8) == _config.ClusterConfig(8, 8, 256, 4)
-    assert _config.cluster_config(65537, 8) == _config.ClusterConfig(8, 8, 256, 8)
-    assert _config.cluster_config(524288, 8).capacity == 524288
-    assert _config.cluster_config(524289, 8) is None
+    assert _config.cluster_config(65536, 8) == _config.ClusterConfig(8, 4, 256, 8)
+    assert _config.cluster_config(65537, 8) == _config.ClusterConfig(8, 4, 512, 8)
+    assert _config.cluster_config(16384, 4) == _config.ClusterConfig(4, 8, 256, 2)
+    assert _config.cluster_config(262144, 8).capacity == 262144
+    assert _config.cluster_config(262145, 8) is None
     assert _config.cluster_config(65536, 1) is None, "scalar packs: the split path"
     for vec in (4, 8):
         for cfg in _config.all_cluster_configs(vec):
