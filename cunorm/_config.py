@@ -148,11 +148,14 @@ class ClusterConfig:
 # Rows past the full-row tile on sm_90: the smallest cluster tile that holds them. 32 values
 # a thread (8 fp32 packs, 4 half packs): with 8 half packs (64 values) the kernel spilled
 # 136-168 bytes under its 64-register bound (NVRTC -Xptxas -v, sm_90) and the bf16 forward
-# fell to 0.16-0.46 of copy against the split path's 0.37-0.51 (NOTES v13 outcome); fp32 at
-# 8 packs used 62-64 registers, no spills. A block's threads and the cluster (8: the
-# portable maximum) grow with the row.
+# fell to 0.16-0.46 of copy against the split path's 0.37-0.51; fp32 at 8 packs used 62-64
+# registers, no spills. Against the split path (benchmarks/results/sweep-cluster-fwd-h200.txt,
+# fraction of copy, N = 65536 / 131072): bf16 LayerNorm 0.38 -> 0.49 / 0.44, RMSNorm 0.43 ->
+# 0.60 / 0.57; fp32 LayerNorm 0.58 -> 0.67 / 0.62, RMSNorm 0.60 -> 0.80 / 0.70. A 1024-thread
+# block (one an SM at 64 registers) lost fp32 LayerNorm N = 262144 (0.58 -> 0.51): longer
+# rows keep the split path.
 CLUSTER_VALUES = 32
-CLUSTER_SHAPES = ((256, 2), (256, 4), (256, 8), (512, 8), (1024, 8))  # (threads a block, blocks)
+CLUSTER_SHAPES = ((256, 2), (256, 4), (256, 8), (512, 8))  # (threads a block, blocks): cluster <= 8, portable
 CLUSTER_MIN_SM = 90
 
 

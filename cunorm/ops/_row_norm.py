@@ -25,9 +25,9 @@ from .._launch import View, blocks_per_sm, launch, make_current, pick_vec, row_l
 
 KERNEL_FILE = "layer_norm.cu"
 CLUSTER_FILE = "layer_norm_cluster.cu"  # sm_90+ only
-# Long rows on sm_90+ through a thread-block cluster (x read once) instead of the split path.
-# Off until a GPU run measures it (benchmarks/NOTES.md, v13); the tests turn it on.
-USE_CLUSTERS = False
+# Long rows on sm_90+ through a thread-block cluster (x read once) instead of the split path,
+# up to the largest cluster tile (_config.CLUSTER_SHAPES): measured in benchmarks/NOTES.md, v13.
+USE_CLUSTERS = True
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
 
 # (x dtype, parameter dtype) pairs compiled as such; any other parameter dtype is cast to
