@@ -124,6 +124,57 @@ def row_config(n: int, vec: int, limits: PathLimits) -> TileConfig | None:
     return TileConfig(vec, _next_pow2(-(-packs_total // tpr)), tpr)
 
 
+@dataclasses.dataclass(frozen=True)
+class ClusterConfig:
+    """A long row held by a thread-block cluster (sm_90+, kernels/layer_norm_cluster.cu):
+    ``cluster`` blocks of ``tpb`` threads, each thread ``packs`` packs of ``vec``."""
+
+    vec: int
+    packs: int
+    tpb: int
+    cluster: int
+
+    @property
+    def block(self) -> int:
+        return self.tpb
+
+    @property
+    def capacity(self) -> int:
+        return self.cluster * self.tpb * self.packs * self.vec
+
+    tile = capacity  # the row length one launch unit covers, as TileConfig.tile
+
+
+# Rows past the full-row tile on sm_90: the smallest cluster tile that holds them. 32 values
+# a thread (8 fp32 packs, 4 half packs): with 8 half packs (64 values) the kernel spilled
+# 136-168 bytes under its 64-register bound (NVRTC -Xptxas -v, sm_90) and the bf16 forward
+# fell to 0.16-0.46 of copy against the split path's 0.37-0.51; fp32 at 8 packs used 62-64
+# registers, no spills. Against the split path (benchmarks/results/sweep-cluster-fwd-h200.txt,
+# fraction of copy, N = 65536 / 131072): bf16 LayerNorm 0.38 -> 0.49 / 0.44, RMSNorm 0.43 ->
+# 0.60 / 0.57; fp32 LayerNorm 0.58 -> 0.67 / 0.62, RMSNorm 0.60 -> 0.80 / 0.70. A 1024-thread
+# block (one an SM at 64 registers) lost fp32 LayerNorm N = 262144 (0.58 -> 0.51): longer
+# rows keep the split path.
+CLUSTER_VALUES = 32
+CLUSTER_SHAPES = ((256, 2), (256, 4), (256, 8), (512, 8))  # (threads a block, blocks): cluster <= 8, portable
+CLUSTER_MIN_SM = 90
+
+
+def cluster_config(n: int, vec: int) -> ClusterConfig | None:
+    """The cluster tile for a row of ``n`` elements in packs of ``vec`` (None: too long, or
+    scalar packs, which would need too many registers; the split path serves them)."""
+    if vec == 1:
+        return None
+    for tpb, cluster in CLUSTER_SHAPES:
+        cfg = ClusterConfig(vec, CLUSTER_VALUES // vec, tpb, cluster)
+        if cfg.capacity >= n:
+            return cfg
+    return None
+
+
+def all_cluster_configs(vec: int) -> list[ClusterConfig]:
+    return [] if vec == 1 else [ClusterConfig(vec, CLUSTER_VALUES // vec, tpb, c) for tpb, c in CLUSTER_SHAPES]
+
+
 def split_config(vec: int) -> TileConfig:
     return TileConfig(vec, packs_cap(vec, SPLIT_MAX_VALUES), SPLIT_TPR)
 

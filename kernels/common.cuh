@@ -93,6 +93,10 @@ __device__ __forceinline__ void store_pack(T* p, const A (&in)[VEC]) {
 // Maps a flat row index to an element offset for up to four leading axes with arbitrary
 // strides (the host collapses the leading axes first, so the common cases are one axis).
 // inner sizes n1..n3 belong to the three innermost leading axes, s0..s3 are their strides.
+// A RowMap as seven kernel arguments (the host's Rows.args() order), and back.
+#define CUNORM_ROWMAP_PARAMS(p) i64 p##_s0, i64 p##_s1, i64 p##_s2, i64 p##_s3, i64 p##_n1, i64 p##_n2, i64 p##_n3
+#define CUNORM_ROWMAP(p) RowMap{p##_s0, p##_s1, p##_s2, p##_s3, p##_n1, p##_n2, p##_n3}
+
 struct RowMap {
   i64 s0, s1, s2, s3;
   i64 n1, n2, n3;

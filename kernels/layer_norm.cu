@@ -26,8 +26,6 @@ struct GroupShape {
   static constexpr int kRows = kBlock / TPR;            // row groups per block
 };
 
-#define CUNORM_ROWMAP_PARAMS(p) i64 p##_s0, i64 p##_s1, i64 p##_s2, i64 p##_s3, i64 p##_n1, i64 p##_n2, i64 p##_n3
-#define CUNORM_ROWMAP(p) RowMap{p##_s0, p##_s1, p##_s2, p##_s3, p##_n1, p##_n2, p##_n3}
 
 // Columns of this thread's pack p, relative to the tile start. A pack is either wholly in
 // the row or wholly out (VEC > 1 only when N % VEC == 0), so validity is one 32-bit compare

@@ -47,6 +47,11 @@ def test_all_batch_norm_instantiations_compile(nvrtc_ready, arch):
     _compile.compile_check(_batch_norm.KERNEL_FILE, _batch_norm.instantiations(), arch)
 
 
+def test_all_cluster_instantiations_compile(nvrtc_ready):
+    # thread-block clusters exist from sm_90 on: the dispatcher uses them only there
+    _compile.compile_check(_row_norm.CLUSTER_FILE, _row_norm.cluster_instantiations(), "sm_90")
+
+
 def test_compile_error_is_reported(nvrtc_ready):
     with pytest.raises(RuntimeError, match="norm_fwd"):
         _compile.compile_check(_row_norm.KERNEL_FILE, ["norm_fwd<int, int, 3, 1, 1, false, 0>"], "sm_90")

@@ -24,6 +24,10 @@ from .._compile import c_type, function_ptr
 from .._launch import View, blocks_per_sm, launch, make_current, pick_vec, row_layout, scalar_bits, sm_count
 
 KERNEL_FILE = "layer_norm.cu"
+CLUSTER_FILE = "layer_norm_cluster.cu"  # sm_90+ only
+# Long rows on sm_90+ through a thread-block cluster (x read once) instead of the split path,
+# up to the largest cluster tile (_config.CLUSTER_SHAPES): measured in benchmarks/NOTES.md, v13.
+USE_CLUSTERS = True
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
 
 # (x dtype, parameter dtype) pairs compiled as such; any other parameter dtype is cast to
@@ -78,6 +82,31 @@ def instantiations() -> list[str]:
     return names
 
 
+def cluster_instantiations() -> list[str]:
+    """The cluster kernels the dispatcher can launch (compiled for sm_90 only)."""
+    names = []
+    for t, w in TYPE_PAIRS:
+        if t == "float64":
+            continue
+        vec = _config.max_vec(numpy.dtype(_np_name(t)).itemsize)
+        for cfg in _config.all_cluster_configs(vec):
+            for rms in (False, True):
+                names.append(_cluster_name(t, w, cfg, rms))
+    return names
+
+
+def _cluster_name(t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
+    return (f"norm_fwd_cluster<{c_type(t)}, {c_type(w)}, {cfg.vec}, {cfg.packs}, {cfg.tpb}, {cfg.cluster}, "
+            f"{_b(rms)}>")
+
+
+@functools.lru_cache(maxsize=None)
+def _compute_capability(device: int) -> int:
+    import cupy
+
+    return int(cupy.cuda.Device(device).compute_capability)
+
+
 def _np_name(name: str):
     from .._checks import BFLOAT16
 
@@ -108,6 +137,10 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     cfg = _config.row_config(n, vec, _config.FWD)
     if cfg is not None:
         return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),)
+    if USE_CLUSTERS and t != "float64" and _compute_capability(device) >= _config.CLUSTER_MIN_SM:
+        ccfg = _config.cluster_config(n, vec)
+        if ccfg is not None:
+            return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name(t, wn, ccfg, rms), device),)
     cfg = _config.split_config(vec)
     return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS), device),
                  function_ptr(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>", device),
@@ -152,7 +185,9 @@ def forward_plan(shape: tuple, strides: tuple, dtype, wdtype, nd: int, rms: bool
     cfg, kernels = _forward_kernels(dtype.name, wdtype.name, n, vec, rms, device)
     acc = acc_dtype(dtype)
     eps_bits = scalar_bits(eps, acc)
-    if len(kernels) == 1:
+    if isinstance(cfg, _config.ClusterConfig):  # a cluster a row, looping when rows outnumber the grid
+        grid, tiles = min(m, _config.MAX_GRID // cfg.cluster) * cfg.cluster, 1
+    elif len(kernels) == 1:
         grid, tiles = min(-(-m // cfg.rows_per_block), _config.MAX_GRID), 1
     else:
         tiles = -(-n // cfg.tile)
