@@ -6,10 +6,10 @@ autograd.Function, interleaved in rounds (host timings drift; each variant keeps
 Issue 3's target is forward + backward at most 1.5x torch's wall time at (1, 4096) and
 (64, 4096) bf16. The variants separate what the Python backward on torch's autograd thread
 costs: the adapter; a lean Function (no wrapper checks, a direct launch) with everything
-made in the backward; the same with the gradients allocated by the forward, on the caller's
-thread, and the saved tensors kept as ctx attributes instead of save_for_backward (what
-moving allocations off the autograd thread and the saved-tensor machinery are worth:
-benchmarks/NOTES.md, v14).
+made in the backward; the same with the parameter gradients, then dx too, allocated by the
+forward on the caller's thread; and with the saved tensors kept as ctx attributes instead
+of save_for_backward (what moving allocations off the autograd thread and the saved-tensor
+machinery are worth: benchmarks/NOTES.md, v14).
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ import torch.nn.functional as F
 
 import cunorm.torch as ct
 import cunorm.torch._cuda as tc
-from cunorm._bench_torch import _wall_us as wall_us
 from cunorm._launch import launch, make_current
 from profile_host import _Floor  # the LayerNorm-shaped Function floor
 
-ROUNDS = 11
+ROUNDS = 41  # short rounds, many of them: the host drifts within a run
+CALLS = 100
 
 
 def _lean_class(prealloc_grads: bool, prealloc_dx: bool, attrs: bool, stamps: list | None = None):
@@ -73,6 +73,17 @@ def _lean_class(prealloc_grads: bool, prealloc_dx: bool, attrs: bool, stamps: li
     return _Lean
 
 
+def wall_us(fn) -> float:
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(CALLS):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / CALLS * 1e6
+
+
 def main():
     n = 4096
     for m in (1, 64):
@@ -89,7 +100,8 @@ def main():
             "torch F.rms_norm": lambda: F.rms_norm(x, (n,), w).backward(dy),
             "cunorm rms_norm": lambda: ct.rms_norm(x, (n,), w).backward(dy),
         }
-        for name, flags in (("lean", (False, False, False)), ("lean, prepared+attrs", (True, True, True))):
+        for name, flags in (("lean", (False, False, False)), ("lean, grads in fwd", (True, False, False)),
+                            ("lean, grads+dx in fwd", (True, True, False)), ("lean, ctx attrs", (False, False, True))):
             cls = _lean_class(*flags)
             got = torch.autograd.grad(cls.apply(x, 1, w, b, 1e-5), (x, w, b), dy)
             torch.cuda.synchronize()
@@ -99,7 +111,7 @@ def main():
         for _ in range(ROUNDS):
             for k, fn in variants.items():
                 times[k].append(wall_us(fn))
-        print(f"--- ({m}, {n}) bf16, forward + backward wall us: median [min .. max] of {ROUNDS} rounds, "
+        print(f"--- ({m}, {n}) bf16, forward + backward wall us: median [min .. max] of {ROUNDS} rounds of {CALLS}, "
               f"ratio of medians to torch's same op")
         for k, t in times.items():
             base = statistics.median(times["torch F.rms_norm" if "rms" in k else "torch F.layer_norm"])
