@@ -77,6 +77,14 @@ def column_bwd_max_rows(cfg: "TileConfig") -> int:
 # Forward grid-stride loops start at most this many blocks (rows beyond are looped over).
 MAX_GRID = 1 << 20
 
+# The torch adapter's eager forward allocates its backward's dx when x is at most this big,
+# moving the allocation off torch's autograd thread (host-bound calls: a 1 MiB forward +
+# backward is ~4 us of kernels against ~150 us of host work); dx then lives from forward to
+# backward as x does. With the parameter gradients also allocated by the forward, bf16
+# (1, 4096) / (64, 4096) forward + backward went from x1.45 / x1.42 to x1.37 / x1.33 of
+# torch's wall time (benchmarks/NOTES.md, v14).
+PREPARED_DX_BYTES = 1 << 20
+
 
 @dataclasses.dataclass(frozen=True)
 class TileConfig:

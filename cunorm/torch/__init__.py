@@ -73,7 +73,12 @@ class _LayerNormFunction(torch.autograd.Function):
         fast = []
         y, stats = _forward(x, nd, weight, bias, eps, False, fast)
         ctx.save_for_backward(x, weight, stats)
-        ctx.nd, ctx.bias_dtype, ctx.fast = nd, None if bias is None else bias.dtype, fast
+        ctx.nd, ctx.bias_dtype = nd, None if bias is None else bias.dtype
+        ctx.fast = ctx.outputs = None
+        if fast:  # the fast path means weight and bias share a dtype
+            need = ctx.needs_input_grad
+            ctx.fast = fast[0]
+            ctx.outputs = fast[0].outputs(x, weight, need[2] and weight is not None, bias is not None and need[3])
         return y
 
     @staticmethod
@@ -81,8 +86,9 @@ class _LayerNormFunction(torch.autograd.Function):
         x, weight, stats = ctx.saved_tensors
         need = ctx.needs_input_grad
         has_bias = ctx.bias_dtype is not None and need[3]
-        if ctx.fast:  # the forward took the fast path, so weight and bias share a dtype
-            grads = ctx.fast[0](dy, x, weight, stats, need[2] and weight is not None, has_bias)
+        if ctx.fast is not None:
+            outputs, ctx.outputs = ctx.outputs, None  # one backward gets them (retain_graph: more)
+            grads = ctx.fast(dy, x, weight, stats, need[2] and weight is not None, has_bias, outputs)
             if grads is not None:
                 return grads[0], None, grads[1], grads[2], None
         w = _reducing_weight(weight, ctx.bias_dtype if has_bias else None)
@@ -100,15 +106,20 @@ class _RMSNormFunction(torch.autograd.Function):
         fast = []
         y, stats = _forward(x, nd, weight, None, eps, True, fast)
         ctx.save_for_backward(x, weight, stats)
-        ctx.nd, ctx.fast = nd, fast
+        ctx.nd = nd
+        ctx.fast = ctx.outputs = None
+        if fast:
+            ctx.fast = fast[0]
+            ctx.outputs = fast[0].outputs(x, weight, ctx.needs_input_grad[2] and weight is not None, False)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, stats = ctx.saved_tensors
         need_dw = ctx.needs_input_grad[2]
-        if ctx.fast:
-            grads = ctx.fast[0](dy, x, weight, stats, need_dw and weight is not None, False)
+        if ctx.fast is not None:
+            outputs, ctx.outputs = ctx.outputs, None
+            grads = ctx.fast(dy, x, weight, stats, need_dw and weight is not None, False, outputs)
             if grads is not None:
                 return grads[0], None, grads[1], None
         dx, dw, _ = _backward_impl(dy, x, weight, stats, ctx.nd, True, False, need_dw)

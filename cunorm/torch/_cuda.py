@@ -15,6 +15,7 @@ from typing import Optional
 import numpy
 import torch
 
+from .. import _config
 from .._launch import View, contiguous_strides, make_current, remember, rows_of
 from ..ops import _row_norm
 from ._common import _NUMPY_DTYPE, _TORCH_DTYPE, _acc, _as_dtype, _check_backward, _check_tensors, _stats_shape
@@ -186,9 +187,9 @@ def _cuda_backward(dy, x, weight, stats, nd, rms, has_bias, need_dw=True):
 class FastBackward:
     """The eager backward of one fast-path forward signature, called on torch's autograd
     device thread, where host work takes 1.5 to 3 times as long as on the caller's
-    (benchmarks/NOTES.md, v5 and v14): no signature lookup, only checks that dy and the saved
-    tensors (which saved-tensor hooks may have moved) still fit the plan. The plan, for a
-    C-contiguous dy, is made on the first backward."""
+    (benchmarks/NOTES.md, v5 and v14): no signature lookup, its outputs allocated by the
+    forward, only checks that dy and the saved tensors (which saved-tensor hooks may have
+    moved) still fit the plan. The plan, for a C-contiguous dy, is made on the first backward."""
 
     __slots__ = ("plan", "dev", "nd", "rms", "x_strides", "x_align", "p_align")
 
@@ -196,9 +197,22 @@ class FastBackward:
         self.plan, self.dev, self.nd, self.rms = None, dev, nd, rms
         self.x_strides, self.x_align, self.p_align = x_strides, x_align, p_align
 
-    def __call__(self, dy, x, weight, stats, need_dw: bool, has_bias: bool):
+    def outputs(self, x, weight, need_dw: bool, has_bias: bool) -> tuple:
+        """(dx or None, dweight or None, dbias or None) for the backward, allocated by the
+        forward on the caller's thread: the parameter gradients always, dx when x is small
+        (host-bound calls, _config.PREPARED_DX_BYTES). They serve one backward."""
+        dx = _like(x) if x.numel() * x.element_size() <= _config.PREPARED_DX_BYTES else None
+        return (dx, *self._grads(x, weight, need_dw, has_bias))
+
+    def _grads(self, x, weight, need_dw, has_bias):
+        if weight is not None:
+            return (torch.empty_like(weight) if need_dw else None, torch.empty_like(weight) if has_bias else None)
+        return None, x.new_empty(x.shape[x.ndim - self.nd:]) if has_bias else None
+
+    def __call__(self, dy, x, weight, stats, need_dw: bool, has_bias: bool, outputs=None):
         """(dx, dweight or None, dbias or None), or None where dy, the saved tensors or the
-        current device do not fit (the caller then takes the general backward)."""
+        current device do not fit (the caller then takes the general backward). ``outputs``:
+        what ``outputs`` allocated in the forward, or None."""
         if not dy.is_contiguous() or x.stride() != self.x_strides or torch._C._cuda_getDevice() != self.dev:
             return None
         xp, dyp = x.data_ptr(), dy.data_ptr()
@@ -206,19 +220,15 @@ class FastBackward:
         # as aligned as the forward's pointers (the plan's vector width assumes it)
         if ((xp | dyp) & 15) | self.x_align != self.x_align or (wp & 15) | self.p_align != self.p_align:
             return None
-        dx = torch.empty_like(dy)
+        dx, dw, db = outputs if outputs is not None else (None, *self._grads(x, weight, need_dw, has_bias))
+        if dx is None:
+            dx = torch.empty_like(dy)
         dxp = dx.data_ptr()
         if (dxp & 15) | self.x_align != self.x_align:
             return None
         plan = self.plan
         if plan is None:
             plan = self.plan = self._backward_plan(x, weight)
-        if weight is not None:
-            dw = torch.empty_like(weight) if need_dw else None
-            db = torch.empty_like(weight) if has_bias else None
-        else:
-            dw = None
-            db = x.new_empty(x.shape[x.ndim - self.nd:]) if has_bias else None
         sp = stats.data_ptr()
         mean, rstd = (0, sp) if self.rms else (sp, sp + plan.m * plan.acc.itemsize)
         make_current(self.dev)
