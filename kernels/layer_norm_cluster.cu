@@ -2,9 +2,12 @@
 // CLUSTER blocks holds one row in registers, so x is read once (the split path of
 // layer_norm.cu reads it twice and launches three kernels). Each block reduces its slice,
 // then reads every block's partial through distributed shared memory and folds them in rank
-// order, so all blocks of the cluster hold bit-identical statistics. Statistics as the
-// full-row kernel: x - pivot (the row's first element) summed, then squared deviations from
-// that mean (RMSNorm: the mean square alone).
+// order, so all blocks of the cluster hold bit-identical statistics. LayerNorm: each block
+// takes its slice's two-pass statistics (x - pivot summed, pivot the row's first element,
+// then squared deviations from the slice's own mean) and one cluster exchange merges the
+// slices' (sum, M2) pairs by Chan's formula — as stable as the full-row kernel's two passes
+// over the row, with one cluster barrier a row instead of two (NOTES v15). RMSNorm: the sum
+// of squares alone.
 //
 // The arguments are norm_fwd's (layer_norm.cu), so the host launches either the same way;
 // tile_stats, row_shift and C are unused here.
@@ -62,6 +65,39 @@ __device__ __forceinline__ float cluster_sum(float block_value, float* slot, flo
   return *bcast;
 }
 
+// The row's mean (relative to the pivot) and M2 from each block's slice sum and slice M2
+// (about the slice's own mean), merged in rank order: the same bits in every block. `slot`
+// holds this block's two words for this exchange (alternating as in cluster_sum); a rank's
+// element count follows from its rank, the row length and the slice width.
+template <int CLUSTER>
+__device__ __forceinline__ void cluster_mean_m2(float sum, float m2, float* slot, float* bcast, i64 n, i64 slice,
+                                                float& mean, float& row_m2) {
+  typedef float A;
+  if (threadIdx.x == 0) {
+    slot[0] = sum;
+    slot[1] = m2;
+    cluster_fence();
+  }
+  cluster_barrier();
+  if (threadIdx.x < kWarp) {
+    const i64 c0 = i64(threadIdx.x) * slice;
+    const bool rank = threadIdx.x < CLUSTER;
+    const A s = rank ? load_cluster(slot, threadIdx.x) : A(0);
+    const A q = rank ? load_cluster(slot + 1, threadIdx.x) : A(0);
+    const A count = !rank || n <= c0 ? A(0) : A(n - c0 < slice ? n - c0 : slice);
+    const A mu = group_warp_sum<kWarp>(s) / A(n);
+    const A d = count > A(0) ? s / count - mu : A(0);
+    const A total = group_warp_sum<kWarp>(q + count * d * d);
+    if (threadIdx.x == 0) {
+      bcast[0] = mu;
+      bcast[1] = total;
+    }
+  }
+  __syncthreads();
+  mean = bcast[0];
+  row_m2 = bcast[1];
+}
+
 template <typename T, typename W, int VEC, int PACKS, int TPB, int CLUSTER, bool RMS>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TPB, 1024 / TPB)
 norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
@@ -72,8 +108,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   typedef typename AccOf<T>::type A;
   constexpr i64 kSlice = i64(TPB) * PACKS * VEC;  // columns a block holds
   __shared__ A smem[2 * kWarp];
-  __shared__ A slots[2];
-  __shared__ A bcast;
+  __shared__ A slots[2][2];  // [exchange][sum, M2]
+  __shared__ A bcast[2];
   static_assert(sizeof(A) == 4, "clusters serve float accumulation (float64 takes the split path)");
   const unsigned rank = cluster_rank();
   const i64 c0 = i64(rank) * kSlice;
@@ -90,7 +126,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       const int col = (p * TPB + int(threadIdx.x)) * VEC;
       if (col < limit) raw[p] = load_raw<VEC>(xrow + c0 + col);
     }
-    A pivot = A(0), mu = A(0), q = A(0);
+    A pivot = A(0), slice_sum = A(0), slice_mu = A(0), q = A(0);
     if constexpr (!RMS) {
       pivot = cvt<A>(xrow[0]);
       A s = A(0);
@@ -102,9 +138,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
 #pragma unroll
         for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
       }
-      s = group_sum<TPB>(s, smem);
-      mu = cluster_sum<CLUSTER>(s, &slots[exchange], &bcast) / A(N);
-      exchange ^= 1;
+      slice_sum = group_sum<TPB>(s, smem);
+      slice_mu = limit > 0 ? slice_sum / A(limit) : A(0);
     }
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
@@ -113,12 +148,20 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       unpack(raw[p], v);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const A d = v[k] - pivot - mu;
+        const A d = v[k] - pivot - slice_mu;
         q += d * d;
       }
     }
     q = group_sum<TPB>(q, smem);
-    const A r = rsqrt_acc(cluster_sum<CLUSTER>(q, &slots[exchange], &bcast) / A(N) + eps);
+    A mu = A(0), var;  // mu: the row's mean less the pivot
+    if constexpr (RMS) {
+      var = cluster_sum<CLUSTER>(q, &slots[exchange][0], &bcast[0]) / A(N);
+    } else {
+      A m2;
+      cluster_mean_m2<CLUSTER>(slice_sum, q, slots[exchange], bcast, N, kSlice, mu, m2);
+      var = m2 / A(N);
+    }
+    const A r = rsqrt_acc(var + eps);
     exchange ^= 1;
     if (threadIdx.x == 0 && rank == 0 && rstd) {  // inference callers may skip them
       if (!RMS) mean[row] = pivot + mu;
