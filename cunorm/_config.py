@@ -183,6 +183,23 @@ def all_cluster_configs(vec: int) -> list[ClusterConfig]:
     return [] if vec == 1 else [ClusterConfig(vec, CLUSTER_VALUES // vec, tpb, c) for tpb, c in CLUSTER_SHAPES]
 
 
+# Backward rows past the full-row backward tile (N > 8192) on sm_90: a cluster holds x and dy
+# at the BWD tile's 16 values a thread each, plus the dW / dB accumulators (~100 registers
+# under a 128-register bound); clusters of 4 or 8 blocks cover N up to 65536. Prepared,
+# measured in benchmarks/NOTES.md, v16.
+CLUSTER_BWD_VALUES = 16
+CLUSTER_BWD_SHAPES = ((256, 4), (256, 8), (512, 8))
+
+
+def cluster_bwd_config(n: int, vec: int) -> ClusterConfig | None:
+    """The backward cluster tile for a row of ``n`` elements (None: scalar packs or too long)."""
+    return next((c for c in all_cluster_bwd_configs(vec) if c.capacity >= n), None)
+
+
+def all_cluster_bwd_configs(vec: int) -> list[ClusterConfig]:
+    return [] if vec == 1 else [ClusterConfig(vec, CLUSTER_BWD_VALUES // vec, tpb, c) for tpb, c in CLUSTER_BWD_SHAPES]
+
+
 def split_config(vec: int) -> TileConfig:
     return TileConfig(vec, packs_cap(vec, SPLIT_MAX_VALUES), SPLIT_TPR)
 

@@ -9,7 +9,7 @@
 //   kChunk*    : rows longer than one tile ("split" path): the row is cut into C tiles of one
 //                block each, per-tile statistics are merged by a small finalize kernel, then an
 //                apply pass writes the output. Keeps the GPU busy when rows are long and few.
-#include "common.cuh"
+#include "row_norm.cuh"
 
 using namespace cunorm;
 
@@ -26,41 +26,6 @@ struct GroupShape {
   static constexpr int kRows = kBlock / TPR;            // row groups per block
 };
 
-
-// Columns of this thread's pack p, relative to the tile start. A pack is either wholly in
-// the row or wholly out (VEC > 1 only when N % VEC == 0), so validity is one 32-bit compare
-// per pack against `limit`, the tile's valid length (0 for a row past the end).
-template <int VEC, int TPR>
-__device__ __forceinline__ int pack_col(int p, int lane) { return (p * TPR + lane) * VEC; }
-
-__device__ __forceinline__ int tile_limit(i64 N, i64 c0, i64 tile, bool row_ok) {
-  return row_ok ? int(N - c0 < tile ? N - c0 : tile) : 0;
-}
-
-// Loads this thread's part of a tile into registers, zeros outside the row.
-template <int VEC, int PACKS, int TPR, typename A, typename T>
-__device__ __forceinline__ void load_tile(const T* tile, int limit, int lane, A (&v)[PACKS][VEC]) {
-#pragma unroll
-  for (int p = 0; p < PACKS; ++p) {
-    if (pack_col<VEC, TPR>(p, lane) < limit) {
-      load_pack<A, T, VEC>(tile + pack_col<VEC, TPR>(p, lane), v[p]);
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) v[p][k] = A(0);
-    }
-  }
-}
-
-// Optional affine parameter of one pack: `fill` where absent.
-template <int VEC, typename A, typename W>
-__device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)[VEC]) {
-  if (p) {
-    load_pack<A, W, VEC>(p + col, out);
-  } else {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) out[k] = fill;
-  }
-}
 
 // ------------------------------------------------------------------------------------------
 // Forward. kFullRow writes y, mean, rstd; kChunkStats writes (tile mean, tile M2) pairs to
@@ -226,44 +191,10 @@ norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ row_shift, A
   }
 }
 
-// Backward's per-thread part of the two row sums: turns x into xhat in place and adds up
-// w*dy and w*dy*xhat. Packs outside the row hold x = dy = 0 and add nothing.
-template <int VEC, int PACKS, int TPR, typename A, typename W>
-__device__ __forceinline__ void xhat_and_sums(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* weight,
-                                              i64 c0, int limit, int lane, A mu, A r, A& c1, A& c2) {
-  c1 = A(0);
-  c2 = A(0);
-#pragma unroll
-  for (int p = 0; p < PACKS; ++p) {
-    const int col = pack_col<VEC, TPR>(p, lane);
-    A wv[VEC];
-    load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      xv[p][k] = (xv[p][k] - mu) * r;
-      const A wdy = wv[k] * g[p][k];
-      c1 += wdy;
-      c2 += wdy * xv[p][k];
-    }
-  }
-}
-
 // ------------------------------------------------------------------------------------------
 // Backward. dx = rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy*xhat)), without the mean(w*dy)
-// term for RMSNorm.
+// term for RMSNorm (row_norm.cuh holds the per-thread parts the cluster kernel shares).
 //
-// Row r's x and dy tiles at c0, widened to the accumulation type (zeros outside the row;
-// r past M has none).
-template <int VEC, int PACKS, int TPR, typename A, typename T>
-__device__ __forceinline__ void load_row(const T* dy, const RowMap& dymap, const T* x, const RowMap& xmap, i64 r,
-                                         i64 M, i64 N, i64 c0, int lane, A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC]) {
-  const bool ok = r < M;
-  const i64 safe = ok ? r : 0;
-  const int limit = tile_limit(N, c0, i64(TPR) * PACKS * VEC, ok);
-  load_tile<VEC, PACKS, TPR>(x + xmap.offset(safe) + c0, limit, lane, xv);
-  load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe) + c0, limit, lane, g);
-}
-
 // One row step: dx for this group's row of the tile at c0, from its x and dy tiles (xv is
 // overwritten with xhat).
 // With ACC, adds the row's dy*xhat and dy into the group's dW / dB accumulators. kFullRow
@@ -292,24 +223,8 @@ __device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], const A (&g)[PACKS]
     c2 = row_sums[safe_row * 2 + 1];
   }
   const A inv_n = A(1) / A(N);
-  const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
-  T* dxtile = dx + (safe_row * N + c0);
-#pragma unroll
-  for (int p = 0; p < PACKS; ++p) {
-    const int col = pack_col<VEC, TPR>(p, lane);
-    if (col >= limit) continue;
-    A wv[VEC], out[VEC];
-    load_param<VEC>(weight, c0 + col, A(1), wv);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      out[k] = r * (wv[k] * g[p][k] - m1 - xv[p][k] * m2);
-      if constexpr (ACC) {
-        dw_acc[p][k] += g[p][k] * xv[p][k];
-        db_acc[p][k] += g[p][k];
-      }
-    }
-    store_pack<T>(dxtile + col, out);
-  }
+  dx_tile<T, VEC, PACKS, TPR, ACC>(xv, g, weight, r, RMS ? A(0) : c1 * inv_n, c2 * inv_n, dx + (safe_row * N + c0), c0,
+                                   limit, lane, dw_acc, db_acc);
 }
 
 // Row groups are persistent: group g handles rows g, g + G, ... and keeps its columns' dW =
@@ -342,10 +257,8 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
   const i64 stride = i64(gridDim.x / C) * kRows;  // rows advanced per step, = groups G
 
   A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
-#pragma unroll
-  for (int p = 0; p < PACKS; ++p)
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) { dw_acc[p][k] = A(0); db_acc[p][k] = A(0); }
+  zero_tile(dw_acc);
+  zero_tile(db_acc);
 
   for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
     A xv[PACKS][VEC], g[PACKS][VEC];
@@ -354,14 +267,7 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
                                                      smem, dw_acc, db_acc);
   }
 
-  const i64 group = group_block * kRows + ty;
-#pragma unroll
-  for (int p = 0; p < PACKS; ++p) {
-    const i64 col = c0 + i64(p * TPR + lane) * VEC;
-    if (col >= N) continue;
-    if (dw_part) store_pack<A>(dw_part + group * N + col, dw_acc[p]);
-    if (db_part) store_pack<A>(db_part + group * N + col, db_acc[p]);
-  }
+  store_partials<VEC, PACKS, TPR>(dw_acc, db_acc, dw_part, db_part, group_block * kRows + ty, N, c0, lane);
 }
 
 // Column blocks of norm_bwd_columns: lanes of kColLanes threads span kColLanes * VEC

@@ -14,7 +14,7 @@
 //
 // Cluster operations are PTX (sm_90): cooperative_groups' cluster API needs libcu++ headers
 // that NVRTC's wheels do not ship, and CI compiles every kernel without a CUDA install.
-#include "common.cuh"
+#include "row_norm.cuh"
 
 using namespace cunorm;
 
@@ -44,50 +44,58 @@ __device__ __forceinline__ float load_cluster(const float* local, unsigned rank)
   return v;
 }
 
-// The sum over the cluster of one value a block, in rank order, the same bits in every block.
-// `slot` is this block's shared word for this exchange: exchanges alternate two slots, since
-// a block may still be reading the other one of its neighbours. Every thread of every block
-// of the cluster calls it; it ends with the cluster-wide barrier's reads done block-locally.
-template <int CLUSTER>
-__device__ __forceinline__ float cluster_sum(float block_value, float* slot, float* bcast) {
-  typedef float A;
+// One exchange between the blocks of a cluster: this block publishes K values in `slot`
+// (its K shared words for this exchange), waits for every block, and lane r < CLUSTER of
+// warp 0 gets rank r's values in `theirs` (other lanes and threads: zeros). Exchanges
+// alternate two slots, since a block may still be reading the other one of its neighbours.
+// Every thread of every block of the cluster calls it.
+template <int CLUSTER, int K>
+__device__ __forceinline__ void cluster_gather(const float (&mine)[K], float* slot, float (&theirs)[K]) {
   if (threadIdx.x == 0) {
-    *slot = block_value;
+#pragma unroll
+    for (int k = 0; k < K; ++k) slot[k] = mine[k];
     cluster_fence();
   }
-  cluster_barrier();  // every block's slot written (and the previous use of *bcast read)
+  cluster_barrier();  // every block's slot written (and the previous use of bcast read)
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    theirs[k] = threadIdx.x < CLUSTER ? load_cluster(slot + k, threadIdx.x) : 0.0f;
+}
+
+// Sums over the cluster of K values a block, in rank order: the same bits in every block.
+// `bcast` is K block-local words; ends with a block barrier, the sums in every thread.
+template <int CLUSTER, int K>
+__device__ __forceinline__ void cluster_sums(float (&v)[K], float* slot, float* bcast) {
+  float theirs[K];
+  cluster_gather<CLUSTER>(v, slot, theirs);
   if (threadIdx.x < kWarp) {
-    A v = threadIdx.x < CLUSTER ? load_cluster(slot, threadIdx.x) : A(0);
-    v = group_warp_sum<kWarp>(v);
-    if (threadIdx.x == 0) *bcast = v;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const float total = group_warp_sum<kWarp>(theirs[k]);
+      if (threadIdx.x == 0) bcast[k] = total;
+    }
   }
   __syncthreads();
-  return *bcast;
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = bcast[k];
 }
 
 // The row's mean (relative to the pivot) and M2 from each block's slice sum and slice M2
-// (about the slice's own mean), merged in rank order: the same bits in every block. `slot`
-// holds this block's two words for this exchange (alternating as in cluster_sum); a rank's
-// element count follows from its rank, the row length and the slice width.
+// (about the slice's own mean), merged in rank order by Chan's formula: the same bits in
+// every block. A rank's element count follows from its rank, the row length and the slice.
 template <int CLUSTER>
 __device__ __forceinline__ void cluster_mean_m2(float sum, float m2, float* slot, float* bcast, i64 n, i64 slice,
                                                 float& mean, float& row_m2) {
   typedef float A;
-  if (threadIdx.x == 0) {
-    slot[0] = sum;
-    slot[1] = m2;
-    cluster_fence();
-  }
-  cluster_barrier();
+  const A mine[2] = {sum, m2};
+  A theirs[2];
+  cluster_gather<CLUSTER>(mine, slot, theirs);
   if (threadIdx.x < kWarp) {
     const i64 c0 = i64(threadIdx.x) * slice;
-    const bool rank = threadIdx.x < CLUSTER;
-    const A s = rank ? load_cluster(slot, threadIdx.x) : A(0);
-    const A q = rank ? load_cluster(slot + 1, threadIdx.x) : A(0);
-    const A count = !rank || n <= c0 ? A(0) : A(n - c0 < slice ? n - c0 : slice);
-    const A mu = group_warp_sum<kWarp>(s) / A(n);
-    const A d = count > A(0) ? s / count - mu : A(0);
-    const A total = group_warp_sum<kWarp>(q + count * d * d);
+    const A count = threadIdx.x >= CLUSTER || n <= c0 ? A(0) : A(n - c0 < slice ? n - c0 : slice);
+    const A mu = group_warp_sum<kWarp>(theirs[0]) / A(n);
+    const A d = count > A(0) ? theirs[0] / count - mu : A(0);
+    const A total = group_warp_sum<kWarp>(theirs[1] + count * d * d);
     if (threadIdx.x == 0) {
       bcast[0] = mu;
       bcast[1] = total;
@@ -155,7 +163,9 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     q = group_sum<TPB>(q, smem);
     A mu = A(0), var;  // mu: the row's mean less the pivot
     if constexpr (RMS) {
-      var = cluster_sum<CLUSTER>(q, &slots[exchange][0], &bcast[0]) / A(N);
+      A sum_sq[1] = {q};
+      cluster_sums<CLUSTER>(sum_sq, slots[exchange], bcast);
+      var = sum_sq[0] / A(N);
     } else {
       A m2;
       cluster_mean_m2<CLUSTER>(slice_sum, q, slots[exchange], bcast, N, kSlice, mu, m2);
@@ -184,3 +194,52 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   }
   cluster_barrier();  // no block leaves while another may still read its slots
 }
+
+// Backward for the same rows: the cluster holds a row's x and dy (BWD-sized tiles, 16 values
+// a thread), each block sums w*dy and w*dy*xhat over its slice, one cluster exchange gives
+// the row's sums, and each block writes dx for its slice — x and dy read once, where the
+// split path reads them twice and launches four kernels. Clusters are persistent (the host
+// starts as many as fit): cluster g handles rows g, g + G, ... and keeps its columns' dW / dB
+// in registers, writing partial row g for norm_reduce_partials. The arguments are norm_bwd's;
+// row_sums and C are unused.
+template <typename T, typename W, int VEC, int PACKS, int TPB, int CLUSTER, bool RMS>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TPB, 512 / TPB)
+norm_bwd_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
+                 CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight,
+                 const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
+                 const typename AccOf<T>::type* __restrict__ row_sums, T* __restrict__ dx,
+                 typename AccOf<T>::type* __restrict__ dw_part, typename AccOf<T>::type* __restrict__ db_part,
+                 i64 M, i64 N, i64 C) {
+  typedef typename AccOf<T>::type A;
+  static_assert(sizeof(A) == 4, "clusters serve float accumulation (float64 takes the split path)");
+  constexpr i64 kSlice = i64(TPB) * PACKS * VEC;
+  __shared__ A smem[2 * kWarp];
+  __shared__ A slots[2][2];  // [exchange][sum w*dy, sum w*dy*xhat]
+  __shared__ A bcast[2];
+  const RowMap dymap = CUNORM_ROWMAP(dym), xmap = CUNORM_ROWMAP(xm);
+  const int lane = threadIdx.x;
+  const i64 c0 = i64(cluster_rank()) * kSlice;
+  const int limit = tile_limit(N, c0, kSlice, N > c0);
+  const i64 group = blockIdx.x / CLUSTER, groups = gridDim.x / CLUSTER;
+  A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
+  zero_tile(dw_acc);
+  zero_tile(db_acc);
+  int exchange = 0;
+
+  for (i64 row = group; row < M; row += groups) {  // uniform over the cluster
+    A xv[PACKS][VEC], g[PACKS][VEC];
+    load_row<VEC, PACKS, TPB>(dy, dymap, x, xmap, row, M, N, c0, lane, xv, g);
+    const A r = rstd[row];
+    A sums[2];
+    xhat_and_sums<VEC, PACKS, TPB>(xv, g, weight, c0, limit, lane, RMS ? A(0) : mean[row], r, sums[0], sums[1]);
+    group_sum2<TPB>(sums[0], sums[1], smem);
+    cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
+    exchange ^= 1;
+    const A inv_n = A(1) / A(N);
+    dx_tile<T, VEC, PACKS, TPB, true>(xv, g, weight, r, RMS ? A(0) : sums[0] * inv_n, sums[1] * inv_n, dx + row * N + c0,
+                                      c0, limit, lane, dw_acc, db_acc);
+  }
+  store_partials<VEC, PACKS, TPB>(dw_acc, db_acc, dw_part, db_part, group, N, c0, lane);
+  cluster_barrier();  // no block leaves while another may still read its slots
+}
+

@@ -1,7 +1,8 @@
-"""The long-row forward through thread-block clusters (sm_90+, kernels/layer_norm_cluster.cu),
-(on by default; the fixture also skips below sm_90): LayerNorm and RMSNorm against the float64 reference, rows past
-the full-row tile in each cluster shape, with and without parameters, strided and offset
-views, more rows than the grid holds; and the dispatch itself (which kernel a plan holds)."""
+"""Long rows through thread-block clusters (sm_90+, kernels/layer_norm_cluster.cu; on by
+default, the fixture skips below sm_90), forward and backward: LayerNorm and RMSNorm against
+the float64 reference, rows past the full-row tiles in each cluster shape, with and without
+parameters, strided and offset views, more rows than the grid holds; and the dispatch itself
+(which kernel a plan holds)."""
 from __future__ import annotations
 
 import numpy
@@ -26,6 +27,7 @@ def clusters(monkeypatch):
     if int(cc) < _config.CLUSTER_MIN_SM:
         pytest.skip(f"thread-block clusters need sm_90 or later; this GPU is sm_{cc}")
     monkeypatch.setattr(_row_norm, "USE_CLUSTERS", True)
+    monkeypatch.setattr(_row_norm, "USE_CLUSTER_BACKWARD", True)  # off by default (slower), kept correct
     _clear()
     yield
     _clear()
@@ -33,19 +35,27 @@ def clusters(monkeypatch):
 
 # bf16 / fp16 rows past 32768 elements and fp32 past 16384 leave the full-row tile; each N
 # picks another cluster shape (and 40000 / 20000 leave part of the last block's slice empty)
-CASES = [(BFLOAT16, n) for n in (40000, 65536, 131072)] + \
+CASES = [(BFLOAT16, n) for n in (16384, 40000, 65536, 131072)] + \
         [(numpy.dtype(numpy.float16), 65536)] + \
-        [(numpy.dtype(numpy.float32), n) for n in (20000, 40000, 65536, 131072)]
+        [(numpy.dtype(numpy.float32), n) for n in (9000, 20000, 40000, 65536, 131072)]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 @pytest.mark.parametrize("dtype,n", CASES, ids=[f"{d.name}-{n}" for d, n in CASES])
 def test_cluster_path(rng, clusters, op, dtype, n):
-    rows = 3 if n <= 131072 else 2
-    cfg = _config.cluster_config(n, 16 // dtype.itemsize)
-    plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, dtype, 1, op == "rms_norm", 1e-5, 0, 0, 0)
-    assert plan.tiles == 1 and plan.block == cfg.tpb and plan.grid == rows * cfg.cluster, "the cluster kernel"
+    """Forward and backward against the reference; each plan asserted to hold the cluster
+    kernel where the row is past the full-row tile and within a cluster tile."""
+    rows, vec, rms = 3, 16 // dtype.itemsize, op == "rms_norm"
+    cfg = _config.cluster_config(n, vec)
+    if _config.row_config(n, vec, _config.FWD) is None and cfg is not None:
+        plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, dtype, 1, rms, 1e-5, 0, 0, 0)
+        assert plan.tiles == 1 and plan.block == cfg.tpb and plan.grid == rows * cfg.cluster, "the cluster forward"
+    bcfg = _config.cluster_bwd_config(n, vec)
+    if bcfg is not None:
+        plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
+        assert plan.split is None and plan.block == bcfg.tpb and plan.blocks == plan.groups * bcfg.cluster, \
+            "the cluster backward"
     check(op, rng, (rows, n), dtype)
 
 
@@ -83,12 +93,18 @@ def test_cluster_configs():
     assert _config.cluster_config(131072, 8).capacity == 131072
     assert _config.cluster_config(131073, 8) is None, "past the largest cluster tile: the split path"
     assert _config.cluster_config(65536, 1) is None, "scalar packs: the split path"
+    assert _config.cluster_bwd_config(8193, 8) == _config.ClusterConfig(8, 2, 256, 4)
+    assert _config.cluster_bwd_config(65536, 4) == _config.ClusterConfig(4, 4, 512, 8)
+    assert _config.cluster_bwd_config(65537, 4) is None, "past the largest backward cluster tile"
     for vec in (4, 8):
-        for cfg in _config.all_cluster_configs(vec):
-            assert cfg.block <= 1024 and cfg.cluster <= 8, "portable cluster sizes only"
-            assert _row_norm._cluster_name("float32" if vec == 4 else "bfloat16", "float32", cfg, False) in \
-                _row_norm.cluster_instantiations()
+        assert _config.bwd_row_config(8192, vec, 16 // vec, False) is not None, "clusters start past the row tile"
+        for kernel, configs in (("norm_fwd_cluster", _config.all_cluster_configs(vec)),
+                                ("norm_bwd_cluster", _config.all_cluster_bwd_configs(vec))):
+            for cfg in configs:
+                assert cfg.block <= 1024 and cfg.cluster <= 8, "portable cluster sizes only"
+                assert _row_norm._cluster_name(kernel, "float32" if vec == 4 else "bfloat16", "float32", cfg,
+                                               False) in _row_norm.cluster_instantiations()
 
 
 def test_clusters_on_by_default():
-    assert _row_norm.USE_CLUSTERS is True, "measured faster than the split path up to 131072 (NOTES v13)"
+    assert _row_norm.USE_CLUSTERS is True, "measured faster than the split path (NOTES v13, v16)"

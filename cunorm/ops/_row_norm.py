@@ -28,6 +28,9 @@ CLUSTER_FILE = "layer_norm_cluster.cu"  # sm_90+ only
 # Long rows on sm_90+ through a thread-block cluster (x read once) instead of the split path,
 # up to the largest cluster tile (_config.CLUSTER_SHAPES): measured in benchmarks/NOTES.md, v13.
 USE_CLUSTERS = True
+# The cluster backward is correct (tests/test_cluster_path.py turns it on) but slower than the
+# split path: bf16 0.14-0.22 of copy against 0.30-0.42, fp32 0.36-0.43 against 0.46-0.54 (v16).
+USE_CLUSTER_BACKWARD = False
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
 
 # (x dtype, parameter dtype) pairs compiled as such; any other parameter dtype is cast to
@@ -89,15 +92,20 @@ def cluster_instantiations() -> list[str]:
         if t == "float64":
             continue
         vec = _config.max_vec(numpy.dtype(_np_name(t)).itemsize)
-        for cfg in _config.all_cluster_configs(vec):
-            for rms in (False, True):
-                names.append(_cluster_name(t, w, cfg, rms))
+        for kernel, configs in (("norm_fwd_cluster", _config.all_cluster_configs(vec)),
+                                ("norm_bwd_cluster", _config.all_cluster_bwd_configs(vec))):
+            for cfg in configs:
+                for rms in (False, True):
+                    names.append(_cluster_name(kernel, t, w, cfg, rms))
     return names
 
 
-def _cluster_name(t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
-    return (f"norm_fwd_cluster<{c_type(t)}, {c_type(w)}, {cfg.vec}, {cfg.packs}, {cfg.tpb}, {cfg.cluster}, "
-            f"{_b(rms)}>")
+def _cluster_name(kernel: str, t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
+    return f"{kernel}<{c_type(t)}, {c_type(w)}, {cfg.vec}, {cfg.packs}, {cfg.tpb}, {cfg.cluster}, {_b(rms)}>"
+
+
+def _clusters_serve(t: str, device: int) -> bool:
+    return USE_CLUSTERS and t != "float64" and _compute_capability(device) >= _config.CLUSTER_MIN_SM
 
 
 @functools.lru_cache(maxsize=None)
@@ -137,10 +145,9 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     cfg = _config.row_config(n, vec, _config.FWD)
     if cfg is not None:
         return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),)
-    if USE_CLUSTERS and t != "float64" and _compute_capability(device) >= _config.CLUSTER_MIN_SM:
-        ccfg = _config.cluster_config(n, vec)
-        if ccfg is not None:
-            return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name(t, wn, ccfg, rms), device),)
+    ccfg = _config.cluster_config(n, vec) if _clusters_serve(t, device) else None
+    if ccfg is not None:
+        return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, ccfg, rms), device),)
     cfg = _config.split_config(vec)
     return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS), device),
                  function_ptr(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>", device),
@@ -254,6 +261,10 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
     if cfg is not None:
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block)
+    ccfg = _config.cluster_bwd_config(n, vec) if USE_CLUSTER_BACKWARD and _clusters_serve(t, device) else None
+    if ccfg is not None:
+        main = function_ptr(CLUSTER_FILE, _cluster_name("norm_bwd_cluster", t, wn, ccfg, rms), device)
+        return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block)
     cfg = _config.split_config(vec)
     main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, CHUNK_APPLY), device)
     sums = function_ptr(KERNEL_FILE, _tile_name("norm_bwd_tile_sums", t, wn, cfg, rms), device)
@@ -310,6 +321,10 @@ def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdty
                             acc, -(-n // (_config.COLUMN_LANES * vec)))
     cfg, main, sums, finalize, reduce, resident = _backward_kernels(
         dtype.name, wdtype.name, numpy.dtype(grad_dtype).name, n, vec, rms, device)
+    if isinstance(cfg, _config.ClusterConfig):  # persistent clusters, one partial row each
+        clusters = max(1, min(m, resident // cfg.cluster))
+        return BackwardPlan(main, clusters * cfg.cluster, cfg.block, clusters, reduce, dyr.args(), xr.args(), m, n,
+                            None, acc, 0)
     if sums is None:
         blocks = min(-(-m // cfg.rows_per_block), resident)
         return BackwardPlan(main, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), xr.args(),

@@ -1,8 +1,8 @@
-"""Long-row forward: the split path (three kernels, x read twice) against thread-block
-clusters (one kernel, x read once; sm_90+), LayerNorm and RMSNorm, bf16 and fp32, at the
-benchmark's row lengths past the full-row tile. Fractions of copy, forward only.
+"""Long rows: the split path (x, and dy, read twice; three and four kernels) against
+thread-block clusters (one kernel, read once; sm_90+), LayerNorm and RMSNorm, bf16 and fp32,
+at row lengths past the full-row tiles. Fractions of copy, forward and backward.
 
-    python benchmarks/sweep_cluster_fwd.py [--json out.json]
+    python benchmarks/sweep_cluster.py [--json out.json]
 """
 from __future__ import annotations
 
@@ -12,18 +12,19 @@ from cunorm import _bench
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
 
-ROW_LENGTHS = (32768, 65536, 131072, 262144, 524288, 1048576)
+ROW_LENGTHS = (16384, 32768, 65536, 131072, 262144)
 
 
 def _use(clusters: bool) -> None:
     _row_norm.USE_CLUSTERS = clusters
-    _row_norm._forward_kernels.cache_clear()
-    _row_norm.forward_plan.cache_clear()
+    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm._backward_kernels,
+                  _row_norm.backward_plan):
+        cache.cache_clear()
 
 
 def sweep(log=print) -> list[dict]:
     copy = _bench.copy_gbps()
-    rows = []
+    rows, default = [], _row_norm.USE_CLUSTERS
     try:
         for clusters in (False, True):
             _use(clusters)
@@ -32,12 +33,13 @@ def sweep(log=print) -> list[dict]:
                     for n in ROW_LENGTHS:
                         r = _bench.bench_row_norm(op, dtype, n)
                         row = {"clusters": clusters, "op": op, "dtype": dtype.name, "N": n,
-                               "fwd_of_copy": round(r["fwd_GBps"] / copy, 3)}
+                               "fwd_of_copy": round(r["fwd_GBps"] / copy, 3),
+                               "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
                         log(f"{'cluster' if clusters else 'split':7s} {op:10s} {dtype.name:8s} N={n:<7d} "
-                            f"fwd {row['fwd_of_copy']:.3f} of copy")
+                            f"fwd {row['fwd_of_copy']:.3f} bwd {row['bwd_of_copy']:.3f} of copy")
                         rows.append(row)
     finally:
-        _use(False)
+        _use(default)
     return rows
 
 

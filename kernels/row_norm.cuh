@@ -1,0 +1,126 @@
+// Per-thread pieces of the row kernels (layer_norm.cu) that the cluster kernels
+// (layer_norm_cluster.cu) share: a tile's pack layout, its loads, and the backward's two row
+// sums and dx for one tile. Backward: dx = rstd * (w*dy - mean(w*dy) - xhat * mean(w*dy*xhat)),
+// without the mean(w*dy) term for RMSNorm.
+#pragma once
+#include "common.cuh"
+
+namespace cunorm {
+
+// Columns of this thread's pack p, relative to the tile start. A pack is either wholly in
+// the row or wholly out (VEC > 1 only when N % VEC == 0), so validity is one 32-bit compare
+// per pack against `limit`, the tile's valid length (0 for a row past the end).
+template <int VEC, int TPR>
+__device__ __forceinline__ int pack_col(int p, int lane) { return (p * TPR + lane) * VEC; }
+
+__device__ __forceinline__ int tile_limit(i64 N, i64 c0, i64 tile, bool row_ok) {
+  return row_ok ? int(N - c0 < tile ? N - c0 : tile) : 0;
+}
+
+// Loads this thread's part of a tile into registers, zeros outside the row.
+template <int VEC, int PACKS, int TPR, typename A, typename T>
+__device__ __forceinline__ void load_tile(const T* tile, int limit, int lane, A (&v)[PACKS][VEC]) {
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    if (pack_col<VEC, TPR>(p, lane) < limit) {
+      load_pack<A, T, VEC>(tile + pack_col<VEC, TPR>(p, lane), v[p]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[p][k] = A(0);
+    }
+  }
+}
+
+// Optional affine parameter of one pack: `fill` where absent.
+template <int VEC, typename A, typename W>
+__device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)[VEC]) {
+  if (p) {
+    load_pack<A, W, VEC>(p + col, out);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = fill;
+  }
+}
+
+// Backward's per-thread part of the two row sums: turns x into xhat in place and adds up
+// w*dy and w*dy*xhat. Packs outside the row hold x = dy = 0 and add nothing.
+template <int VEC, int PACKS, int TPR, typename A, typename W>
+__device__ __forceinline__ void xhat_and_sums(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* weight,
+                                              i64 c0, int limit, int lane, A mu, A r, A& c1, A& c2) {
+  c1 = A(0);
+  c2 = A(0);
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = pack_col<VEC, TPR>(p, lane);
+    A wv[VEC];
+    load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      xv[p][k] = (xv[p][k] - mu) * r;
+      const A wdy = wv[k] * g[p][k];
+      c1 += wdy;
+      c2 += wdy * xv[p][k];
+    }
+  }
+}
+
+// Row r's x and dy tiles at c0, widened to the accumulation type (zeros outside the row;
+// r past M has none).
+template <int VEC, int PACKS, int TPR, typename A, typename T>
+__device__ __forceinline__ void load_row(const T* dy, const RowMap& dymap, const T* x, const RowMap& xmap, i64 r,
+                                         i64 M, i64 N, i64 c0, int lane, A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC]) {
+  const bool ok = r < M;
+  const i64 safe = ok ? r : 0;
+  const int limit = tile_limit(N, c0, i64(TPR) * PACKS * VEC, ok);
+  load_tile<VEC, PACKS, TPR>(x + xmap.offset(safe) + c0, limit, lane, xv);
+  load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe) + c0, limit, lane, g);
+}
+
+// dx for this thread's packs of one row's tile from xhat (xv), dy (g) and the row's two
+// means m1 = mean(w*dy) (0 for RMSNorm) and m2 = mean(w*dy*xhat); with ACC, adds dy*xhat
+// and dy into the dW / dB accumulators of the tile's columns.
+template <typename T, int VEC, int PACKS, int TPR, bool ACC, typename A, typename W>
+__device__ __forceinline__ void dx_tile(const A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* weight,
+                                        A r, A m1, A m2, T* dxtile, i64 c0, int limit, int lane,
+                                        A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = pack_col<VEC, TPR>(p, lane);
+    if (col >= limit) continue;
+    A wv[VEC], out[VEC];
+    load_param<VEC>(weight, c0 + col, A(1), wv);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      out[k] = r * (wv[k] * g[p][k] - m1 - xv[p][k] * m2);
+      if constexpr (ACC) {
+        dw_acc[p][k] += g[p][k] * xv[p][k];
+        db_acc[p][k] += g[p][k];
+      }
+    }
+    store_pack<T>(dxtile + col, out);
+  }
+}
+
+template <int VEC, int PACKS, typename A>
+__device__ __forceinline__ void zero_tile(A (&v)[PACKS][VEC]) {
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p)
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[p][k] = A(0);
+}
+
+// A persistent row group's dW / dB accumulators for its tile's columns, as partial row
+// `group` of dw_part / db_part [G, N] (either may be null); norm_reduce_partials folds them.
+template <int VEC, int PACKS, int TPR, typename A>
+__device__ __forceinline__ void store_partials(const A (&dw_acc)[PACKS][VEC], const A (&db_acc)[PACKS][VEC],
+                                               A* dw_part, A* db_part, i64 group, i64 N, i64 c0, int lane) {
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const i64 col = c0 + pack_col<VEC, TPR>(p, lane);
+    if (col >= N) continue;
+    if (dw_part) store_pack<A>(dw_part + group * N + col, dw_acc[p]);
+    if (db_part) store_pack<A>(db_part + group * N + col, db_acc[p]);
+  }
+}
+
+}  // namespace cunorm
