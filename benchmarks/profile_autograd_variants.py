@@ -21,12 +21,15 @@ import torch
 import torch.nn.functional as F
 
 import cunorm.torch as ct
+from cunorm import _bench_torch
 import cunorm.torch._cuda as tc
 from cunorm._launch import launch, make_current
 from profile_host import _Floor  # the LayerNorm-shaped Function floor
 
 ROUNDS = 41  # short rounds, many of them: the host drifts within a run
 CALLS = 100
+_bench_torch.WALL_CALLS = CALLS  # the GPU check's own wall-time method, shorter rounds
+wall_us = _bench_torch._wall_us
 
 
 def _lean_class(prealloc_grads: bool, prealloc_dx: bool, attrs: bool, stamps: list | None = None):
@@ -71,17 +74,6 @@ def _lean_class(prealloc_grads: bool, prealloc_dx: bool, attrs: bool, stamps: li
             return dx, None, dw, db, None
 
     return _Lean
-
-
-def wall_us(fn) -> float:
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / CALLS * 1e6
 
 
 def main():

@@ -8,11 +8,10 @@ threads a row makes the row reductions wider. The numbers say which wins where.
 """
 from __future__ import annotations
 
-import numpy
-
 from cunorm import _bench, _config
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
+from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 
 CANDIDATES = {
     "512x16": _config.PathLimits(max_tpr=512, max_values=16, min_block_tpr=128),
@@ -33,16 +32,13 @@ def sweep(log=print) -> list[dict]:
     copy = _bench.copy_gbps()
     _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up: the first timing ran slow (v7)
     try:
-        for op in ("layer_norm", "rms_norm"):
-            for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
-                for n in ROW_LENGTHS:
-                    row = {"op": op, "dtype": dtype.name, "N": n}
-                    for name, limits in CANDIDATES.items():
-                        _use(lambda itemsize, rms, limits=limits: limits)
-                        row[name] = round(_bench.bench_row_norm(op, dtype, n)["bwd_GBps"] / copy, 3)
-                    log(f"{op:10s} {dtype.name:8s} N={n:<6d} bwd of copy " +
-                        "  ".join(f"{k} {row[k]:.3f}" for k in CANDIDATES))
-                    rows.append(row)
+        for op, dtype, n in row_norm_cases(ROW_LENGTHS):
+            row = {"op": op, "dtype": dtype.name, "N": n}
+            for name, limits in CANDIDATES.items():
+                _use(lambda itemsize, rms, limits=limits: limits)
+                row[name] = round(_bench.bench_row_norm(op, dtype, n)["bwd_GBps"] / copy, 3)
+            log(f"{op:10s} {dtype.name:8s} N={n:<6d} bwd of copy " + "  ".join(f"{k} {row[k]:.3f}" for k in CANDIDATES))
+            rows.append(row)
     finally:
         _use(default)
     return rows

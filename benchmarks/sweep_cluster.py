@@ -6,11 +6,9 @@ at row lengths past the full-row tiles. Fractions of copy, forward and backward.
 """
 from __future__ import annotations
 
-import numpy
-
 from cunorm import _bench
-from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
+from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 
 ROW_LENGTHS = (16384, 32768, 65536, 131072, 262144)
 
@@ -28,16 +26,13 @@ def sweep(log=print) -> list[dict]:
     try:
         for clusters in (False, True):
             _use(clusters)
-            for op in ("layer_norm", "rms_norm"):
-                for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
-                    for n in ROW_LENGTHS:
-                        r = _bench.bench_row_norm(op, dtype, n)
-                        row = {"clusters": clusters, "op": op, "dtype": dtype.name, "N": n,
-                               "fwd_of_copy": round(r["fwd_GBps"] / copy, 3),
-                               "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
-                        log(f"{'cluster' if clusters else 'split':7s} {op:10s} {dtype.name:8s} N={n:<7d} "
-                            f"fwd {row['fwd_of_copy']:.3f} bwd {row['bwd_of_copy']:.3f} of copy")
-                        rows.append(row)
+            for op, dtype, n in row_norm_cases(ROW_LENGTHS):
+                r = _bench.bench_row_norm(op, dtype, n)
+                row = {"clusters": clusters, "op": op, "dtype": dtype.name, "N": n,
+                       "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
+                log(f"{'cluster' if clusters else 'split':7s} {op:10s} {dtype.name:8s} N={n:<7d} "
+                    f"fwd {row['fwd_of_copy']:.3f} bwd {row['bwd_of_copy']:.3f} of copy")
+                rows.append(row)
     finally:
         _use(default)
     return rows

@@ -11,6 +11,7 @@ import numpy
 from cunorm import _bench, _compile, reference
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
+from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 
 VARIANTS = {"two_pass": (), "one_pass": ("-DCUNORM_FWD_ONE_PASS=1",)}
 ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -43,14 +44,12 @@ def sweep(log=print) -> list[dict]:
         _use(options)
         errors = {f"max_err_offset_{o:g}": _max_error(o) for o in (0.0, 1e4)}
         log(f"{name}: fp32 LayerNorm max |error| vs float64, N = 4096: {errors}")
-        for op in ("layer_norm", "rms_norm"):
-            for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
-                for n in ROW_LENGTHS:
-                    r = _bench.bench_row_norm(op, dtype, n)
-                    row = {"variant": name, "op": op, "dtype": dtype.name, "N": n,
-                           "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), **errors}
-                    log(f"{name:8s} {op:10s} {dtype.name:8s} N={n:<6d} fwd {row['fwd_of_copy']:.3f} of copy")
-                    rows.append(row)
+        for op, dtype, n in row_norm_cases(ROW_LENGTHS):
+            r = _bench.bench_row_norm(op, dtype, n)
+            row = {"variant": name, "op": op, "dtype": dtype.name, "N": n,
+                   "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), **errors}
+            log(f"{name:8s} {op:10s} {dtype.name:8s} N={n:<6d} fwd {row['fwd_of_copy']:.3f} of copy")
+            rows.append(row)
     _use(default)
     return rows
 
