@@ -129,6 +129,13 @@ def eps(value, dtype, *, default_to_finfo: bool = False) -> float:
     return value
 
 
+def momentum(value) -> float:
+    """A running-statistics factor: a real number in [0, 1] (NaN fails the comparison)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"momentum: expected a number in [0, 1] or None, got {value!r}")
+    return float(value)
+
+
 _F32, _F64 = numpy.dtype(numpy.float32), numpy.dtype(numpy.float64)
 
 

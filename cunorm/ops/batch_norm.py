@@ -96,9 +96,7 @@ def _factor(momentum, num_batches_tracked) -> float:
             raise ValueError("num_batches_tracked: momentum=None (cumulative average) needs the number of batches "
                              f"seen, this one included (an int >= 1), got {num_batches_tracked!r}")
         return 1.0 / int(num_batches_tracked)
-    if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) or not 0.0 <= momentum <= 1.0:
-        raise ValueError(f"momentum: expected a number in [0, 1] or None, got {momentum!r}")
-    return float(momentum)
+    return _checks.momentum(momentum)
 
 
 def batch_norm_backward(dy, x, weight, bias, mean, rstd, *, residual=None, activation=None, activation_param=None,

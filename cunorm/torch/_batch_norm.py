@@ -9,7 +9,7 @@ from typing import Optional
 import numpy
 import torch
 
-from .. import activations, reference
+from .. import _checks, activations, reference
 from ..ops import _batch_norm
 from ._common import _NUMPY_DTYPE, _TORCH_DTYPE, _acc
 from ._cpu import _from_numpy, _numpy_view
@@ -232,9 +232,10 @@ def batch_norm(input: torch.Tensor, running_mean: Optional[torch.Tensor], runnin
         raise ValueError(f"input: expected more than 1 value per channel when training, got shape {list(input.shape)}")
     if not training and (running_mean is None or running_var is None):
         raise ValueError("running_mean: eval (training=False) needs running_mean and running_var")
-    factor = 0.0 if momentum is None else float(momentum)
+    factor = 0.0 if momentum is None else _checks.momentum(momentum)
+    eps = _checks.eps(eps, None)
     y, _, rm, rv = torch.ops.cunorm.batch_norm_fwd(input, weight, bias, running_mean, running_var, residual,
-                                                   bool(training), factor, float(eps),
+                                                   bool(training), factor, eps,
                                                    NO_ACTIVATION if activation is None else activation, param)
     with torch.no_grad():
         for buf, new in ((running_mean, rm), (running_var, rv)):
