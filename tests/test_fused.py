@@ -13,7 +13,7 @@ import pytest
 import cunorm
 from cunorm import reference
 from cunorm._checks import BFLOAT16
-from tolerances import assert_close, stats_tol, to_numpy, tol
+from tolerances import assert_close, reduction_tol, stats_tol, to_numpy, tol
 
 E4M3, E5M2 = numpy.dtype(ml_dtypes.float8_e4m3fn), numpy.dtype(ml_dtypes.float8_e5m2)
 OPS = ["layer_norm", "rms_norm"]
@@ -179,3 +179,78 @@ def test_composed_path(rng, op, shape):
 def test_fused_float64_takes_the_composed_path(rng):
     _check_fused("layer_norm", rng, (4, 256), numpy.dtype(numpy.float64), r_dtype=numpy.float64, offset=0.5,
                  expect_fused=False)
+
+
+# ---- the backward of the fused options ---------------------------------------------------------
+
+@pytest.mark.parametrize("kw,err,name", [
+    (dict(dh=numpy.zeros((3, 7), numpy.float32)), ValueError, "dh"),
+    (dict(dh=numpy.zeros((3, 8), numpy.int32)), TypeError, "dh"),
+    (dict(dx_dtype=numpy.int8), TypeError, "dx_dtype"),
+    (dict(residual_dtype=numpy.complex64), TypeError, "residual_dtype"),
+    (dict(weight_offset=math.nan), TypeError, "weight_offset"),
+])
+@pytest.mark.parametrize("op", OPS)
+def test_backward_bad_options_name_the_argument(op, kw, err, name):
+    x, w = numpy.ones((3, 8), numpy.float32), numpy.ones(8, numpy.float32)
+    stats = numpy.ones(3, numpy.float32)
+    with pytest.raises(err, match=name):
+        if op == "layer_norm":
+            cunorm.layer_norm_backward(x, x, w, stats, stats, **kw)
+        else:
+            cunorm.rms_norm_backward(x, x, w, stats, **kw)
+
+
+def _grads(op, dy, h, w, stats, **kw):
+    if op == "layer_norm":
+        return cunorm.layer_norm_backward(dy, h, w, *stats, **kw)
+    return cunorm.rms_norm_backward(dy, h, w, stats[-1], **kw)
+
+
+def _fused_round_trip(op, rng, shape, dtype, xp):
+    """A residual forward (h in float32, weight offset) and its backward with dh, on ``xp``
+    arrays: (outputs, the float64 references of dx and dweight)."""
+    n = shape[-1]
+    hx = rng.standard_normal(shape).astype(dtype)
+    hr = rng.standard_normal(shape).astype(dtype)
+    hw = (0.1 * rng.standard_normal(n)).astype(numpy.float32)
+    hb = rng.standard_normal(n).astype(numpy.float32) if op == "layer_norm" else None
+    hdy = rng.standard_normal(shape).astype(dtype)
+    hdh = rng.standard_normal(shape).astype(numpy.float32)
+    x, r, w, dy, dh = (xp.asarray(a) for a in (hx, hr, hw, hdy, hdh))
+    b = None if hb is None else xp.asarray(hb)
+    fwd = _call(op, x, w, b, residual=r, residual_dtype=numpy.float32, weight_offset=1.0, return_stats=True)
+    h, stats = fwd[1], fwd[2:]
+    out = _grads(op, dy, h, w, stats, dh=dh, weight_offset=1.0, dx_dtype=dtype, residual_dtype=numpy.float32)
+    h64 = hx.astype(numpy.float64) + hr.astype(numpy.float64)
+    st64 = [to_numpy(s) for s in stats]
+    if op == "layer_norm":
+        want = reference.layer_norm_backward(hdy, h64, hw, *st64, dh=hdh, weight_offset=1.0)
+    else:
+        want = reference.rms_norm_backward(hdy, h64, hw, st64[-1], dh=hdh, weight_offset=1.0)
+    return out, want
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_numpy_residual_backward(rng, op):
+    out, want = _fused_round_trip(op, rng, (4, 16), numpy.float32, numpy)
+    dx, dr = out[0], out[-1]
+    assert dx.dtype == numpy.float32 and dr.dtype == numpy.float32 and len(out) == (4 if op == "layer_norm" else 3)
+    numpy.testing.assert_allclose(dx, want[0], rtol=1e-5, atol=1e-5)
+    numpy.testing.assert_array_equal(dr, dx)
+    numpy.testing.assert_allclose(out[1], want[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape", [(37, 1024), (3, 65536)])
+def test_residual_backward(rng, op, shape):
+    import cupy
+
+    out, want = _fused_round_trip(op, rng, shape, BFLOAT16, cupy)
+    dx, dr = out[0], out[-1]
+    assert dx.dtype == BFLOAT16 and dr.dtype == numpy.float32
+    assert_close("dx", dx, want[0], *tol(BFLOAT16))
+    # dr is float32 all the way (h, dh and the sum), against the float64 sum's reference
+    assert_close("dresidual", dr, want[0], 1e-4, 1e-4)
+    assert_close("dweight", out[1], want[1], *reduction_tol(numpy.dtype(numpy.float32), math.prod(shape[:-1])))

@@ -112,3 +112,55 @@ def _outputs(y, h, stats, amax, return_stats: bool, opts: FusedOptions):
     out += tuple(stats) if return_stats else ()
     out += (amax,) if opts.return_amax else ()
     return out if len(out) > 1 else y
+
+
+# ---- backward --------------------------------------------------------------------------------
+# With a residual the caller passes the forward's h as ``x`` and, as ``dh``, the gradient of
+# the h output from the next layer; dx (= dh + the norm's gradient) is then the gradient of
+# both x and the residual: ``residual_dtype`` appends it again in the residual's dtype, and
+# ``dx_dtype`` gives dx x's own dtype where h had another.
+
+class FusedGradOptions(NamedTuple):
+    dh: object
+    weight_offset: float
+    dx_dtype: numpy.dtype
+    residual_dtype: Optional[numpy.dtype]
+
+
+def grad_options(dy, x, weight, dh, weight_offset, dx_dtype, residual_dtype) -> FusedGradOptions | None:
+    """The checked backward options, or None when none is set (the plain backward)."""
+    if dh is None and not weight_offset and dx_dtype is None and residual_dtype is None:
+        return None
+    _checks.float_dtype("dy", dy)
+    if tuple(dy.shape) != tuple(x.shape):
+        raise ValueError(f"dy: shape {tuple(dy.shape)} does not match x's {tuple(x.shape)}")
+    if dh is not None:
+        _checks.float_dtype("dh", dh)
+        if tuple(dh.shape) != tuple(x.shape):
+            raise ValueError(f"dh: shape {tuple(dh.shape)} does not match x's {tuple(x.shape)}")
+    if isinstance(weight_offset, bool) or not isinstance(weight_offset, numbers.Real) \
+            or not math.isfinite(weight_offset):
+        raise TypeError(f"weight_offset: expected a finite real number, got {weight_offset!r}")
+    if weight_offset and weight is None:
+        raise ValueError("weight_offset: needs a weight")
+    return FusedGradOptions(dh, float(weight_offset),
+                            x.dtype if dx_dtype is None else _float_dtype("dx_dtype", dx_dtype),
+                            None if residual_dtype is None else _float_dtype("residual_dtype", residual_dtype))
+
+
+def run_backward(kind: str, dy, x, weight, mean, rstd, nd: int, rms: bool, has_bias: bool, opts: FusedGradOptions):
+    """(dx, dweight, dbias[, dresidual]) for LayerNorm, (dx, dweight[, dresidual]) for RMSNorm."""
+    grad_dtype = x.dtype if weight is None else weight.dtype
+    if kind == "numpy":
+        dx, dw, db = reference.layer_norm_backward(dy, x, weight, mean, rstd, normalized_ndim=nd,
+                                                   has_bias=has_bias and not rms, dh=opts.dh,
+                                                   weight_offset=opts.weight_offset, _rms=rms)
+        dw = None if dw is None else dw.astype(grad_dtype)
+        db = None if db is None else db.astype(grad_dtype)
+    else:
+        from . import _fused_cupy
+
+        dx, dw, db = _fused_cupy.backward(dy, x, weight, mean, rstd, nd, rms, has_bias and not rms, grad_dtype, opts)
+    out = (dx.astype(opts.dx_dtype), dw) + (() if rms else (db,))
+    return out + ((dx.astype(opts.residual_dtype),) if opts.residual_dtype is not None else ())
+

@@ -70,3 +70,20 @@ def _composed(x, r, h, y, w, b, mean, rstd, eps, nd, rms, opts: FusedOptions):
     cast, amax = _cast_out(y_acc, opts, cupy)
     y[...] = cast
     return amax
+
+
+def backward(dy, x, weight, mean, rstd, nd: int, rms: bool, has_bias: bool, grad_dtype, opts) -> tuple:
+    """(dx in the accumulation dtype, dweight, dbias) from the plain backward kernels: the
+    weight offset folded into the weight (N elements; dweight = sum(dy * xhat) does not
+    involve it), dy in x's dtype for them, then dh added."""
+    acc = acc_dtype(x.dtype)
+    w = weight
+    if weight is not None and opts.weight_offset:
+        w = weight.astype(acc) + opts.weight_offset
+    dy = dy if dy.dtype == x.dtype else dy.astype(x.dtype)
+    dx, dw, db = _row_norm_cupy.backward(dy, x, w, mean, rstd, nd, rms, weight is not None, has_bias, grad_dtype)
+    dx = dx.astype(acc)
+    if opts.dh is not None:
+        dx += opts.dh.astype(acc)
+    return dx, dw, db
+

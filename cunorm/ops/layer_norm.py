@@ -44,23 +44,33 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, return
     return (y, mean, rstd) if return_stats else y
 
 
-def layer_norm_backward(dy, x, weight, mean, rstd, *, normalized_ndim=1, has_bias=None):
+def layer_norm_backward(dy, x, weight, mean, rstd, *, normalized_ndim=1, has_bias=None, dh=None, weight_offset=0.0,
+                        dx_dtype=None, residual_dtype=None):
     """Gradients of :func:`layer_norm`: ``(dx, dweight, dbias)``.
 
     ``mean``/``rstd`` are the statistics ``layer_norm(..., return_stats=True)`` returned.
     ``dweight`` is None without ``weight``; ``dbias`` is computed when ``has_bias`` (default:
     when ``weight`` is given). ``dx`` has ``x``'s dtype; ``dweight``/``dbias`` have the
     weight's dtype (``x``'s without weight). Bit-identical from run to run.
+
+    After a forward with a residual, pass its h as ``x`` and the gradient of the h output as
+    ``dh``: dx (= dh + the norm's gradient, in ``dx_dtype``, default h's) is the gradient of
+    both x and the residual; ``residual_dtype`` appends it again in that dtype. Pass the
+    forward's ``weight_offset`` too.
     """
-    kind = _checks.backend(dy=dy, x=x, weight=weight, mean=mean, rstd=rstd)
+    kind = _checks.backend(dy=dy, x=x, weight=weight, mean=mean, rstd=rstd, dh=dh)
     _checks.float_dtype("x", x)
-    _checks.same_shape("dy", dy, x)
+    opts = _fused_api.grad_options(dy, x, weight, dh, weight_offset, dx_dtype, residual_dtype)
+    if opts is None:
+        _checks.same_shape("dy", dy, x)
     nd = _checks.normalized_ndim(x, normalized_ndim)
     _checks.param("weight", weight, x, nd)
     _checks.stats("mean", mean, x, nd)
     _checks.stats("rstd", rstd, x, nd)
     if has_bias is None:
         has_bias = weight is not None
+    if opts is not None:
+        return _fused_api.run_backward(kind, dy, x, weight, mean, rstd, nd, False, bool(has_bias), opts)
     grad_dtype = x.dtype if weight is None else weight.dtype
     if kind == "numpy":
         dx, dw, db = reference.layer_norm_backward(dy, x, weight, mean, rstd, normalized_ndim=nd,

@@ -30,15 +30,22 @@ def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, return_stats=False,
     return (y, rstd) if return_stats else y
 
 
-def rms_norm_backward(dy, x, weight, rstd, *, normalized_ndim=1):
+def rms_norm_backward(dy, x, weight, rstd, *, normalized_ndim=1, dh=None, weight_offset=0.0, dx_dtype=None,
+                      residual_dtype=None):
     """Gradients of :func:`rms_norm`: ``(dx, dweight)``, ``dweight`` None without weight.
-    ``dweight`` has the weight's dtype. Bit-identical from run to run."""
-    kind = _checks.backend(dy=dy, x=x, weight=weight, rstd=rstd)
+    ``dweight`` has the weight's dtype. Bit-identical from run to run. The residual options
+    (``dh``, ``weight_offset``, ``dx_dtype``, ``residual_dtype`` appending dresidual) as
+    :func:`cunorm.layer_norm_backward`."""
+    kind = _checks.backend(dy=dy, x=x, weight=weight, rstd=rstd, dh=dh)
     _checks.float_dtype("x", x)
-    _checks.same_shape("dy", dy, x)
+    opts = _fused_api.grad_options(dy, x, weight, dh, weight_offset, dx_dtype, residual_dtype)
+    if opts is None:
+        _checks.same_shape("dy", dy, x)
     nd = _checks.normalized_ndim(x, normalized_ndim)
     _checks.param("weight", weight, x, nd)
     _checks.stats("rstd", rstd, x, nd)
+    if opts is not None:
+        return _fused_api.run_backward(kind, dy, x, weight, None, rstd, nd, True, False, opts)
     if kind == "numpy":
         dx, dw = reference.rms_norm_backward(dy, x, weight, rstd, normalized_ndim=nd)
         return dx.astype(x.dtype), None if dw is None else dw.astype(weight.dtype)
