@@ -144,6 +144,8 @@ def acc_dtype(dtype) -> numpy.dtype:
 
 
 def ml_finfo(dtype):
-    if BFLOAT16 is not None and numpy.dtype(dtype) == BFLOAT16:
-        return ml_dtypes.finfo(BFLOAT16)
-    return numpy.finfo(dtype)
+    """finfo of a NumPy float dtype or an ml_dtypes one (bfloat16, the FP8 types)."""
+    dtype = numpy.dtype(dtype)
+    if dtype.type in (numpy.float16, numpy.float32, numpy.float64, numpy.longdouble):
+        return numpy.finfo(dtype)
+    return ml_dtypes.finfo(dtype)  # (ml_dtypes' own kinds are not reliable: float8_e5m2 reports "f")

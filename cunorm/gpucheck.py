@@ -134,6 +134,9 @@ def main(argv=None) -> int:
         from . import _bench_bn
 
         record["batch_norm"] = _bench_bn.run(record["copy_GBps"], log=lambda s: print(s, flush=True))
+        from . import _bench_fused
+
+        record["fused"] = _bench_fused.run(record["copy_GBps"], log=lambda s: print(s, flush=True))
     (args.out / "gpu-latest.json").write_text(json.dumps(record, indent=1) + "\n")
 
     print("\n=== cunorm GPU check ===")
@@ -176,6 +179,11 @@ def main(argv=None) -> int:
             print(f"  {r['dtype']:8s} {r['layout']} {tuple(r['shape'])}: {r['fwd_of_copy']} / {r['bwd_of_copy']}; "
                   f"x{r.get('fwd_speedup_vs_best')} / x{r.get('bwd_speedup_vs_best')}; "
                   f"{r.get('host_us_fwd')} / {r.get('host_us_bwd')}")
+    if record.get("fused"):
+        print("fused residual add (bf16), fraction of copy fwd / bwd, x torch eager's h = x + r; norm(h); FP8 out fwd:")
+        for r in record["fused"]:
+            print(f"  {r['op']:10s} N={r['N']:<5d} {r['residual_fwd_of_copy']} / {r['residual_bwd_of_copy']}, "
+                  f"x{r.get('residual_fwd_speedup_vs_torch')}; FP8 {r['fp8_fwd_of_copy']}")
     failed = record["tests"] and record["tests"]["failed"]
     return 1 if failed else 0
 

@@ -26,39 +26,52 @@ def _row_mean(a, axes):
     return a.sum(axis=axes, keepdims=True) / n
 
 
-def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, return_stats=False, _rms=False):
-    """y = (x - mean) * rstd * weight + bias over the last ``normalized_ndim`` axes,
-    with biased variance; (y, mean, rstd) when ``return_stats``."""
+def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, return_stats=False, residual=None,
+               weight_offset=0.0, _rms=False):
+    """y = (h - mean) * rstd * (weight + weight_offset) + bias over the last
+    ``normalized_ndim`` axes, with biased variance; h = x, or x + ``residual`` (the pre-norm
+    residual add). Returns y; (y, h) with a residual; the statistics appended with
+    ``return_stats``: (y[, h], mean, rstd)."""
     x = _f64(x)
-    axes = _axes(x, normalized_ndim)
-    lead = x.shape[: x.ndim - normalized_ndim]
-    mean = numpy.zeros_like(_row_mean(x, axes)) if _rms else _row_mean(x, axes)
-    var = _row_mean((x - mean) ** 2, axes)
+    h = x if residual is None else x + _f64(residual)
+    axes = _axes(h, normalized_ndim)
+    lead = h.shape[: h.ndim - normalized_ndim]
+    mean = numpy.zeros_like(_row_mean(h, axes)) if _rms else _row_mean(h, axes)
+    var = _row_mean((h - mean) ** 2, axes)
     rstd = 1.0 / numpy.sqrt(var + eps)
-    y = (x - mean) * rstd
+    y = (h - mean) * rstd
     if weight is not None:
-        y = y * _f64(weight)
+        y = y * (_f64(weight) + weight_offset)
+    elif weight_offset:
+        raise ValueError("weight_offset: needs a weight")
     if bias is not None:
         y = y + _f64(bias)
-    if not return_stats:
-        return y
-    return y, mean.reshape(lead), rstd.reshape(lead)
+    out = (y,) if residual is None else (y, h)
+    if return_stats:
+        out += (mean.reshape(lead), rstd.reshape(lead))
+    return out if len(out) > 1 else y
 
 
-def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, return_stats=False):
-    """y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps); (y, rstd) when ``return_stats``.
-    ``eps=None`` means finfo(x.dtype).eps, as torch.nn.functional.rms_norm."""
+def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, return_stats=False, residual=None, weight_offset=0.0):
+    """y = h * rstd * (weight + weight_offset), rstd = 1 / sqrt(mean(h^2) + eps), h as in
+    layer_norm; y, (y, h) with a residual, rstd appended with ``return_stats``. ``eps=None``
+    means finfo(x.dtype).eps, as torch.nn.functional.rms_norm."""
     if eps is None:
         from ._checks import ml_finfo
 
         eps = float(ml_finfo(numpy.asarray(x).dtype).eps)
-    out = layer_norm(x, weight, None, eps, normalized_ndim=normalized_ndim, return_stats=True, _rms=True)
-    return (out[0], out[2]) if return_stats else out[0]
+    out = layer_norm(x, weight, None, eps, normalized_ndim=normalized_ndim, return_stats=True, residual=residual,
+                     weight_offset=weight_offset, _rms=True)
+    out = out[:-2] + out[-1:] if return_stats else out[:-2]
+    return out if len(out) > 1 else out[0]
 
 
-def layer_norm_backward(dy, x, weight, mean, rstd, *, normalized_ndim=1, has_bias=None, _rms=False):
+def layer_norm_backward(dy, x, weight, mean, rstd, *, normalized_ndim=1, has_bias=None, dh=None, weight_offset=0.0,
+                        _rms=False):
     """(dx, dweight, dbias) of layer_norm given the saved mean and rstd; dweight is None
-    without weight, dbias None unless ``has_bias`` (default: whether weight is given)."""
+    without weight, dbias None unless ``has_bias`` (default: whether weight is given).
+    With a residual, ``x`` is the forward's h and ``dh`` the gradient of its h output: the
+    returned dx (= dh + the norm's gradient) is then the gradient of both x and the residual."""
     if has_bias is None:
         has_bias = weight is not None
     dy, x = _f64(dy), _f64(x)
@@ -68,20 +81,36 @@ def layer_norm_backward(dy, x, weight, mean, rstd, *, normalized_ndim=1, has_bia
     mean = numpy.zeros(shape) if _rms else _f64(mean).reshape(shape)
     rstd = _f64(rstd).reshape(shape)
     xhat = (x - mean) * rstd
-    wdy = dy if weight is None else dy * _f64(weight)
+    wdy = dy if weight is None else dy * (_f64(weight) + weight_offset)
     proj = _row_mean(wdy * xhat, axes)
     centre = 0.0 if _rms else _row_mean(wdy, axes)
     dx = rstd * (wdy - centre - xhat * proj)
+    if dh is not None:
+        dx = dx + _f64(dh)
     dweight = (dy * xhat).sum(axis=lead_axes) if weight is not None else None
     dbias = dy.sum(axis=lead_axes) if has_bias else None
     return dx, dweight, dbias
 
 
-def rms_norm_backward(dy, x, weight, rstd, *, normalized_ndim=1):
-    """(dx, dweight) of rms_norm given the saved rstd; dweight is None without weight."""
+def rms_norm_backward(dy, x, weight, rstd, *, normalized_ndim=1, dh=None, weight_offset=0.0):
+    """(dx, dweight) of rms_norm given the saved rstd; dweight is None without weight; ``x``
+    and ``dh`` as in layer_norm_backward."""
     dx, dweight, _ = layer_norm_backward(dy, x, weight, None, rstd, normalized_ndim=normalized_ndim,
-                                         has_bias=False, _rms=True)
+                                         has_bias=False, dh=dh, weight_offset=weight_offset, _rms=True)
     return dx, dweight
+
+
+def quantize(y, dtype, scale=1.0):
+    """The float64 values a saturating cast of ``y * scale`` to ``dtype`` gives (an FP8 type:
+    float8_e4m3fn saturates at ±448, float8_e5m2 at ±57344; round to nearest even), and
+    amax = max |y| before scaling. FP8 outputs compare with these after dequantization."""
+    from ._checks import ml_finfo
+
+    y = _f64(y)
+    top = float(ml_finfo(dtype).max)
+    q = numpy.clip(y * scale, -top, top).astype(dtype).astype(numpy.float64)
+    amax = float(numpy.abs(y).max()) if y.size else 0.0
+    return q, amax
 
 
 # ---- BatchNorm --------------------------------------------------------------------------

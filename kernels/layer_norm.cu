@@ -20,12 +20,6 @@ enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
 #endif
 
 
-template <int TPR>
-struct GroupShape {
-  static constexpr int kBlock = TPR < 128 ? 128 : TPR;  // threads per block
-  static constexpr int kRows = kBlock / TPR;            // row groups per block
-};
-
 
 // ------------------------------------------------------------------------------------------
 // Forward. kFullRow writes y, mean, rstd; kChunkStats writes (tile mean, tile M2) pairs to
@@ -105,25 +99,8 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
         q = q - s * mu > A(0) ? q - s * mu : A(0);
       }
 #else
-      if constexpr (!RMS) {
-        pivot = cvt<A>(xrow[0]);
-        A s = A(0);
-#pragma unroll
-        for (int p = 0; p < PACKS; ++p) {
-          if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) { v[p][k] -= pivot; s += v[p][k]; }
-        }
-        mu = group_sum<TPR>(s, smem) / A(limit > 0 ? limit : 1);
-      }
-      // Second pass over the registers: squared deviations from the exact tile mean.
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) { v[p][k] -= mu; q += v[p][k] * v[p][k]; }
-      }
-      q = group_sum<TPR>(q, smem);
+      if constexpr (!RMS) pivot = cvt<A>(xrow[0]);
+      q = centre_tile<VEC, PACKS, TPR, RMS>(v, limit, lane, pivot, smem, mu);
       mu_done = true;
 #endif
       if constexpr (MODE == kChunkStats) {

@@ -7,6 +7,13 @@
 
 namespace cunorm {
 
+// A row group of TPR threads; groups smaller than 128 threads share a 128-thread block.
+template <int TPR>
+struct GroupShape {
+  static constexpr int kBlock = TPR < 128 ? 128 : TPR;  // threads per block
+  static constexpr int kRows = kBlock / TPR;            // row groups per block
+};
+
 // Columns of this thread's pack p, relative to the tile start. A pack is either wholly in
 // the row or wholly out (VEC > 1 only when N % VEC == 0), so validity is one 32-bit compare
 // per pack against `limit`, the tile's valid length (0 for a row past the end).
@@ -99,6 +106,34 @@ __device__ __forceinline__ void dx_tile(const A (&xv)[PACKS][VEC], const A (&g)[
     }
     store_pack<T>(dxtile + col, out);
   }
+}
+
+// Two-pass statistics of one tile held in registers: v becomes v - pivot - mu (the centred
+// values) and the group's sum of their squares is returned; mu is the tile mean of v - pivot
+// (LayerNorm; RMSNorm leaves pivot and mu at 0 and sums plain squares). The pivot (the
+// row's first element) keeps a large common offset's digits (1e4 + noise in fp32), which a
+// plain fp32 sum of the raw values would lose. Every thread of the block calls it together.
+template <int VEC, int PACKS, int TPR, bool RMS, typename A>
+__device__ __forceinline__ A centre_tile(A (&v)[PACKS][VEC], int limit, int lane, A pivot, A* smem, A& mu) {
+  mu = A(0);
+  if constexpr (!RMS) {
+    A s = A(0);
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) { v[p][k] -= pivot; s += v[p][k]; }
+    }
+    mu = group_sum<TPR>(s, smem) / A(limit > 0 ? limit : 1);
+  }
+  A q = A(0);  // second pass over the registers: squared deviations from the exact tile mean
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) { v[p][k] -= mu; q += v[p][k] * v[p][k]; }
+  }
+  return group_sum<TPR>(q, smem);
 }
 
 template <int VEC, int PACKS, typename A>

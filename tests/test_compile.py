@@ -9,7 +9,7 @@ import re
 import pytest
 
 from cunorm import _compile, _config
-from cunorm.ops import _batch_norm, _row_norm
+from cunorm.ops import _batch_norm, _fused, _row_norm
 
 ARCHS = ["sm_80", "sm_90"]
 CHUNKS = 6  # compile in slices so a failure names a smaller set
@@ -45,6 +45,13 @@ def test_all_row_norm_instantiations_compile(nvrtc_ready, arch, chunk):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_all_batch_norm_instantiations_compile(nvrtc_ready, arch):
     _compile.compile_check(_batch_norm.KERNEL_FILE, _batch_norm.instantiations(), arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_all_fused_instantiations_compile(nvrtc_ready, arch, chunk):
+    names = _fused.fused_instantiations()
+    _compile.compile_check(_fused.FUSED_FILE, names[chunk::CHUNKS], arch)
 
 
 def test_all_cluster_instantiations_compile(nvrtc_ready):

@@ -1,0 +1,104 @@
+"""Launch plans of the fused forward (kernels/layer_norm_fused.cu): residual add, weight
+offset, another output dtype (FP8 with a scale and amax). Framework-neutral like _row_norm:
+pointers and element strides in, None where the fused kernel does not serve the call (rows
+longer than one register tile, a pack width of one, a dtype combination not compiled) — the
+frontend then composes the call from the plain kernels.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy
+
+from .. import _config
+from .._compile import c_type, function_ptr
+from .._launch import launch, pick_vec, row_layout, scalar_bits
+from ._row_norm import TYPE_PAIRS, _b, _np_name
+
+FUSED_FILE = "layer_norm_fused.cu"
+FP8_TYPES = {"float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}
+
+# What the kernels compile for each x dtype: (residual, h) dtype pairs — the residual stream
+# in x's dtype, x's dtype summed into float32 (the first pre-norm block), or float32 — and
+# output dtypes: x's, float32, the FP8 pair, and for float32 x the half types.
+_RESIDUAL_PAIRS = {"float16": (("float16", "float16"), ("float16", "float32"), ("float32", "float32")),
+                   "bfloat16": (("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float32", "float32")),
+                   "float32": (("float32", "float32"),)}
+_OUT_TYPES = {"float16": ("float16", "float32", *FP8_TYPES), "bfloat16": ("bfloat16", "float32", *FP8_TYPES),
+              "float32": ("float32", "bfloat16", "float16", *FP8_TYPES)}
+
+
+def _c(name: str) -> str:
+    return FP8_TYPES.get(name) or c_type(name)
+
+
+def _name(t, r, h, o, w, cfg: _config.TileConfig, rms: bool) -> str:
+    return (f"norm_fwd_fused<{_c(t)}, {_c(r)}, {_c(h)}, {_c(o)}, {_c(w)}, {cfg.vec}, {cfg.packs}, {cfg.tpr}, "
+            f"{_b(rms)}>")
+
+
+def fused_instantiations() -> list[str]:
+    """Every name expression fused_forward_plan can launch (CI compiles them all)."""
+    names = []
+    for t, w in TYPE_PAIRS:
+        if t not in _RESIDUAL_PAIRS:
+            continue
+        vec = _config.max_vec(numpy.dtype(_np_name(t)).itemsize)
+        for r, h in _RESIDUAL_PAIRS[t]:
+            for o in _OUT_TYPES[t]:
+                for cfg in _config.all_tile_configs(vec, _config.FWD):
+                    names += [_name(t, r, h, o, w, cfg, rms) for rms in (False, True)]
+    return names
+
+
+def serves(dtype, residual_dtype, h_dtype, out_dtype, wdtype) -> bool:
+    """Whether this dtype combination is compiled (the residual and h dtypes: x's when there
+    is no residual)."""
+    t = numpy.dtype(dtype).name
+    return ((t, numpy.dtype(wdtype).name) in TYPE_PAIRS and t in _RESIDUAL_PAIRS
+            and (numpy.dtype(residual_dtype).name, numpy.dtype(h_dtype).name) in _RESIDUAL_PAIRS[t]
+            and numpy.dtype(out_dtype).name in _OUT_TYPES[t])
+
+
+class FusedPlan(NamedTuple):
+    kernel: int
+    grid: int
+    block: int
+    x_args: tuple
+    r_args: tuple
+    m: int
+    n: int
+
+
+@functools.lru_cache(maxsize=4096)
+def fused_forward_plan(shape: tuple, x_strides: tuple, r_strides: tuple | None, dtype, rdtype, hdtype, odtype, wdtype,
+                       nd: int, rms: bool, device: int, pointers: tuple) -> FusedPlan | None:
+    """The plan of a fused forward over x (and the residual, when ``r_strides`` is given) of
+    this layout; ``pointers`` = ((address mod 16, itemsize), ...) of every array the kernel
+    reads or writes. None where the fused kernel does not serve it (see the module doc)."""
+    names = [numpy.dtype(d).name for d in (dtype, rdtype, hdtype, odtype, wdtype)]
+    if not serves(*names):
+        return None
+    xr = row_layout(tuple(shape), tuple(x_strides), nd)
+    rr = xr if r_strides is None else row_layout(tuple(shape), tuple(r_strides), nd)
+    if xr is None or rr is None or xr.rows == 0 or xr.n == 0:
+        return None
+    m, n = xr.rows, xr.n
+    vec = pick_vec(numpy.dtype(dtype).itemsize, n, list(pointers), (*xr.strides, *rr.strides))
+    cfg = _config.row_config(n, vec, _config.FWD) if vec > 1 else None
+    if cfg is None:
+        return None
+    kernel = function_ptr(FUSED_FILE, _name(*names[:4], names[4], cfg, rms), device)
+    return FusedPlan(kernel, min(-(-m // cfg.rows_per_block), _config.MAX_GRID), cfg.block, xr.args(), rr.args(),
+                     m, n)
+
+
+def run_fused_forward(plan: FusedPlan, x: int, residual: int, h: int, y: int, weight: int, bias: int, mean: int,
+                      rstd: int, amax: int, eps: float, weight_offset: float, out_scale: float, stream: int) -> None:
+    """Launches a fused forward; residual, h, mean, rstd and amax may be 0 (null). amax, when
+    given, must hold 0 (a uint32 holding float bits) before the launch."""
+    launch(plan.kernel, plan.grid, plan.block,
+           (x, *plan.x_args, residual, *plan.r_args, h, y, weight, bias, mean, rstd, amax, plan.m, plan.n,
+            scalar_bits(eps, numpy.float32), scalar_bits(weight_offset, numpy.float32),
+            scalar_bits(out_scale, numpy.float32)), stream)

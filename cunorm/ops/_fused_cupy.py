@@ -1,0 +1,89 @@
+"""The CuPy path of the fused options (see _fused_api): one launch of the fused kernel where it
+serves the call, else the plain kernels composed with CuPy element-wise work (rows longer
+than a register tile, a pack width of one, float64, a dtype combination not compiled)."""
+from __future__ import annotations
+
+import math
+
+import numpy
+
+from .._checks import acc_dtype
+from .._launch import cupy_view
+from . import _fused, _row_norm_cupy
+from ._fused_api import FusedOptions, _cast_out
+from ._row_norm_cupy import _addressable, _empty, _params, _stream_ptr
+
+
+def forward(x, weight, bias, eps: float, nd: int, rms: bool, stats: bool, opts: FusedOptions) -> tuple:
+    """(y, h or None, [mean, rstd] or [rstd] or [], amax or None) on x's device and CuPy's
+    current stream."""
+    import cupy
+
+    with x.device:
+        lead = x.shape[: x.ndim - nd]
+        acc = acc_dtype(x.dtype)
+        y = _empty(x.shape, opts.out_dtype)
+        h = None if opts.residual is None else _empty(x.shape, opts.residual_dtype)
+        mean = None if rms or not stats else _empty(lead, acc)
+        rstd = _empty(lead, acc) if stats else None
+        bits = cupy.zeros((), numpy.uint32) if opts.return_amax else None
+        stat_list = [s for s in (mean, rstd) if s is not None]
+        if math.prod(x.shape) == 0:
+            for s in stat_list:  # statistics of an empty row are undefined
+                s.fill(numpy.nan)
+            return y, h, stat_list, None if bits is None else bits.view(numpy.float32)
+        x = _addressable(x, nd)
+        r = None if opts.residual is None else _addressable(opts.residual, nd)
+        w, b = _params(x, weight, bias)
+        arrays = [a for a in (x, r, h, y, w, b) if a is not None]
+        plan = _fused.fused_forward_plan(
+            x.shape, cupy_view(x).strides, None if r is None else cupy_view(r).strides, x.dtype,
+            x.dtype if r is None else r.dtype, x.dtype if h is None else h.dtype, y.dtype,
+            x.dtype if w is None else w.dtype, nd, rms, x.device.id,
+            tuple((a.data.ptr % 16, a.itemsize) for a in arrays))
+        if plan is None:
+            amax = _composed(x, r, h, y, w, b, mean, rstd, eps, nd, rms, opts)
+            if bits is not None:
+                bits = amax.view(numpy.uint32)
+        else:
+            ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
+            _fused.run_fused_forward(plan, x.data.ptr, ptr(r), ptr(h), y.data.ptr, ptr(w), ptr(b), ptr(mean),
+                                     ptr(rstd), ptr(bits), eps, opts.weight_offset, opts.out_scale, _stream_ptr())
+    return y, h, stat_list, None if bits is None else bits.view(numpy.float32)
+
+
+def _composed(x, r, h, y, w, b, mean, rstd, eps, nd, rms, opts: FusedOptions):
+    """The same outputs from the plain kernels: h summed in the accumulation dtype, the norm
+    of it in that dtype (weight + offset in it too), then the output cast. Returns amax."""
+    import cupy
+
+    acc = acc_dtype(x.dtype)
+    hs = x.astype(acc) if r is None else x.astype(acc) + r.astype(acc)
+    if h is not None:
+        h[...] = hs
+    if w is not None and opts.weight_offset:
+        w = w.astype(acc) + opts.weight_offset
+    y_acc, m, s = _row_norm_cupy.forward(hs, w, b, eps, nd, rms, stats=rstd is not None)
+    for out, got in ((mean, m), (rstd, s)):
+        if out is not None:
+            out[...] = got
+    cast, amax = _cast_out(y_acc, opts, cupy)
+    y[...] = cast
+    return amax
+
+
+def backward(dy, x, weight, mean, rstd, nd: int, rms: bool, has_bias: bool, grad_dtype, opts) -> tuple:
+    """(dx in the accumulation dtype, dweight, dbias) from the plain backward kernels: the
+    weight offset folded into the weight (N elements; dweight = sum(dy * xhat) does not
+    involve it), dy in x's dtype for them, then dh added."""
+    acc = acc_dtype(x.dtype)
+    w = weight
+    if weight is not None and opts.weight_offset:
+        w = weight.astype(acc) + opts.weight_offset
+    dy = dy if dy.dtype == x.dtype else dy.astype(x.dtype)
+    dx, dw, db = _row_norm_cupy.backward(dy, x, w, mean, rstd, nd, rms, weight is not None, has_bias, grad_dtype)
+    dx = dx.astype(acc)
+    if opts.dh is not None:
+        dx += opts.dh.astype(acc)
+    return dx, dw, db
+

@@ -1,0 +1,256 @@
+"""The fused options of layer_norm and rms_norm (residual add, weight offset, output dtype,
+FP8 with scale and amax): argument checks and the NumPy path on the CPU; on the GPU the fused
+kernel (plans asserted to hold it) and the composed path (long rows, odd N) against the
+float64 references."""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy
+import pytest
+
+import cunorm
+from cunorm import reference
+from cunorm._checks import BFLOAT16
+from tolerances import assert_close, reduction_tol, stats_tol, to_numpy, tol
+
+E4M3, E5M2 = numpy.dtype(ml_dtypes.float8_e4m3fn), numpy.dtype(ml_dtypes.float8_e5m2)
+OPS = ["layer_norm", "rms_norm"]
+
+
+def _call(op, x, w, b=None, **kw):
+    return cunorm.layer_norm(x, w, b, **kw) if op == "layer_norm" else cunorm.rms_norm(x, w, **kw)
+
+
+# ---- CPU: checks and the NumPy path ----------------------------------------------------------
+
+@pytest.mark.parametrize("kw,err,name", [
+    (dict(residual=numpy.zeros((3, 7), numpy.float32)), ValueError, "residual"),
+    (dict(residual=numpy.zeros((3, 8), numpy.int32)), TypeError, "residual"),
+    (dict(residual_dtype=numpy.float32), ValueError, "residual_dtype"),
+    (dict(residual=numpy.zeros((3, 8), numpy.float32), residual_dtype=numpy.int8), TypeError, "residual_dtype"),
+    (dict(weight_offset=math.inf), TypeError, "weight_offset"),
+    (dict(weight_offset=True), TypeError, "weight_offset"),
+    (dict(out_dtype=numpy.int16), TypeError, "out_dtype"),
+    (dict(out_scale=2.0), ValueError, "out_scale"),
+    (dict(out_dtype=E4M3, out_scale=0.0), ValueError, "out_scale"),
+    (dict(out_dtype=E4M3, out_scale=math.nan), ValueError, "out_scale"),
+    (dict(return_amax=True), ValueError, "return_amax"),
+])
+@pytest.mark.parametrize("op", OPS)
+def test_bad_options_name_the_argument(op, kw, err, name):
+    x, w = numpy.ones((3, 8), numpy.float32), numpy.ones(8, numpy.float32)
+    with pytest.raises(err, match=name):
+        _call(op, x, w, **kw)
+
+
+def test_weight_offset_needs_a_weight():
+    with pytest.raises(ValueError, match="weight_offset"):
+        cunorm.rms_norm(numpy.ones((2, 4), numpy.float32), None, weight_offset=1.0)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_numpy_outputs_in_order(rng, op):
+    x, r = rng.standard_normal((4, 16)).astype(numpy.float32), rng.standard_normal((4, 16)).astype(BFLOAT16)
+    w, b = (0.1 * rng.standard_normal(16)).astype(numpy.float32), rng.standard_normal(16).astype(numpy.float32)
+    out = _call(op, x, w, b if op == "layer_norm" else None, residual=r, residual_dtype=numpy.float32,
+                weight_offset=1.0, out_dtype=E4M3, out_scale=4.0, return_stats=True, return_amax=True)
+    want = _reference(op, x, w, b, r, 1.0)
+    y64 = want[0]
+    q, amax = reference.quantize(y64, E4M3, 4.0)
+    assert out[0].dtype == E4M3 and out[1].dtype == numpy.float32
+    numpy.testing.assert_array_equal(out[0].astype(numpy.float64), q)
+    numpy.testing.assert_allclose(out[1], x.astype(numpy.float64) + r.astype(numpy.float64), rtol=1e-7)
+    assert len(out) == (5 if op == "layer_norm" else 4)
+    assert out[-1].dtype == numpy.float32 and float(out[-1]) == pytest.approx(amax, rel=1e-6)
+
+
+def _reference(op, x, w, b, r, offset):
+    """(y[, h], *stats) in float64 for the op with these fused options, at the op's default eps."""
+    if op == "layer_norm":
+        return reference.layer_norm(x, w, b, 1e-5, residual=r, weight_offset=offset, return_stats=True)
+    return reference.rms_norm(x, w, None, residual=r, weight_offset=offset, return_stats=True)
+
+
+# ---- GPU -----------------------------------------------------------------------------------
+
+def _fp8_ulp(v, dtype):
+    """The spacing of the FP8 grid at |v| (its subnormal spacing below the normal range)."""
+    info = ml_dtypes.finfo(dtype)
+    mant = info.nmant
+    e = numpy.floor(numpy.log2(numpy.maximum(numpy.abs(v), float(info.smallest_normal))))
+    return numpy.exp2(e - mant)
+
+
+def _check_fused(op, rng, shape, dtype, *, r_dtype=None, h_dtype=None, out_dtype=None, offset=0.0, scale=None,
+                 expect_fused=None):
+    import cupy
+
+    from cunorm.ops import _fused
+
+    n = shape[-1]
+    hx = rng.standard_normal(shape).astype(dtype)
+    hr = None if r_dtype is None else rng.standard_normal(shape).astype(r_dtype)
+    hw = ((0.1 if offset else 1.0) * rng.standard_normal(n)).astype(numpy.float32)
+    hb = rng.standard_normal(n).astype(numpy.float32) if op == "layer_norm" else None
+    x, w = cupy.asarray(hx), cupy.asarray(hw)
+    b = None if hb is None else cupy.asarray(hb)
+    r = None if hr is None else cupy.asarray(hr)
+    fp8 = out_dtype in (E4M3, E5M2)
+    kw = dict(residual=r, residual_dtype=h_dtype, weight_offset=offset, out_dtype=out_dtype, return_stats=True)
+    if fp8:
+        kw.update(out_scale=scale, return_amax=True)
+    if expect_fused is not None:
+        arrays = [a for a in (x, r, w, b) if a is not None]
+        plan = _fused.fused_forward_plan(
+            x.shape, (n, 1), None if r is None else (n, 1), x.dtype, (r if r is not None else x).dtype,
+            numpy.dtype(h_dtype or (r.dtype if r is not None else x.dtype)), numpy.dtype(out_dtype or x.dtype),
+            numpy.float32, 1, op == "rms_norm", 0,
+            tuple((a.data.ptr % 16, a.itemsize) for a in arrays))
+        assert (plan is not None) == expect_fused, "the fused kernel" if expect_fused else "the composed path"
+    out = list(_call(op, x, w, b, **kw))
+    want = list(_reference(op, hx, hw, hb, hr, offset))
+    y, y64 = out.pop(0), want.pop(0)
+    if r is not None:
+        h, h64 = out.pop(0), want.pop(0)
+        assert h.dtype == numpy.dtype(h_dtype or r_dtype)
+        assert_close("h", h, h64, *tol(h.dtype))
+    amax = out.pop() if fp8 else None
+    for name, got, ref in zip(("mean", "rstd") if op == "layer_norm" else ("rstd",), out, want):
+        assert_close(name, got, ref, stats_tol(dtype), stats_tol(dtype))
+    # y comes from the float32 sum (not h rounded to its dtype), as the reference's from the
+    # float64 one: its error is its own rounding
+    rounding = numpy.dtype(out_dtype or dtype)
+    if fp8:
+        q_ref, amax_ref = reference.quantize(y64, rounding, scale)
+        got = to_numpy(y)
+        # one FP8 step where float32 arithmetic put the value across a rounding boundary
+        bad = numpy.abs(got - q_ref) > _fp8_ulp(q_ref, rounding) * 1.001
+        assert not bad.any(), f"FP8 y off by more than one step at {numpy.argwhere(bad)[:5].tolist()}"
+        assert float(to_numpy(amax)) == pytest.approx(amax_ref, rel=tol(dtype)[0] * 4)
+    else:
+        assert y.dtype == rounding
+        assert_close("y", y, y64, *tol(rounding))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16), numpy.dtype(numpy.float32)],
+                         ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("n", [512, 1536, 4096])
+def test_fused_kernel_residual(rng, op, dtype, n):
+    # the residual stream in x's dtype, then summed into float32 (a half x's first block)
+    _check_fused(op, rng, (37, n), dtype, r_dtype=dtype, expect_fused=True)
+    if dtype != numpy.float32:
+        _check_fused(op, rng, (37, n), dtype, r_dtype=dtype, h_dtype=numpy.float32, expect_fused=True)
+        _check_fused(op, rng, (37, n), dtype, r_dtype=numpy.float32, expect_fused=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float32)], ids=["bf16", "fp32"])
+def test_fused_kernel_weight_offset_and_out_dtype(rng, op, dtype):
+    _check_fused(op, rng, (33, 1024), dtype, offset=1.0, expect_fused=True)
+    other = numpy.float32 if dtype == BFLOAT16 else BFLOAT16
+    _check_fused(op, rng, (33, 1024), dtype, out_dtype=numpy.dtype(other), expect_fused=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("fp8", [E4M3, E5M2], ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("scale", [1.0, 64.0, 1e4])  # 1e4 saturates most of y
+def test_fused_kernel_fp8(rng, op, fp8, scale):
+    _check_fused(op, rng, (65, 2048), BFLOAT16, r_dtype=BFLOAT16, h_dtype=numpy.float32, out_dtype=fp8,
+                 offset=1.0, scale=scale, expect_fused=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape", [(5, 7), (3, 65536), (2, 1 << 17)])
+def test_composed_path(rng, op, shape):
+    # odd N (pack width one) and rows past the full-row tile: the plain kernels composed
+    _check_fused(op, rng, shape, BFLOAT16, r_dtype=BFLOAT16, h_dtype=numpy.float32, offset=1.0,
+                 expect_fused=False)
+    _check_fused(op, rng, shape, BFLOAT16, out_dtype=E4M3, scale=8.0, expect_fused=False)
+
+
+@pytest.mark.gpu
+def test_fused_float64_takes_the_composed_path(rng):
+    _check_fused("layer_norm", rng, (4, 256), numpy.dtype(numpy.float64), r_dtype=numpy.float64, offset=0.5,
+                 expect_fused=False)
+
+
+# ---- the backward of the fused options ---------------------------------------------------------
+
+@pytest.mark.parametrize("kw,err,name", [
+    (dict(dh=numpy.zeros((3, 7), numpy.float32)), ValueError, "dh"),
+    (dict(dh=numpy.zeros((3, 8), numpy.int32)), TypeError, "dh"),
+    (dict(dx_dtype=numpy.int8), TypeError, "dx_dtype"),
+    (dict(residual_dtype=numpy.complex64), TypeError, "residual_dtype"),
+    (dict(weight_offset=math.nan), TypeError, "weight_offset"),
+])
+@pytest.mark.parametrize("op", OPS)
+def test_backward_bad_options_name_the_argument(op, kw, err, name):
+    x, w = numpy.ones((3, 8), numpy.float32), numpy.ones(8, numpy.float32)
+    stats = numpy.ones(3, numpy.float32)
+    with pytest.raises(err, match=name):
+        if op == "layer_norm":
+            cunorm.layer_norm_backward(x, x, w, stats, stats, **kw)
+        else:
+            cunorm.rms_norm_backward(x, x, w, stats, **kw)
+
+
+def _grads(op, dy, h, w, stats, **kw):
+    if op == "layer_norm":
+        return cunorm.layer_norm_backward(dy, h, w, *stats, **kw)
+    return cunorm.rms_norm_backward(dy, h, w, stats[-1], **kw)
+
+
+def _fused_round_trip(op, rng, shape, dtype, xp):
+    """A residual forward (h in float32, weight offset) and its backward with dh, on ``xp``
+    arrays: (outputs, the float64 references of dx and dweight)."""
+    n = shape[-1]
+    hx = rng.standard_normal(shape).astype(dtype)
+    hr = rng.standard_normal(shape).astype(dtype)
+    hw = (0.1 * rng.standard_normal(n)).astype(numpy.float32)
+    hb = rng.standard_normal(n).astype(numpy.float32) if op == "layer_norm" else None
+    hdy = rng.standard_normal(shape).astype(dtype)
+    hdh = rng.standard_normal(shape).astype(numpy.float32)
+    x, r, w, dy, dh = (xp.asarray(a) for a in (hx, hr, hw, hdy, hdh))
+    b = None if hb is None else xp.asarray(hb)
+    fwd = _call(op, x, w, b, residual=r, residual_dtype=numpy.float32, weight_offset=1.0, return_stats=True)
+    h, stats = fwd[1], fwd[2:]
+    out = _grads(op, dy, h, w, stats, dh=dh, weight_offset=1.0, dx_dtype=dtype, residual_dtype=numpy.float32)
+    h64 = hx.astype(numpy.float64) + hr.astype(numpy.float64)
+    st64 = [to_numpy(s) for s in stats]
+    if op == "layer_norm":
+        want = reference.layer_norm_backward(hdy, h64, hw, *st64, dh=hdh, weight_offset=1.0)
+    else:
+        want = reference.rms_norm_backward(hdy, h64, hw, st64[-1], dh=hdh, weight_offset=1.0)
+    return out, want
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_numpy_residual_backward(rng, op):
+    out, want = _fused_round_trip(op, rng, (4, 16), numpy.float32, numpy)
+    dx, dr = out[0], out[-1]
+    assert dx.dtype == numpy.float32 and dr.dtype == numpy.float32 and len(out) == (4 if op == "layer_norm" else 3)
+    numpy.testing.assert_allclose(dx, want[0], rtol=1e-5, atol=1e-5)
+    numpy.testing.assert_array_equal(dr, dx)
+    numpy.testing.assert_allclose(out[1], want[1], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape", [(37, 1024), (3, 65536)])
+def test_residual_backward(rng, op, shape):
+    import cupy
+
+    out, want = _fused_round_trip(op, rng, shape, BFLOAT16, cupy)
+    dx, dr = out[0], out[-1]
+    assert dx.dtype == BFLOAT16 and dr.dtype == numpy.float32
+    assert_close("dx", dx, want[0], *tol(BFLOAT16))
+    # dr is float32 all the way (h, dh and the sum), against the float64 sum's reference
+    assert_close("dresidual", dr, want[0], 1e-4, 1e-4)
+    assert_close("dweight", out[1], want[1], *reduction_tol(numpy.dtype(numpy.float32), math.prod(shape[:-1])))
