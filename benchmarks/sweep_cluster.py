@@ -1,20 +1,27 @@
 """Long rows: the split path (x, and dy, read twice; three and four kernels) against
 thread-block clusters (one kernel, read once; sm_90+), LayerNorm and RMSNorm, bf16 and fp32,
-at row lengths past the full-row tiles. Fractions of copy, forward and backward.
+at row lengths past the full-row tiles. Fractions of copy, forward and backward. Variants:
+split; clusters (the backward's as well); clusters with the backward built to load the next
+row during the current one's exchange (-DCUNORM_CLUSTER_BWD_PREFETCH=1, NOTES v17).
 
     python benchmarks/sweep_cluster.py [--json out.json]
 """
 from __future__ import annotations
 
-from cunorm import _bench
+from cunorm import _bench, _compile
 from cunorm.ops import _row_norm
 from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 
 ROW_LENGTHS = (16384, 32768, 65536, 131072, 262144)
+# name: (clusters on, NVRTC options)
+VARIANTS = {"split": (False, ()), "cluster": (True, ()),
+            "cluster_prefetch": (True, ("-DCUNORM_CLUSTER_BWD_PREFETCH=1",))}
 
 
-def _use(clusters: bool) -> None:
-    _row_norm.USE_CLUSTERS = clusters
+def _use(clusters: bool, options=()) -> None:
+    _row_norm.USE_CLUSTERS = _row_norm.USE_CLUSTER_BACKWARD = clusters
+    _compile.COMPILE_OPTIONS = tuple(options)
+    _compile._modules.clear()
     for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm._backward_kernels,
                   _row_norm.backward_plan):
         cache.cache_clear()
@@ -22,19 +29,21 @@ def _use(clusters: bool) -> None:
 
 def sweep(log=print) -> list[dict]:
     copy = _bench.copy_gbps()
-    rows, default = [], _row_norm.USE_CLUSTERS
+    rows = []
+    default = (_row_norm.USE_CLUSTERS, _row_norm.USE_CLUSTER_BACKWARD, _compile.COMPILE_OPTIONS)
     try:
-        for clusters in (False, True):
-            _use(clusters)
+        for name, (clusters, options) in VARIANTS.items():
+            _use(clusters, options)
             for op, dtype, n in row_norm_cases(ROW_LENGTHS):
                 r = _bench.bench_row_norm(op, dtype, n)
-                row = {"clusters": clusters, "op": op, "dtype": dtype.name, "N": n,
+                row = {"variant": name, "op": op, "dtype": dtype.name, "N": n,
                        "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
-                log(f"{'cluster' if clusters else 'split':7s} {op:10s} {dtype.name:8s} N={n:<7d} "
+                log(f"{name:16s} {op:10s} {dtype.name:8s} N={n:<7d} "
                     f"fwd {row['fwd_of_copy']:.3f} bwd {row['bwd_of_copy']:.3f} of copy")
                 rows.append(row)
     finally:
-        _use(default)
+        _use(default[0], default[2])
+        _row_norm.USE_CLUSTER_BACKWARD = default[1]
     return rows
 
 
