@@ -11,8 +11,12 @@ GPU needed; CI uses it to compile every instantiation for sm_80 and sm_90.
 from __future__ import annotations
 
 import functools
+import os
 import pathlib
 import re
+import shutil
+import subprocess
+import tempfile
 import threading
 
 import numpy
@@ -105,3 +109,24 @@ def compile_check(filename: str, name_expressions: list[str], arch: str) -> None
             nvrtc.getLoweredName(prog, name)
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def hip_compile_check(filename: str, name_expressions: list[str], arch: str = "gfx90a") -> None:
+    """Compile instantiations of kernels/<filename> for an AMD GPU (``arch``, e.g. gfx90a)
+    with hipcc, as HIP source: the same text, each instantiation forced by taking its
+    address. Raises RuntimeError with hipcc's output on a compile error, FileNotFoundError
+    without hipcc. Verifies the source is HIP; nothing here runs it on AMD hardware."""
+    hipcc = shutil.which("hipcc")
+    if hipcc is None:
+        raise FileNotFoundError("hipcc not found (Debian: apt-get install hipcc)")
+    forced = "\n".join(f"static const void* const cunorm_instance_{i} = reinterpret_cast<const void*>(&{name});"
+                        for i, name in enumerate(name_expressions))
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp) / (pathlib.Path(filename).stem + ".hip")
+        src.write_text(kernel_source(filename) + "\n" + forced + "\n")
+        env = dict(os.environ, HIP_PLATFORM="amd")  # hipcc would pick nvcc where CUDA is installed
+        done = subprocess.run([hipcc, f"--offload-arch={arch}", "-std=c++17", "-O1", "-Wno-pragma-once-outside-header", "-c", str(src), "-o",
+                               str(pathlib.Path(tmp) / "out.o")], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{filename} (hipcc, {arch}):\n{done.stdout}{done.stderr}")
+

@@ -5,17 +5,57 @@
 // the source string only, so an #include'd header edit would otherwise run stale kernels).
 #pragma once
 
+// CUDA by default. Compiled by hipcc for an AMD target (HIP source), the few
+// CUDA-only names the kernels use map onto HIP's: the half and bfloat16 types and their
+// conversions, and the warp shuffles (AMD wavefronts have no lane masks). Only compiling for
+// AMD is verified (CI, tests/test_compile.py); running there is not (benchmarks/NOTES.md).
+#if defined(__HIP__) || defined(__HIP_PLATFORM_AMD__)  // clang defines __HIP__ for HIP source
+#define CUNORM_HIP 1
+#include <hip/hip_runtime.h>
+#include <hip/hip_fp16.h>
+#include <hip/hip_bfloat16.h>
+typedef hip_bfloat16 __nv_bfloat16;
+__device__ __forceinline__ float __bfloat162float(__nv_bfloat16 v) { return static_cast<float>(v); }
+__device__ __forceinline__ __nv_bfloat16 __float2bfloat16_rn(float v) { return __nv_bfloat16(v); }  // nearest even
+__device__ __forceinline__ __nv_bfloat16 __double2bfloat16(double v) { return __nv_bfloat16(static_cast<float>(v)); }
+// through float: a second rounding CUDA's direct conversion does not make (float64 -> half only)
+__device__ __forceinline__ __half __double2half(double v) { return __float2half(static_cast<float>(v)); }
+#else
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#endif
 
 #ifndef CUNORM_WARP_SIZE
-#define CUNORM_WARP_SIZE 32  // 64 on AMD wavefronts (HIP); every reduction below is written against it
+#if defined(CUNORM_HIP)
+#define CUNORM_WARP_SIZE 64  // AMD wavefronts; every reduction below is written against it
+#else
+#define CUNORM_WARP_SIZE 32
+#endif
 #endif
 
 namespace cunorm {
 
 typedef long long i64;
 constexpr int kWarp = CUNORM_WARP_SIZE;
+
+// Warp shuffles over all lanes of the warp (CUDA's full mask; HIP's wavefront has none).
+template <typename T>
+__device__ __forceinline__ T shfl_xor(T v, int lane_mask, int width = kWarp) {
+#if defined(CUNORM_HIP)
+  return __shfl_xor(v, lane_mask, width);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, lane_mask, width);
+#endif
+}
+
+template <typename T>
+__device__ __forceinline__ T shfl_down(T v, unsigned delta) {
+#if defined(CUNORM_HIP)
+  return __shfl_down(v, delta);
+#else
+  return __shfl_down_sync(0xffffffffu, v, delta);
+#endif
+}
 
 // ---- compute-type traits ------------------------------------------------------------
 // Half-precision and float inputs accumulate in float, double in double.
@@ -117,7 +157,7 @@ struct RowMap {
 template <int WIDTH, typename A>
 __device__ __forceinline__ A group_warp_sum(A v) {
 #pragma unroll
-  for (int o = WIDTH / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o, WIDTH);
+  for (int o = WIDTH / 2; o > 0; o /= 2) v += shfl_xor(v, o, WIDTH);
   return v;
 }
 

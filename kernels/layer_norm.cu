@@ -151,9 +151,7 @@ norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ row_shift, A
     }
 #pragma unroll
     for (int o = kWarp / 2; o > 0; o /= 2) {
-      Welford<A> other{__shfl_down_sync(0xffffffffu, acc.count, o),
-                       __shfl_down_sync(0xffffffffu, acc.mean, o),
-                       __shfl_down_sync(0xffffffffu, acc.m2, o)};
+      Welford<A> other{shfl_down(acc.count, o), shfl_down(acc.mean, o), shfl_down(acc.m2, o)};
       acc.merge(other);
     }
     if (lane == 0) {

@@ -38,7 +38,7 @@ using namespace cunorm;
 // bits (non-negative floats order as their bit patterns). Every thread calls it together.
 __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax) {
 #pragma unroll
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, shfl_xor(v, o));
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   __syncthreads();  // smem may still hold the statistics' partials
   if (lane == 0) smem[warp] = v;

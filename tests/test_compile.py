@@ -3,8 +3,10 @@ sm_90, without a GPU. CI sets CUNORM_REQUIRE_NVRTC=1 so a missing NVRTC fails in
 skipping; elsewhere these skip with the reason."""
 from __future__ import annotations
 
+import collections
 import os
 import re
+import shutil
 
 import pytest
 
@@ -57,6 +59,40 @@ def test_all_fused_instantiations_compile(nvrtc_ready, arch, chunk):
 def test_all_cluster_instantiations_compile(nvrtc_ready):
     # thread-block clusters exist from sm_90 on: the dispatcher uses them only there
     _compile.compile_check(_row_norm.CLUSTER_FILE, _row_norm.cluster_instantiations(), "sm_90")
+
+
+@pytest.fixture(scope="module")
+def hipcc_ready():
+    if shutil.which("hipcc") is None:
+        reason = "hipcc not installed (Debian: apt-get install hipcc)"
+        if os.environ.get("CUNORM_REQUIRE_HIPCC") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def _family_sample(names: list[str]) -> list[str]:
+    """First, middle and last instantiation of each kernel template for each element type and
+    flag set (the text before the first comma, and the boolean arguments)."""
+    groups = collections.defaultdict(list)
+    for name in names:
+        head, args = name.split("<", 1)
+        parts = [a.strip() for a in args.rstrip(">").split(",")]
+        groups[(head, parts[0], tuple(a for a in parts if a in ("true", "false")))].append(name)
+    return [g[i] for g in groups.values() for i in sorted({0, len(g) // 2, len(g) - 1})]
+
+
+@pytest.mark.parametrize("kernel_file,instantiations", [(_row_norm.KERNEL_FILE, _row_norm.instantiations),
+                                                        (_batch_norm.KERNEL_FILE, _batch_norm.instantiations)],
+                         ids=["row_norm", "batch_norm"])
+def test_kernel_families_compile_for_amd(hipcc_ready, kernel_file, instantiations):
+    """Every kernel family as HIP for gfx90a (each element type and flag set); the cluster
+    kernels are NVIDIA-only (sm_90 PTX) and stay out. Compiles; running on AMD is unverified."""
+    _compile.hip_compile_check(kernel_file, _family_sample(instantiations()), "gfx90a")
+
+
+def test_hip_compile_error_is_reported(hipcc_ready):
+    with pytest.raises(RuntimeError, match="hipcc"):
+        _compile.hip_compile_check(_row_norm.KERNEL_FILE, ["norm_fwd<int, int, 3, 1, 1, false, 0>"], "gfx90a")
 
 
 def test_compile_error_is_reported(nvrtc_ready):
