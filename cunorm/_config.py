@@ -80,9 +80,10 @@ MAX_GRID = 1 << 20
 # The torch adapter's eager forward allocates its backward's dx when x is at most this big,
 # moving the allocation off torch's autograd thread (host-bound calls: a 1 MiB forward +
 # backward is ~4 us of kernels against ~150 us of host work); dx then lives from forward to
-# backward as x does. With the parameter gradients also allocated by the forward, bf16
-# (1, 4096) / (64, 4096) forward + backward went from x1.45 / x1.42 to x1.37 / x1.33 of
-# torch's wall time (benchmarks/NOTES.md, v14).
+# backward as x does. In an interleaved profile of lean test Functions, allocating the
+# parameter gradients and dx in the forward took bf16 (1, 4096) / (64, 4096) forward +
+# backward from x1.45 / x1.42 to x1.37 / x1.33 of torch's wall time; the GPU checks did not
+# show the gain beyond their run-to-run spread (benchmarks/NOTES.md, v14).
 PREPARED_DX_BYTES = 1 << 20
 
 
@@ -170,17 +171,21 @@ CLUSTER_MIN_SM = 90
 def cluster_config(n: int, vec: int) -> ClusterConfig | None:
     """The cluster tile for a row of ``n`` elements in packs of ``vec`` (None: too long, or
     scalar packs, which would need too many registers; the split path serves them)."""
-    if vec == 1:
-        return None
-    for tpb, cluster in CLUSTER_SHAPES:
-        cfg = ClusterConfig(vec, CLUSTER_VALUES // vec, tpb, cluster)
-        if cfg.capacity >= n:
-            return cfg
-    return None
+    return _smallest_holding(n, all_cluster_configs(vec))
 
 
 def all_cluster_configs(vec: int) -> list[ClusterConfig]:
-    return [] if vec == 1 else [ClusterConfig(vec, CLUSTER_VALUES // vec, tpb, c) for tpb, c in CLUSTER_SHAPES]
+    return _cluster_tiles(vec, CLUSTER_VALUES, CLUSTER_SHAPES)
+
+
+def _cluster_tiles(vec: int, values: int, shapes) -> list[ClusterConfig]:
+    """Cluster tiles of ``values`` per thread over ``shapes``, smallest first (none for
+    scalar packs)."""
+    return [] if vec == 1 else [ClusterConfig(vec, values // vec, tpb, c) for tpb, c in shapes]
+
+
+def _smallest_holding(n: int, tiles) -> ClusterConfig | None:
+    return next((c for c in tiles if c.capacity >= n), None)
 
 
 # Backward rows past the full-row backward tile (N > 8192) on sm_90: a cluster holds x and dy
@@ -193,11 +198,11 @@ CLUSTER_BWD_SHAPES = ((256, 4), (256, 8), (512, 8))
 
 def cluster_bwd_config(n: int, vec: int) -> ClusterConfig | None:
     """The backward cluster tile for a row of ``n`` elements (None: scalar packs or too long)."""
-    return next((c for c in all_cluster_bwd_configs(vec) if c.capacity >= n), None)
+    return _smallest_holding(n, all_cluster_bwd_configs(vec))
 
 
 def all_cluster_bwd_configs(vec: int) -> list[ClusterConfig]:
-    return [] if vec == 1 else [ClusterConfig(vec, CLUSTER_BWD_VALUES // vec, tpb, c) for tpb, c in CLUSTER_BWD_SHAPES]
+    return _cluster_tiles(vec, CLUSTER_BWD_VALUES, CLUSTER_BWD_SHAPES)
 
 
 def split_config(vec: int) -> TileConfig:

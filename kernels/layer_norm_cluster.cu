@@ -110,6 +110,20 @@ __device__ __forceinline__ void cluster_mean_m2(float sum, float m2, float* slot
   row_m2 = bcast[1];
 }
 
+// f(col, v) for each of this thread's packs of a block's slice (TPB threads, pack p of
+// thread t at column (p * TPB + t) * VEC) that lies inside the row, widened to A.
+template <typename A, int TPB, typename T, int VEC, int PACKS, typename F>
+__device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS], int limit, F&& f) {
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = pack_col<VEC, TPB>(p, threadIdx.x);
+    if (col >= limit) continue;
+    A v[VEC];
+    unpack(raw[p], v);
+    f(col, v);
+  }
+}
+
 template <typename T, typename W, int VEC, int PACKS, int TPB, int CLUSTER, bool RMS>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TPB, 1024 / TPB)
 norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
@@ -135,35 +149,27 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     Pack<T, VEC> raw[PACKS];  // the slice stays in its own width: half the registers for bf16
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
-      const int col = (p * TPB + int(threadIdx.x)) * VEC;
+      const int col = pack_col<VEC, TPB>(p, threadIdx.x);
       if (col < limit) raw[p] = load_raw<VEC>(xrow + c0 + col);
     }
     A pivot = A(0), slice_sum = A(0), slice_mu = A(0), q = A(0);
     if constexpr (!RMS) {
       pivot = cvt<A>(xrow[0]);
       A s = A(0);
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        if ((p * TPB + int(threadIdx.x)) * VEC >= limit) continue;
-        A v[VEC];
-        unpack(raw[p], v);
+      for_slice_packs<A, TPB>(raw, limit, [&](int, const A(&v)[VEC]) {
 #pragma unroll
         for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
-      }
+      });
       slice_sum = group_sum<TPB>(s, smem);
       slice_mu = limit > 0 ? slice_sum / A(limit) : A(0);
     }
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      if ((p * TPB + int(threadIdx.x)) * VEC >= limit) continue;
-      A v[VEC];
-      unpack(raw[p], v);
+    for_slice_packs<A, TPB>(raw, limit, [&](int, const A(&v)[VEC]) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const A d = v[k] - pivot - slice_mu;
         q += d * d;
       }
-    }
+    });
     q = group_sum<TPB>(q, smem);
     A mu = A(0), var;  // mu: the row's mean less the pivot
     if constexpr (RMS) {
@@ -182,19 +188,14 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       rstd[row] = r;
     }
     T* yrow = y + row * N + c0;
+    for_slice_packs<A, TPB>(raw, limit, [&](int col, const A(&v)[VEC]) {
+      A wv[VEC], bv[VEC], out[VEC];
+      load_param<VEC>(weight, c0 + col, A(1), wv);
+      load_param<VEC>(bias, c0 + col, A(0), bv);
 #pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const int col = (p * TPB + int(threadIdx.x)) * VEC;
-      if (col >= limit) continue;
-      A v[VEC], wv[VEC], bv[VEC], out[VEC];
-      unpack(raw[p], v);
-      if (weight) load_pack<A, W, VEC>(weight + c0 + col, wv);
-      if (bias) load_pack<A, W, VEC>(bias + c0 + col, bv);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k)
-        out[k] = (v[k] - pivot - mu) * r * (weight ? wv[k] : A(1)) + (bias ? bv[k] : A(0));
+      for (int k = 0; k < VEC; ++k) out[k] = (v[k] - pivot - mu) * r * wv[k] + bv[k];
       store_pack<T>(yrow + col, out);
-    }
+    });
   }
   cluster_barrier();  // no block leaves while another may still read its slots
 }
