@@ -115,3 +115,12 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
   }
   if (amax) block_amax(top, smem, amax);
 }
+
+// y * out_scale cast with saturation to FP8, for the calls the fused kernel does not serve
+// (the host composes them from the plain kernels in float32; CuPy has no FP8 dtype to cast
+// with). Contiguous, grid-stride.
+template <typename O>
+__global__ void cast_scaled(const float* __restrict__ y, O* __restrict__ out, i64 n, float out_scale) {
+  for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x)
+    out[i] = Cvt<O>::from(y[i] * out_scale);
+}

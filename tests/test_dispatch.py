@@ -73,6 +73,7 @@ def test_parameter_dtype_pairs():
     assert _row_norm.param_dtype(F32, F32, f16) == F32, "weight and bias disagree: cast"
     assert _row_norm.param_dtype(F32, f64, None) == F32
     assert _row_norm.param_dtype(f64, f64, f64) == f64
+    assert _row_norm.param_dtype(f64, F32, f64) == f64, "float64 x keeps a mixed pair in float64"
     assert _row_norm.param_dtype(f16, None, None) == f16
 
 

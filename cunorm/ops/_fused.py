@@ -49,7 +49,11 @@ def fused_instantiations() -> list[str]:
             for o in _OUT_TYPES[t]:
                 for cfg in _config.all_tile_configs(vec, _config.FWD):
                     names += [_name(t, r, h, o, w, cfg, rms) for rms in (False, True)]
-    return names
+    return names + [_cast_name(o) for o in FP8_TYPES]
+
+
+def _cast_name(out_name: str) -> str:
+    return f"cast_scaled<{_c(out_name)}>"
 
 
 def serves(dtype, residual_dtype, h_dtype, out_dtype, wdtype) -> bool:
@@ -102,3 +106,16 @@ def run_fused_forward(plan: FusedPlan, x: int, residual: int, h: int, y: int, we
            (x, *plan.x_args, residual, *plan.r_args, h, y, weight, bias, mean, rstd, amax, plan.m, plan.n,
             scalar_bits(eps, numpy.float32), scalar_bits(weight_offset, numpy.float32),
             scalar_bits(out_scale, numpy.float32)), stream)
+
+
+CAST_BLOCK = 256  # a grid-stride copy: any full block keeps the loads in flight
+
+
+def run_cast_fp8(src: int, dst: int, n: int, out_dtype, out_scale: float, device: int, stream: int) -> None:
+    """dst[i] = saturating FP8 cast of src[i] * out_scale over n contiguous float32 values
+    (the composed path's FP8 output)."""
+    if n == 0:
+        return
+    kernel = function_ptr(FUSED_FILE, _cast_name(numpy.dtype(out_dtype).name), device)
+    grid = min(-(-n // CAST_BLOCK), _config.MAX_GRID)
+    launch(kernel, grid, CAST_BLOCK, (src, dst, n, scalar_bits(out_scale, numpy.float32)), stream)

@@ -1,6 +1,10 @@
 """The CuPy path of the fused options (see _fused_api): one launch of the fused kernel where it
 serves the call, else the plain kernels composed with CuPy element-wise work (rows longer
-than a register tile, a pack width of one, float64, a dtype combination not compiled)."""
+than a register tile, a pack width of one, float64, a dtype combination not compiled).
+
+CuPy has no FP8 dtype (14.x refuses to allocate one): an FP8 y is a uint8 array of the FP8
+bit patterns (``FP8_STORAGE``); ``.get().view(ml_dtypes.float8_e4m3fn)`` reads it on the host,
+and torch/JAX frontends view the same bytes as their FP8 dtypes."""
 from __future__ import annotations
 
 import math
@@ -10,7 +14,14 @@ import numpy
 from .._checks import acc_dtype
 from .._launch import cupy_view
 from . import _fused, _row_norm_cupy
-from ._fused_api import FusedOptions, _cast_out
+from ._fused_api import FP8_DTYPES, FusedOptions
+
+FP8_STORAGE = numpy.dtype(numpy.uint8)
+
+
+def storage_dtype(dtype) -> numpy.dtype:
+    """The CuPy dtype holding an output of ``dtype`` (FP8 as its bit patterns)."""
+    return FP8_STORAGE if numpy.dtype(dtype) in FP8_DTYPES else numpy.dtype(dtype)
 from ._row_norm_cupy import _addressable, _empty, _params, _stream_ptr
 
 
@@ -22,7 +33,7 @@ def forward(x, weight, bias, eps: float, nd: int, rms: bool, stats: bool, opts: 
     with x.device:
         lead = x.shape[: x.ndim - nd]
         acc = acc_dtype(x.dtype)
-        y = _empty(x.shape, opts.out_dtype)
+        y = _empty(x.shape, storage_dtype(opts.out_dtype))
         h = None if opts.residual is None else _empty(x.shape, opts.residual_dtype)
         mean = None if rms or not stats else _empty(lead, acc)
         rstd = _empty(lead, acc) if stats else None
@@ -38,7 +49,7 @@ def forward(x, weight, bias, eps: float, nd: int, rms: bool, stats: bool, opts: 
         arrays = [a for a in (x, r, h, y, w, b) if a is not None]
         plan = _fused.fused_forward_plan(
             x.shape, cupy_view(x).strides, None if r is None else cupy_view(r).strides, x.dtype,
-            x.dtype if r is None else r.dtype, x.dtype if h is None else h.dtype, y.dtype,
+            x.dtype if r is None else r.dtype, x.dtype if h is None else h.dtype, opts.out_dtype,
             x.dtype if w is None else w.dtype, nd, rms, x.device.id,
             tuple((a.data.ptr % 16, a.itemsize) for a in arrays))
         if plan is None:
@@ -67,8 +78,13 @@ def _composed(x, r, h, y, w, b, mean, rstd, eps, nd, rms, opts: FusedOptions):
     for out, got in ((mean, m), (rstd, s)):
         if out is not None:
             out[...] = got
-    cast, amax = _cast_out(y_acc, opts, cupy)
-    y[...] = cast
+    amax = (cupy.abs(y_acc).max() if y_acc.size else cupy.zeros((), y_acc.dtype)).astype(numpy.float32)
+    if opts.out_dtype in FP8_DTYPES:  # y_acc is a fresh C-contiguous array, as y
+        src = cupy.ascontiguousarray(y_acc, dtype=numpy.float32)
+        _fused.run_cast_fp8(src.data.ptr, y.data.ptr, y.size, opts.out_dtype, opts.out_scale, x.device.id,
+                            _stream_ptr())
+    else:
+        y[...] = y_acc
     return amax
 
 

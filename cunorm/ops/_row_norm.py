@@ -123,7 +123,8 @@ def _np_name(name: str):
 
 def param_dtype(x_dtype, weight_dtype, bias_dtype):
     """The parameter dtype the kernels read: the parameters' own when they agree and the pair
-    with x is compiled, else float32 (the frontend casts them first; N elements)."""
+    with x is compiled, else x's accumulation dtype (the frontend casts them first; N
+    elements): float64 parameters for float64 x keep a mixed pair exact."""
     dtypes = {d for d in (weight_dtype, bias_dtype) if d is not None}
     if not dtypes:
         return numpy.dtype(x_dtype)
@@ -131,7 +132,7 @@ def param_dtype(x_dtype, weight_dtype, bias_dtype):
         (d,) = dtypes
         if (numpy.dtype(x_dtype).name, numpy.dtype(d).name) in TYPE_PAIRS:
             return numpy.dtype(d)
-    return numpy.dtype(numpy.float32)
+    return numpy.dtype(numpy.float64 if numpy.dtype(x_dtype) == numpy.float64 else numpy.float32)
 
 
 def _p(v) -> int:
