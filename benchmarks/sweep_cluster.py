@@ -1,8 +1,8 @@
 """Long rows: the split path (x, and dy, read twice; three and four kernels) against
 thread-block clusters (one kernel, read once; sm_90+), LayerNorm and RMSNorm, bf16 and fp32,
 at row lengths past the full-row tiles. Fractions of copy, forward and backward. Variants:
-split; clusters (the backward's as well); clusters with the backward built to load the next
-row during the current one's exchange (-DCUNORM_CLUSTER_BWD_PREFETCH=1, NOTES v17).
+split; clusters (the backward's as well). NOTES v17 measured a third, since removed (the
+cluster backward loading the next row during the exchange).
 
     python benchmarks/sweep_cluster.py [--json out.json]
 """
@@ -14,8 +14,7 @@ from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 
 ROW_LENGTHS = (16384, 32768, 65536, 131072, 262144)
 # name: (clusters on, NVRTC options)
-VARIANTS = {"split": (False, ()), "cluster": (True, ()),
-            "cluster_prefetch": (True, ("-DCUNORM_CLUSTER_BWD_PREFETCH=1",))}
+VARIANTS = {"split": (False, ()), "cluster": (True, ())}
 
 
 def _use(clusters: bool, options=()) -> None:

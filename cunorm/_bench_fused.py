@@ -96,8 +96,10 @@ def run(copy_gbps: float, log=print) -> list[dict]:
             if torch_ms is not None:
                 row["torch_fwd_ms"], row["torch_fwdbwd_ms"] = (round(t, 5) for t in torch_ms)
                 row["residual_fwd_speedup_vs_torch"] = round(torch_ms[0] / f, 3)
+                row["residual_fwdbwd_speedup_vs_torch"] = round(torch_ms[1] / (f + g), 3)
             log(f"fused {op} bf16 N={n}: residual fwd {row['residual_fwd_of_copy']} / bwd "
-                f"{row['residual_bwd_of_copy']} of copy, x{row.get('residual_fwd_speedup_vs_torch')} torch eager's "
+                f"{row['residual_bwd_of_copy']} of copy, x{row.get('residual_fwd_speedup_vs_torch')} / "
+                f"x{row.get('residual_fwdbwd_speedup_vs_torch')} torch eager's "
                 f"composition; FP8 out fwd {row['fp8_fwd_of_copy']}")
             rows.append(row)
     return rows

@@ -206,12 +206,7 @@ __device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], const A (&g)[PACKS]
 // sum(dy * xhat) and dB = sum(dy) in registers, writing one fp32 (fp64) partial row per group
 // at the end; norm_reduce_partials folds the G rows in fixed order. On the split path the
 // block owns column tile blockIdx.x % C.
-// One-pack tiles (16 bytes of x a thread) are held to 64 registers a thread, so two 512-thread
-// blocks share an SM: left alone, NVRTC gave the bf16 512-thread tile 72 (one block an SM).
-template <typename T, int VEC, int PACKS, int TPR>
-struct BwdOccupancy {
-  static constexpr int min_blocks = PACKS * VEC * sizeof(T) <= 16 ? 1024 / GroupShape<TPR>::kBlock : 1;
-};
+// BwdOccupancy (row_norm.cuh) holds one-pack tiles to two blocks an SM.
 
 template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE>
 __global__ void __launch_bounds__(GroupShape<TPR>::kBlock, (BwdOccupancy<T, VEC, PACKS, TPR>::min_blocks))

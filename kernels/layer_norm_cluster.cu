@@ -16,10 +16,6 @@
 // that NVRTC's wheels do not ship, and CI compiles every kernel without a CUDA install.
 #include "row_norm.cuh"
 
-#ifndef CUNORM_CLUSTER_BWD_PREFETCH
-#define CUNORM_CLUSTER_BWD_PREFETCH 0  // 1: the backward loads the next row during this one's exchange
-#endif
-
 using namespace cunorm;
 
 __device__ __forceinline__ unsigned cluster_rank() {
@@ -218,7 +214,6 @@ norm_bwd_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* _
   typedef typename AccOf<T>::type A;
   static_assert(sizeof(A) == 4, "clusters serve float accumulation (float64 takes the split path)");
   constexpr i64 kSlice = i64(TPB) * PACKS * VEC;
-  constexpr bool kPrefetch = CUNORM_CLUSTER_BWD_PREFETCH;
   __shared__ A smem[2 * kWarp];
   __shared__ A slots[2][2];  // [exchange][sum w*dy, sum w*dy*xhat]
   __shared__ A bcast[2];
@@ -232,39 +227,11 @@ norm_bwd_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* _
   zero_tile(db_acc);
   int exchange = 0;
 
-  // With CUNORM_CLUSTER_BWD_PREFETCH, the next row's x and dy are loaded (raw, in their own
-  // width) before this row's reductions and cluster exchange, so a cluster always has a row
-  // in flight; without, each row's loads wait for the previous row's exchange (v16).
-  Pack<T, VEC> next_x[kPrefetch ? PACKS : 1], next_dy[kPrefetch ? PACKS : 1];
-  auto load_raw_row = [&](i64 row) {
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const int col = pack_col<VEC, TPB>(p, lane);
-      if (kPrefetch && row < M && col < limit) {
-        next_x[p] = load_raw<VEC>(x + xmap.offset(row) + c0 + col);
-        next_dy[p] = load_raw<VEC>(dy + dymap.offset(row) + c0 + col);
-      }
-    }
-  };
-  load_raw_row(group);
-
+  // Each row's loads wait for the previous row's exchange; loading the next row during it
+  // (a build measured in NOTES v17) was slower still, at 126-128 registers.
   for (i64 row = group; row < M; row += groups) {  // uniform over the cluster
     A xv[PACKS][VEC], g[PACKS][VEC];
-    if constexpr (kPrefetch) {
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        if (pack_col<VEC, TPB>(p, lane) < limit) {
-          unpack(next_x[p], xv[p]);
-          unpack(next_dy[p], g[p]);
-        } else {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) xv[p][k] = g[p][k] = A(0);
-        }
-      }
-      load_raw_row(row + groups);
-    } else {
-      load_row<VEC, PACKS, TPB>(dy, dymap, x, xmap, row, M, N, c0, lane, xv, g);
-    }
+    load_row<VEC, PACKS, TPB>(dy, dymap, x, xmap, row, M, N, c0, lane, xv, g);
     const A r = rstd[row];
     A sums[2];
     xhat_and_sums<VEC, PACKS, TPB>(xv, g, weight, c0, limit, lane, RMS ? A(0) : mean[row], r, sums[0], sums[1]);

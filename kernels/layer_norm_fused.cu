@@ -124,3 +124,74 @@ __global__ void cast_scaled(const float* __restrict__ y, O* __restrict__ out, i6
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x)
     out[i] = Cvt<O>::from(y[i] * out_scale);
 }
+
+// One pack of weight + offset in float32 (1 + offset where there is no weight: callers pass
+// a null weight for packs past the row, where dy is zero).
+template <int VEC, typename W>
+__device__ __forceinline__ void load_weight(const W* weight, i64 col, float offset, float (&wv)[VEC]) {
+  load_param<VEC>(weight, col, 1.0f, wv);
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) wv[k] += offset;
+}
+
+// Backward of the fused forward for rows one register tile holds, one pass over h, dy and dh:
+//   dx = dh + rstd * (w'dy - mean(w'dy) - xhat * mean(w'dy * xhat)),  w' = w + offset,
+// written in X and, where dres is given, again in H as the residual's gradient (h = x + r
+// passes dh and the norm's gradient to both). The mean(w'dy) term is absent for RMSNorm. dh
+// and dres are contiguous and may be null. Row groups are persistent and write their dW =
+// sum(dy * xhat), dB = sum(dy) partial rows as norm_bwd does (norm_reduce_partials folds them).
+// Occupancy as the plain backward's by h's width (h is dy's dtype or wider: float32 h with
+// half dy held to 64 registers spilled 8-16 bytes).
+template <typename T, typename H, typename X, typename W, int VEC, int PACKS, int TPR, bool RMS>
+__global__ void __launch_bounds__(GroupShape<TPR>::kBlock, (BwdOccupancy<H, VEC, PACKS, TPR>::min_blocks))
+norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __restrict__ h,
+               CUNORM_ROWMAP_PARAMS(hm), const H* __restrict__ dh, const W* __restrict__ weight,
+               const float* __restrict__ mean, const float* __restrict__ rstd, X* __restrict__ dx,
+               H* __restrict__ dres, float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N,
+               float weight_offset) {
+  typedef float A;
+  constexpr int kRows = GroupShape<TPR>::kRows;
+  constexpr i64 kTile = i64(TPR) * PACKS * VEC;
+  __shared__ A smem[2 * kWarp];
+  const RowMap dymap = CUNORM_ROWMAP(dym), hmap = CUNORM_ROWMAP(hm);
+  const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
+  A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
+  zero_tile(dw_acc);
+  zero_tile(db_acc);
+
+  for (i64 base = i64(blockIdx.x) * kRows; base < M; base += i64(gridDim.x) * kRows) {  // block-uniform
+    const i64 row = base + ty;
+    const bool row_ok = row < M;
+    const i64 safe_row = row_ok ? row : 0;
+    const int limit = tile_limit(N, 0, kTile, row_ok);
+    A xv[PACKS][VEC], g[PACKS][VEC];
+    load_tile<VEC, PACKS, TPR>(h + hmap.offset(safe_row), limit, lane, xv);
+    load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe_row), limit, lane, g);
+    const A mu = RMS ? A(0) : mean[safe_row], r = rstd[safe_row];
+    A c1, c2;
+    xhat_and_sums_with<VEC, PACKS, TPR>(
+        xv, g, [&](int col, bool inside, A (&wv)[VEC]) { load_weight<VEC>(inside ? weight : nullptr, col, weight_offset, wv); },
+        limit, lane, mu, r, c1, c2);
+    if constexpr (RMS) c2 = group_sum<TPR>(c2, smem);
+    else group_sum2<TPR>(c1, c2, smem);
+    const A m1 = RMS ? A(0) : c1 / A(N), m2 = c2 / A(N);
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const int col = pack_col<VEC, TPR>(p, lane);
+      if (col >= limit) continue;
+      const i64 at = safe_row * N + col;
+      A wv[VEC], dhv[VEC], out[VEC];
+      load_weight<VEC>(weight, col, weight_offset, wv);
+      load_param<VEC>(dh ? dh + at : nullptr, 0, A(0), dhv);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        out[k] = dhv[k] + r * (wv[k] * g[p][k] - m1 - xv[p][k] * m2);
+        dw_acc[p][k] += g[p][k] * xv[p][k];
+        db_acc[p][k] += g[p][k];
+      }
+      store_pack<X>(dx + at, out);
+      if (dres) store_pack<H>(dres + at, out);
+    }
+  }
+  store_partials<VEC, PACKS, TPR>(dw_acc, db_acc, dw_part, db_part, i64(blockIdx.x) * kRows + ty, N, 0, lane);
+}

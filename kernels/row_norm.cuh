@@ -50,17 +50,19 @@ __device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)
 }
 
 // Backward's per-thread part of the two row sums: turns x into xhat in place and adds up
-// w*dy and w*dy*xhat. Packs outside the row hold x = dy = 0 and add nothing.
-template <int VEC, int PACKS, int TPR, typename A, typename W>
-__device__ __forceinline__ void xhat_and_sums(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* weight,
-                                              i64 c0, int limit, int lane, A mu, A r, A& c1, A& c2) {
+// w*dy and w*dy*xhat, w from weight_at(col, inside the row, w pack). Packs outside the row
+// hold x = dy = 0 and add nothing.
+template <int VEC, int PACKS, int TPR, typename A, typename WeightAt>
+__device__ __forceinline__ void xhat_and_sums_with(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC],
+                                                   WeightAt&& weight_at, int limit, int lane, A mu, A r, A& c1,
+                                                   A& c2) {
   c1 = A(0);
   c2 = A(0);
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     const int col = pack_col<VEC, TPR>(p, lane);
     A wv[VEC];
-    load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
+    weight_at(col, col < limit, wv);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       xv[p][k] = (xv[p][k] - mu) * r;
@@ -69,6 +71,15 @@ __device__ __forceinline__ void xhat_and_sums(A (&xv)[PACKS][VEC], const A (&g)[
       c2 += wdy * xv[p][k];
     }
   }
+}
+
+// The same with the weight itself (1 where absent) for the tile at c0.
+template <int VEC, int PACKS, int TPR, typename A, typename W>
+__device__ __forceinline__ void xhat_and_sums(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* weight,
+                                              i64 c0, int limit, int lane, A mu, A r, A& c1, A& c2) {
+  xhat_and_sums_with<VEC, PACKS, TPR>(
+      xv, g, [&](int col, bool inside, A (&wv)[VEC]) { load_param<VEC>(inside ? weight : nullptr, c0 + col, A(1), wv); },
+      limit, lane, mu, r, c1, c2);
 }
 
 // Row r's x and dy tiles at c0, widened to the accumulation type (zeros outside the row;
@@ -157,5 +168,13 @@ __device__ __forceinline__ void store_partials(const A (&dw_acc)[PACKS][VEC], co
     if (db_part) store_pack<A>(db_part + group * N + col, db_acc[p]);
   }
 }
+
+// The full-row backwards' occupancy: one-pack tiles (16 bytes of x a thread) are held to 64
+// registers a thread, so two 512-thread blocks share an SM: left alone, NVRTC gave the bf16
+// 512-thread tile 72 (one block an SM).
+template <typename T, int VEC, int PACKS, int TPR>
+struct BwdOccupancy {
+  static constexpr int min_blocks = PACKS * VEC * sizeof(T) <= 16 ? 1024 / GroupShape<TPR>::kBlock : 1;
+};
 
 }  // namespace cunorm

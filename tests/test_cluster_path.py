@@ -86,27 +86,6 @@ def test_cluster_path_many_rows(rng, clusters, monkeypatch):
     check("rms_norm", rng, (37, 40000), BFLOAT16)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
-@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float32)], ids=["bf16", "fp32"])
-def test_cluster_backward_prefetch(rng, clusters, monkeypatch, op, dtype):
-    """The backward built with -DCUNORM_CLUSTER_BWD_PREFETCH=1 (the next row loaded during
-    this one's exchange): 300 rows, so every persistent cluster walks several."""
-    from cunorm import _compile
-
-    caches = (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm._backward_kernels,
-              _row_norm.backward_plan)
-    monkeypatch.setattr(_compile, "COMPILE_OPTIONS", ("-DCUNORM_CLUSTER_BWD_PREFETCH=1",))
-    monkeypatch.setattr(_compile, "_modules", {})  # its modules die with it: no cached plan may outlive it
-    for cache in caches:
-        cache.cache_clear()
-    try:
-        check(op, rng, (300, 16384), dtype)
-    finally:
-        for cache in caches:
-            cache.cache_clear()
-
-
 def test_cluster_configs():
     assert _config.cluster_config(65536, 8) == _config.ClusterConfig(8, 4, 256, 8)
     assert _config.cluster_config(65537, 8) == _config.ClusterConfig(8, 4, 512, 8)

@@ -256,3 +256,67 @@ def test_residual_backward(rng, op, shape):
     # dr is float32 all the way (h, dh and the sum), against the float64 sum's reference
     assert_close("dresidual", dr, want[0], 1e-4, 1e-4)
     assert_close("dweight", out[1], want[1], *reduction_tol(numpy.dtype(numpy.float32), math.prod(shape[:-1])))
+
+
+F16, F32 = numpy.dtype(numpy.float16), numpy.dtype(numpy.float32)
+# (dy, h, dx) dtypes the fused backward compiles: h (with dh and the residual's gradient) in
+# dy's dtype or float32, dx in dy's or h's
+FUSED_BWD_TYPES = [(BFLOAT16, BFLOAT16, BFLOAT16), (F16, F16, F16), (F32, F32, F32),
+                   (BFLOAT16, F32, BFLOAT16), (BFLOAT16, F32, F32), (F16, F32, F16)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("types", FUSED_BWD_TYPES, ids=lambda t: "-".join(d.name for d in t))
+@pytest.mark.parametrize("shape", [(1, 8), (7, 2048), (499, 1024)])
+@pytest.mark.parametrize("with_dh,offset,affine", [(True, 1.0, True), (False, 0.0, True), (True, 0.0, False)])
+def test_fused_backward_kernel(rng, monkeypatch, op, types, shape, with_dh, offset, affine):
+    import cupy
+
+    from cunorm.ops import _fused_cupy
+
+    def no_composition(*args):
+        raise AssertionError("the composed backward ran: the fused kernel should serve this call")
+
+    monkeypatch.setattr(_fused_cupy, "_composed_backward", no_composition)
+    dy_t, h_t, dx_t = types
+    n = shape[-1]
+    hh = rng.standard_normal(shape).astype(h_t)
+    hdy = rng.standard_normal(shape).astype(dy_t)
+    hdh = rng.standard_normal(shape).astype(h_t) if with_dh else None
+    hw = (0.1 * rng.standard_normal(n) + (0 if offset else 1)).astype(F32) if affine else None
+    h64 = hh.astype(numpy.float64)
+    stats = reference.layer_norm(h64, None, None, 1e-5, return_stats=True)[1:] if op == "layer_norm" else \
+        reference.rms_norm(h64, None, 1e-5, return_stats=True)[1:]
+    stats = [s.astype(numpy.float32) for s in stats]
+    kw = dict(dh=None if hdh is None else cupy.asarray(hdh), weight_offset=offset, dx_dtype=dx_t, residual_dtype=h_t)
+    if op == "layer_norm":
+        out = cunorm.layer_norm_backward(cupy.asarray(hdy), cupy.asarray(hh), None if hw is None else cupy.asarray(hw),
+                                         *(cupy.asarray(s) for s in stats), has_bias=affine, **kw)
+        want = reference.layer_norm_backward(hdy, h64, hw, *stats, has_bias=affine, dh=hdh, weight_offset=offset)
+    else:
+        out = cunorm.rms_norm_backward(cupy.asarray(hdy), cupy.asarray(hh), None if hw is None else cupy.asarray(hw),
+                                       cupy.asarray(stats[-1]), **kw)
+        want = reference.rms_norm_backward(hdy, h64, hw, stats[-1], dh=hdh, weight_offset=offset)
+    dx, dres = out[0], out[-1]
+    assert dx.dtype == dx_t and dres.dtype == h_t
+    # float32 outputs come from float32 arithmetic on exact inputs: a few float32 steps of
+    # the row sums
+    close = (lambda d: (1e-4, 1e-4) if d == F32 else tol(d))
+    assert_close("dx", dx, want[0], *close(dx_t))
+    assert_close("dresidual", dres, want[0], *close(h_t))
+    grads = [g for g in out[1:-1] if g is not None]
+    for name, got, ref in zip(("dweight", "dbias"), grads, [g for g in want[1:] if g is not None]):
+        assert got.dtype == F32
+        assert_close(name, got, ref, *reduction_tol(F32, shape[0]))
+    assert len(grads) == (0 if not affine else 2 if op == "layer_norm" else 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape", [(5, 1533), (3, 2049)])
+def test_fused_backward_odd_rows_compose(rng, op, shape):
+    # pack width one (odd N): the plain kernels composed, same results
+    out, want = _fused_round_trip(op, rng, shape, BFLOAT16, __import__("cupy"))
+    assert_close("dx", out[0], want[0], *tol(BFLOAT16))
+    assert_close("dresidual", out[-1], want[0], 1e-4, 1e-4)

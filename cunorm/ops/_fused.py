@@ -1,5 +1,6 @@
-"""Launch plans of the fused forward (kernels/layer_norm_fused.cu): residual add, weight
-offset, another output dtype (FP8 with a scale and amax). Framework-neutral like _row_norm:
+"""Launch plans of the fused forward and backward (kernels/layer_norm_fused.cu): residual
+add (its gradient dh added, the residual's gradient written), weight offset, another output
+dtype (FP8 with a scale and amax). Framework-neutral like _row_norm:
 pointers and element strides in, None where the fused kernel does not serve the call (rows
 longer than one register tile, a pack width of one, a dtype combination not compiled) — the
 frontend then composes the call from the plain kernels.
@@ -13,8 +14,8 @@ import numpy
 
 from .. import _config
 from .._compile import c_type, function_ptr
-from .._launch import launch, pick_vec, row_layout, scalar_bits
-from ._row_norm import TYPE_PAIRS, _b, _np_name
+from .._launch import blocks_per_sm, launch, pick_vec, row_layout, scalar_bits, sm_count
+from ._row_norm import KERNEL_FILE, TYPE_PAIRS, _b, _np_name
 
 FUSED_FILE = "layer_norm_fused.cu"
 FP8_TYPES = {"float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}
@@ -49,11 +50,40 @@ def fused_instantiations() -> list[str]:
             for o in _OUT_TYPES[t]:
                 for cfg in _config.all_tile_configs(vec, _config.FWD):
                     names += [_name(t, r, h, o, w, cfg, rms) for rms in (False, True)]
-    return names + [_cast_name(o) for o in FP8_TYPES]
+    return names + [_cast_name(o) for o in FP8_TYPES] + fused_backward_instantiations()
 
 
 def _cast_name(out_name: str) -> str:
     return f"cast_scaled<{_c(out_name)}>"
+
+
+# The backward's dtypes for each dy dtype: (h, dx) pairs — h (with dh and the residual's
+# gradient) in dy's dtype or float32, dx in dy's or h's.
+_BWD_TYPES = {"float16": (("float16", "float16"), ("float32", "float16"), ("float32", "float32")),
+              "bfloat16": (("bfloat16", "bfloat16"), ("float32", "bfloat16"), ("float32", "float32")),
+              "float32": (("float32", "float32"),)}
+
+
+def _bwd_name(t, h, x, w, cfg: _config.TileConfig, rms: bool) -> str:
+    return (f"norm_bwd_fused<{_c(t)}, {_c(h)}, {_c(x)}, {_c(w)}, {cfg.vec}, {cfg.packs}, {cfg.tpr}, "
+            f"{_b(rms)}>")
+
+
+def _bwd_configs(vec: int, itemsize: int, rms: bool) -> list:
+    return _config.all_tile_configs(vec, lambda n, v: _config.bwd_row_config(n, v, itemsize, rms))
+
+
+def fused_backward_instantiations() -> list[str]:
+    """Every name expression fused_backward_plan can launch."""
+    names = []
+    for t, w in TYPE_PAIRS:
+        if t not in _BWD_TYPES:
+            continue
+        itemsize = numpy.dtype(_np_name(t)).itemsize
+        for rms in (False, True):
+            for cfg in _bwd_configs(_config.max_vec(itemsize), itemsize, rms):
+                names += [_bwd_name(t, h, x, w, cfg, rms) for h, x in _BWD_TYPES[t]]
+    return names
 
 
 def serves(dtype, residual_dtype, h_dtype, out_dtype, wdtype) -> bool:
@@ -119,3 +149,60 @@ def run_cast_fp8(src: int, dst: int, n: int, out_dtype, out_scale: float, device
     kernel = function_ptr(FUSED_FILE, _cast_name(numpy.dtype(out_dtype).name), device)
     grid = min(-(-n // CAST_BLOCK), _config.MAX_GRID)
     launch(kernel, grid, CAST_BLOCK, (src, dst, n, scalar_bits(out_scale, numpy.float32)), stream)
+
+
+class FusedBackwardPlan(NamedTuple):
+    kernel: int
+    blocks: int
+    block: int
+    groups: int  # rows of dW/dB partials
+    reduce: int  # norm_reduce_partials into the gradient dtype
+    dy_args: tuple
+    h_args: tuple
+    m: int
+    n: int
+
+
+@functools.lru_cache(maxsize=4096)
+def fused_backward_plan(shape: tuple, h_strides: tuple, dy_strides: tuple, dydtype, hdtype, dxdtype, wdtype,
+                        grad_dtype, nd: int, rms: bool, device: int, pointers: tuple) -> FusedBackwardPlan | None:
+    """The plan of a fused backward (dy and h of this layout, dh, dx and the residual's
+    gradient contiguous); ``pointers`` as fused_forward_plan's. None where the kernel does not
+    serve it: rows past one register tile, packs under 16 bytes, dtypes not compiled."""
+    t, h, x, w = (numpy.dtype(d).name for d in (dydtype, hdtype, dxdtype, wdtype))
+    if (h, x) not in _BWD_TYPES.get(t, ()) or (t, w) not in TYPE_PAIRS:
+        return None
+    hr, dyr = row_layout(tuple(shape), tuple(h_strides), nd), row_layout(tuple(shape), tuple(dy_strides), nd)
+    if hr is None or dyr is None or hr.rows == 0 or hr.n == 0:
+        return None
+    m, n = hr.rows, hr.n
+    itemsize = numpy.dtype(dydtype).itemsize
+    vec = pick_vec(itemsize, n, list(pointers), (*hr.strides, *dyr.strides))
+    if vec != _config.max_vec(itemsize):  # compiled for 16-byte packs only
+        return None
+    cfg = _config.bwd_row_config(n, vec, itemsize, rms)
+    if cfg is None:
+        return None
+    kernel = function_ptr(FUSED_FILE, _bwd_name(t, h, x, w, cfg, rms), device)
+    reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<float, {c_type(numpy.dtype(grad_dtype).name)}>", device)
+    blocks = min(-(-m // cfg.rows_per_block), sm_count(device) * blocks_per_sm(kernel, cfg.block))
+    return FusedBackwardPlan(kernel, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), hr.args(),
+                             m, n)
+
+
+def run_fused_backward(plan: FusedBackwardPlan, dy: int, h: int, dh: int, weight: int, mean: int, rstd: int,
+                       dx: int, dres: int, dw: int, db: int, weight_offset: float, alloc, stream: int) -> None:
+    """Launches a fused backward and, for dweight / dbias (pointers, 0: not wanted), the
+    partial reduction; dh, weight, mean (RMSNorm) and dres may be 0. ``alloc(shape, dtype)
+    -> pointer`` gives the partials' scratch."""
+    groups, n = plan.groups, plan.n
+    dw_part = db_part = 0
+    if dw or db:
+        part = alloc(((dw != 0) + (db != 0), groups, n), numpy.dtype(numpy.float32))
+        dw_part = part if dw else 0
+        db_part = (part + groups * n * 4 if dw else part) if db else 0
+    launch(plan.kernel, plan.blocks, plan.block,
+           (dy, *plan.dy_args, h, *plan.h_args, dh, weight, mean, rstd, dx, dres, dw_part, db_part, plan.m, n,
+            scalar_bits(weight_offset, numpy.float32)), stream)
+    if dw or db:
+        launch(plan.reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)

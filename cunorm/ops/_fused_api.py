@@ -157,10 +157,11 @@ def run_backward(kind: str, dy, x, weight, mean, rstd, nd: int, rms: bool, has_b
                                                    weight_offset=opts.weight_offset, _rms=rms)
         dw = None if dw is None else dw.astype(grad_dtype)
         db = None if db is None else db.astype(grad_dtype)
+        dres = None if opts.residual_dtype is None else dx.astype(opts.residual_dtype)
+        dx = dx.astype(opts.dx_dtype)
     else:
         from . import _fused_cupy
 
-        dx, dw, db = _fused_cupy.backward(dy, x, weight, mean, rstd, nd, rms, has_bias and not rms, grad_dtype, opts)
-    out = (dx.astype(opts.dx_dtype), dw) + (() if rms else (db,))
-    return out + ((dx.astype(opts.residual_dtype),) if opts.residual_dtype is not None else ())
-
+        dx, dw, db, dres = _fused_cupy.backward(dy, x, weight, mean, rstd, nd, rms, has_bias and not rms, grad_dtype,
+                                                opts)
+    return (dx, dw) + (() if rms else (db,)) + (() if dres is None else (dres,))

@@ -22,7 +22,7 @@ FP8_STORAGE = numpy.dtype(numpy.uint8)
 def storage_dtype(dtype) -> numpy.dtype:
     """The CuPy dtype holding an output of ``dtype`` (FP8 as its bit patterns)."""
     return FP8_STORAGE if numpy.dtype(dtype) in FP8_DTYPES else numpy.dtype(dtype)
-from ._row_norm_cupy import _addressable, _empty, _params, _stream_ptr
+from ._row_norm_cupy import _Scratch, _addressable, _empty, _params, _stream_ptr
 
 
 def forward(x, weight, bias, eps: float, nd: int, rms: bool, stats: bool, opts: FusedOptions) -> tuple:
@@ -89,6 +89,44 @@ def _composed(x, r, h, y, w, b, mean, rstd, eps, nd, rms, opts: FusedOptions):
 
 
 def backward(dy, x, weight, mean, rstd, nd: int, rms: bool, has_bias: bool, grad_dtype, opts) -> tuple:
+    """(dx in ``opts.dx_dtype``, dweight, dbias, the residual's gradient or None): one launch
+    of the fused backward (plus the dW/dB partial reduction) where it serves the call, else
+    the plain kernels composed."""
+    import cupy
+
+    with x.device:
+        lead = x.shape[: x.ndim - nd]
+        norm_shape = x.shape[x.ndim - nd:]
+        if math.prod(lead) and math.prod(norm_shape):
+            x, dy = _addressable(x, nd), _addressable(dy, nd)
+            dh = None if opts.dh is None else cupy.ascontiguousarray(opts.dh)
+            # the kernel pairs the weight with dy's dtype, as the plain kernels with x's
+            w, _ = _params(dy, weight, None)
+            arrays = [a for a in (dy, x, dh, w) if a is not None]
+            plan = None
+            if (dh is None or dh.dtype == x.dtype) and (opts.residual_dtype is None or opts.residual_dtype == x.dtype):
+                plan = _fused.fused_backward_plan(
+                    x.shape, cupy_view(x).strides, cupy_view(dy).strides, dy.dtype, x.dtype, opts.dx_dtype,
+                    dy.dtype if w is None else w.dtype, grad_dtype, nd, rms, x.device.id,
+                    tuple((a.data.ptr % 16, a.itemsize) for a in arrays))
+            if plan is not None:
+                dx = _empty(x.shape, opts.dx_dtype)  # fresh: 256-byte aligned like every output
+                dres = None if opts.residual_dtype is None else _empty(x.shape, x.dtype)
+                dw = _empty(norm_shape, grad_dtype) if weight is not None else None
+                db = _empty(norm_shape, grad_dtype) if has_bias else None
+                ptr = lambda a: 0 if a is None else a.data.ptr  # noqa: E731
+                stat = lambda a: None if a is None else cupy.ascontiguousarray(a, dtype=numpy.float32)  # noqa: E731
+                mean, rstd = stat(None if rms else mean), stat(rstd)
+                _fused.run_fused_backward(plan, dy.data.ptr, x.data.ptr, ptr(dh), ptr(w), ptr(mean), rstd.data.ptr,
+                                          dx.data.ptr, ptr(dres), ptr(dw), ptr(db), opts.weight_offset, _Scratch(),
+                                          _stream_ptr())
+                return dx, dw, db, dres
+        dx, dw, db = _composed_backward(dy, x, weight, mean, rstd, nd, rms, has_bias, grad_dtype, opts)
+        dres = None if opts.residual_dtype is None else dx.astype(opts.residual_dtype)
+        return dx.astype(opts.dx_dtype), dw, db, dres
+
+
+def _composed_backward(dy, x, weight, mean, rstd, nd: int, rms: bool, has_bias: bool, grad_dtype, opts) -> tuple:
     """(dx in the accumulation dtype, dweight, dbias) from the plain backward kernels: the
     weight offset folded into the weight (N elements; dweight = sum(dy * xhat) does not
     involve it), dy in x's dtype for them, then dh added."""
@@ -102,4 +140,3 @@ def backward(dy, x, weight, mean, rstd, nd: int, rms: bool, has_bias: bool, grad
     if opts.dh is not None:
         dx += opts.dh.astype(acc)
     return dx, dw, db
-
