@@ -144,11 +144,26 @@ def sm_count(device_id: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def blocks_per_sm(function_ptr: int, block: int) -> int:
-    """Resident blocks per SM for a kernel at this block size (the driver's occupancy)."""
+def blocks_per_sm(function_ptr: int, block: int, smem: int = 0) -> int:
+    """Resident blocks per SM for a kernel at this block size and dynamic shared memory
+    (the driver's occupancy; ``smem`` past 48 KiB is allowed first, see allow_smem)."""
     from cupy_backends.cuda.api import driver
 
-    return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(function_ptr, block, 0))
+    allow_smem(function_ptr, smem)
+    return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(function_ptr, block, smem))
+
+
+STATIC_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a kernel may take without opting in
+
+
+@functools.lru_cache(maxsize=None)
+def allow_smem(function_ptr: int, smem: int) -> None:
+    """Lets a kernel launch with ``smem`` bytes of dynamic shared memory (past 48 KiB a
+    kernel must opt in, once)."""
+    if smem > STATIC_SMEM_LIMIT:
+        from cupy_backends.cuda.api import driver
+
+        driver.funcSetAttribute(function_ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
 
 
 @functools.lru_cache(maxsize=256)
@@ -184,13 +199,15 @@ except ImportError:  # pragma: no cover - cupy is a declared dependency
     _driver = _runtime = None
 
 
-def launch(function_ptr: int, grid, block, args, stream: int) -> None:
-    """cuLaunchKernel with every argument in an 8-byte slot (pointers, int64, packed floats)."""
+def launch(function_ptr: int, grid, block, args, stream: int, smem: int = 0) -> None:
+    """cuLaunchKernel with every argument in an 8-byte slot (pointers, int64, packed floats)
+    and ``smem`` bytes of dynamic shared memory (allowed first where past 48 KiB: the plans
+    call blocks_per_sm with it)."""
     buffers = _args
     buffers.slots[: len(args)] = args
     gx, gy = grid if isinstance(grid, tuple) else (grid, 1)
     bx, by = block if isinstance(block, tuple) else (block, 1)
-    _driver.launchKernel(function_ptr, gx, gy, 1, bx, by, 1, 0, stream, buffers.params_ptr, 0)
+    _driver.launchKernel(function_ptr, gx, gy, 1, bx, by, 1, smem, stream, buffers.params_ptr, 0)
 
 
 ARENA_ALIGN = 256  # every scratch block starts 256-byte aligned, as allocators hand them out

@@ -230,11 +230,38 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
   zero_tile(dw_acc);
   zero_tile(db_acc);
 
-  for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
-    A xv[PACKS][VEC], g[PACKS][VEC];
-    load_row<VEC, PACKS, TPR>(dy, dymap, x, xmap, base + ty, M, N, c0, lane, xv, g);
-    bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight, mean, rstd, row_sums, dx, base + ty, M, N, c0, lane,
-                                                     smem, dw_acc, db_acc);
+  if constexpr (MODE == kFullRow && Staged<T, VEC>::value) {
+    // dynamic shared memory: [2 buffers][x, dy][PACKS][block] packs (_row_norm.stage_bytes)
+    extern __shared__ __align__(16) unsigned char stage_smem[];
+    constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock;
+    Pack<T, VEC>* slots = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
+    auto stage_row = [&](i64 base, int buf) {  // rows past M stage zeros, never read
+      const i64 r = base + ty;
+      const i64 safe = r < M ? r : 0;
+      const int limit = tile_limit(N, c0, i64(TPR) * PACKS * VEC, r < M);
+      stage_tile<VEC, PACKS, TPR, kBlock>(slots + 2 * buf * kSet, x + xmap.offset(safe) + c0, limit, lane);
+      stage_tile<VEC, PACKS, TPR, kBlock>(slots + (2 * buf + 1) * kSet, dy + dymap.offset(safe) + c0, limit, lane);
+      copies_commit();
+    };
+    int buf = 0;
+    stage_row(group_block * kRows, buf);
+    for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
+      stage_row(base + stride, buf ^ 1);
+      copies_wait_all_but_one();
+      A xv[PACKS][VEC], g[PACKS][VEC];
+      unstage_tile<VEC, PACKS, kBlock>(slots + 2 * buf * kSet, xv);
+      unstage_tile<VEC, PACKS, kBlock>(slots + (2 * buf + 1) * kSet, g);
+      bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight, mean, rstd, row_sums, dx, base + ty, M, N, c0,
+                                                       lane, smem, dw_acc, db_acc);
+      buf ^= 1;
+    }
+  } else {
+    for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
+      A xv[PACKS][VEC], g[PACKS][VEC];
+      load_row<VEC, PACKS, TPR>(dy, dymap, x, xmap, base + ty, M, N, c0, lane, xv, g);
+      bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight, mean, rstd, row_sums, dx, base + ty, M, N, c0,
+                                                       lane, smem, dw_acc, db_acc);
+    }
   }
 
   store_partials<VEC, PACKS, TPR>(dw_acc, db_acc, dw_part, db_part, group_block * kRows + ty, N, c0, lane);

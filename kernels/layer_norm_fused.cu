@@ -159,14 +159,44 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
   zero_tile(dw_acc);
   zero_tile(db_acc);
 
-  for (i64 base = i64(blockIdx.x) * kRows; base < M; base += i64(gridDim.x) * kRows) {  // block-uniform
+  // Rows staged through shared memory as norm_bwd's (row_norm.cuh): dynamic shared memory
+  // [2 buffers][h packs in H, dy packs in T][PACKS][block] (_fused.stage_bytes).
+  constexpr bool kStaged = Staged<T, VEC>::value;
+  constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock;
+  constexpr int kBuffer = kSet * int(sizeof(Pack<H, VEC>) + sizeof(Pack<T, VEC>));
+  extern __shared__ __align__(16) unsigned char stage_smem[];
+  auto h_slots = [&](int buf) { return reinterpret_cast<Pack<H, VEC>*>(stage_smem + buf * kBuffer); };
+  auto dy_slots = [&](int buf) {
+    return reinterpret_cast<Pack<T, VEC>*>(stage_smem + buf * kBuffer + kSet * int(sizeof(Pack<H, VEC>)));
+  };
+  auto stage_row = [&](i64 base, int buf) {  // rows past M stage zeros, never read
+    const i64 r = base + ty;
+    const i64 safe = r < M ? r : 0;
+    const int limit = tile_limit(N, 0, kTile, r < M);
+    stage_tile<VEC, PACKS, TPR, kBlock>(h_slots(buf), h + hmap.offset(safe), limit, lane);
+    stage_tile<VEC, PACKS, TPR, kBlock>(dy_slots(buf), dy + dymap.offset(safe), limit, lane);
+    copies_commit();
+  };
+  const i64 step = i64(gridDim.x) * kRows;
+  int buf = 0;
+  if constexpr (kStaged) stage_row(i64(blockIdx.x) * kRows, buf);
+
+  for (i64 base = i64(blockIdx.x) * kRows; base < M; base += step) {  // block-uniform
     const i64 row = base + ty;
     const bool row_ok = row < M;
     const i64 safe_row = row_ok ? row : 0;
     const int limit = tile_limit(N, 0, kTile, row_ok);
     A xv[PACKS][VEC], g[PACKS][VEC];
-    load_tile<VEC, PACKS, TPR>(h + hmap.offset(safe_row), limit, lane, xv);
-    load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe_row), limit, lane, g);
+    if constexpr (kStaged) {
+      stage_row(base + step, buf ^ 1);
+      copies_wait_all_but_one();
+      unstage_tile<VEC, PACKS, kBlock>(h_slots(buf), xv);
+      unstage_tile<VEC, PACKS, kBlock>(dy_slots(buf), g);
+      buf ^= 1;
+    } else {
+      load_tile<VEC, PACKS, TPR>(h + hmap.offset(safe_row), limit, lane, xv);
+      load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe_row), limit, lane, g);
+    }
     const A mu = RMS ? A(0) : mean[safe_row], r = rstd[safe_row];
     A c1, c2;
     xhat_and_sums_with<VEC, PACKS, TPR>(

@@ -177,4 +177,68 @@ struct BwdOccupancy {
   static constexpr int min_blocks = PACKS * VEC * sizeof(T) <= 16 ? 1024 / GroupShape<TPR>::kBlock : 1;
 };
 
+// ---- row tiles staged through shared memory (backward, v19) ------------------------------
+// A persistent row group copies its next row's tiles global -> shared with cp.async while it
+// reduces the current row, so loads stay in flight through the barriers without holding
+// registers (a register prefetch spilled at the one-pack tiles' 64 registers, NOTES v7).
+// Each thread copies and later reads only its own 16-byte chunks, so waiting on its own
+// copies (no barrier) makes them visible to it. Tiles of 16-byte packs only.
+#ifndef CUNORM_BWD_STAGE
+#define CUNORM_BWD_STAGE 1  // 0: the backward loads rows straight into registers
+#endif
+
+template <typename T, int VEC>
+struct Staged {  // whether the backward stages rows of T in VEC-packs (the host mirrors this)
+  static constexpr bool value = CUNORM_BWD_STAGE && sizeof(T) == 2 && VEC * sizeof(T) == 16;
+};
+
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool inside) {
+#if defined(CUNORM_HIP)
+  *static_cast<uint4*>(smem) = inside ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
+#else
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  // src-size 0 fills the chunk with zeros (packs past the row)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(inside ? 16 : 0)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void copies_commit() {
+#if !defined(CUNORM_HIP)
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most one committed group of this thread's copies is still in flight.
+__device__ __forceinline__ void copies_wait_all_but_one() {
+#if !defined(CUNORM_HIP)
+  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+#endif
+}
+
+// This thread's packs of one row tile (zeros past `limit`) into its slots: slot p of thread t
+// at slots[p * BLOCK + t], so a warp's chunks are consecutive (no bank conflicts).
+template <int VEC, int PACKS, int TPR, int BLOCK, typename T>
+__device__ __forceinline__ void stage_tile(Pack<T, VEC>* slots, const T* tile, int limit, int lane) {
+  static_assert(sizeof(Pack<T, VEC>) % 16 == 0, "staged packs are whole 16-byte chunks");
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = pack_col<VEC, TPR>(p, lane);
+    const bool inside = col < limit;
+    const char* src = reinterpret_cast<const char*>(tile + (inside ? col : 0));
+    char* dst = reinterpret_cast<char*>(slots + p * BLOCK + threadIdx.x);
+#pragma unroll
+    for (int c = 0; c < int(sizeof(Pack<T, VEC>)) / 16; ++c) copy16_async(dst + 16 * c, src + 16 * c, inside);
+  }
+}
+
+template <int VEC, int PACKS, int BLOCK, typename A, typename T>
+__device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[PACKS][VEC]) {
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const Pack<T, VEC> pk = slots[p * BLOCK + threadIdx.x];  // one wide load (see load_pack)
+    unpack(pk, v[p]);
+  }
+}
+
 }  // namespace cunorm

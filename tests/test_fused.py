@@ -271,6 +271,19 @@ FUSED_BWD_TYPES = [(BFLOAT16, BFLOAT16, BFLOAT16), (F16, F16, F16), (F32, F32, F
 @pytest.mark.parametrize("shape", [(1, 8), (7, 2048), (499, 1024)])
 @pytest.mark.parametrize("with_dh,offset,affine", [(True, 1.0, True), (False, 0.0, True), (True, 0.0, False)])
 def test_fused_backward_kernel(rng, monkeypatch, op, types, shape, with_dh, offset, affine):
+    _check_fused_backward(rng, monkeypatch, op, types, shape, with_dh, offset, affine)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("types", FUSED_BWD_TYPES[::3], ids=lambda t: "-".join(d.name for d in t))
+def test_fused_backward_staged_rows_walk_many(rng, monkeypatch, op, types):
+    # half-precision dy: rows staged through shared memory; 4099 rows, so each persistent
+    # group walks several (about 1056 resident at N = 2048 on the H200)
+    _check_fused_backward(rng, monkeypatch, op, types, (4099, 2048), True, 1.0, True)
+
+
+def _check_fused_backward(rng, monkeypatch, op, types, shape, with_dh, offset, affine):
     import cupy
 
     from cunorm.ops import _fused_cupy

@@ -15,7 +15,7 @@ import numpy
 from .. import _config
 from .._compile import c_type, function_ptr
 from .._launch import blocks_per_sm, launch, pick_vec, row_layout, scalar_bits, sm_count
-from ._row_norm import KERNEL_FILE, TYPE_PAIRS, _b, _np_name
+from ._row_norm import KERNEL_FILE, TYPE_PAIRS, _b, _np_name, stage_bytes
 
 FUSED_FILE = "layer_norm_fused.cu"
 FP8_TYPES = {"float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}
@@ -161,6 +161,7 @@ class FusedBackwardPlan(NamedTuple):
     h_args: tuple
     m: int
     n: int
+    smem: int  # dynamic shared memory (rows staged, _row_norm.stage_bytes)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -185,9 +186,10 @@ def fused_backward_plan(shape: tuple, h_strides: tuple, dy_strides: tuple, dydty
         return None
     kernel = function_ptr(FUSED_FILE, _bwd_name(t, h, x, w, cfg, rms), device)
     reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<float, {c_type(numpy.dtype(grad_dtype).name)}>", device)
-    blocks = min(-(-m // cfg.rows_per_block), sm_count(device) * blocks_per_sm(kernel, cfg.block))
+    smem = stage_bytes(cfg, itemsize, numpy.dtype(hdtype).itemsize)
+    blocks = min(-(-m // cfg.rows_per_block), sm_count(device) * blocks_per_sm(kernel, cfg.block, smem))
     return FusedBackwardPlan(kernel, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), hr.args(),
-                             m, n)
+                             m, n, smem)
 
 
 def run_fused_backward(plan: FusedBackwardPlan, dy: int, h: int, dh: int, weight: int, mean: int, rstd: int,
@@ -203,6 +205,6 @@ def run_fused_backward(plan: FusedBackwardPlan, dy: int, h: int, dh: int, weight
         db_part = (part + groups * n * 4 if dw else part) if db else 0
     launch(plan.kernel, plan.blocks, plan.block,
            (dy, *plan.dy_args, h, *plan.h_args, dh, weight, mean, rstd, dx, dres, dw_part, db_part, plan.m, n,
-            scalar_bits(weight_offset, numpy.float32)), stream)
+            scalar_bits(weight_offset, numpy.float32)), stream, plan.smem)
     if dw or db:
         launch(plan.reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)

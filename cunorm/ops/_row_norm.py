@@ -31,6 +31,10 @@ USE_CLUSTERS = True
 # The cluster backward is correct (tests/test_cluster_path.py turns it on) but slower than the
 # split path: bf16 0.14-0.22 of copy against 0.30-0.42, fp32 0.36-0.43 against 0.46-0.54 (v16).
 USE_CLUSTER_BACKWARD = False
+# Full-row backward tiles of 16-byte half-precision packs copy the next row into shared memory
+# (cp.async) while reducing the current one: kernels/row_norm.cuh ``Staged``, which this
+# mirrors (CUNORM_BWD_STAGE); measured in benchmarks/NOTES.md, v19.
+STAGE_BACKWARD = True
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
 
 # (x dtype, parameter dtype) pairs compiled as such; any other parameter dtype is cast to
@@ -254,23 +258,34 @@ def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, 
 
 
 @functools.lru_cache(maxsize=4096)
+def stage_bytes(cfg: _config.TileConfig, dy_itemsize: int, x_itemsize: int) -> int:
+    """Dynamic shared memory of a full-row backward tile: two buffers of the x (or h) and dy
+    packs where the kernel stages rows (``Staged``: 16-byte packs of a half-precision dy),
+    else 0."""
+    if not (STAGE_BACKWARD and dy_itemsize == 2 and cfg.vec * dy_itemsize == 16):
+        return 0
+    return 2 * cfg.packs * cfg.block * cfg.vec * (dy_itemsize + x_itemsize)
+
+
 def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
-    """(config, main, tile-sum, finalize, partial-reduce, resident main blocks); tile-sum and
-    finalize on the split path only."""
-    cfg = _config.bwd_row_config(n, vec, numpy.dtype(_np_name(t)).itemsize, rms)
+    """(config, main, tile-sum, finalize, partial-reduce, resident main blocks, dynamic shared
+    memory of main); tile-sum and finalize on the split path only."""
+    itemsize = numpy.dtype(_np_name(t)).itemsize
+    cfg = _config.bwd_row_config(n, vec, itemsize, rms)
     reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<{_acc_name(t)}, {c_type(gn)}>", device)
     if cfg is not None:
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
-        return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block)
+        smem = stage_bytes(cfg, itemsize, itemsize)
+        return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
     ccfg = _config.cluster_bwd_config(n, vec) if USE_CLUSTER_BACKWARD and _clusters_serve(t, device) else None
     if ccfg is not None:
         main = function_ptr(CLUSTER_FILE, _cluster_name("norm_bwd_cluster", t, wn, ccfg, rms), device)
-        return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block)
+        return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block), 0
     cfg = _config.split_config(vec)
     main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, CHUNK_APPLY), device)
     sums = function_ptr(KERNEL_FILE, _tile_name("norm_bwd_tile_sums", t, wn, cfg, rms), device)
     finalize = function_ptr(KERNEL_FILE, f"norm_bwd_finalize<{_acc_name(t)}>", device)
-    return cfg, main, sums, finalize, reduce, sm_count(device) * blocks_per_sm(main, cfg.block)
+    return cfg, main, sums, finalize, reduce, sm_count(device) * blocks_per_sm(main, cfg.block), 0
 
 
 def _column_backward(t: str, wn: str, n: int, vec: int, rms: bool, m: int, device: int):
@@ -297,6 +312,7 @@ class BackwardPlan(NamedTuple):
     split: tuple | None  # (tile-sum kernel, finalize kernel, tiles) on the split path
     acc: numpy.dtype
     column_blocks: int  # > 0: `main` is norm_bwd_columns, dW/dB in the same launch
+    smem: int = 0  # dynamic shared memory of `main` (rows staged, stage_bytes)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -320,7 +336,7 @@ def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdty
         cfg, kernel = columns
         return BackwardPlan(kernel, -(-m // cfg.rows_per_block), cfg.block, 0, 0, dyr.args(), xr.args(), m, n, None,
                             acc, -(-n // (_config.COLUMN_LANES * vec)))
-    cfg, main, sums, finalize, reduce, resident = _backward_kernels(
+    cfg, main, sums, finalize, reduce, resident, smem = _backward_kernels(
         dtype.name, wdtype.name, numpy.dtype(grad_dtype).name, n, vec, rms, device)
     if isinstance(cfg, _config.ClusterConfig):  # persistent clusters, one partial row each
         clusters = max(1, min(m, resident // cfg.cluster))
@@ -329,7 +345,7 @@ def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdty
     if sums is None:
         blocks = min(-(-m // cfg.rows_per_block), resident)
         return BackwardPlan(main, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), xr.args(),
-                            m, n, None, acc, 0)
+                            m, n, None, acc, 0, smem)
     tiles = -(-n // cfg.tile)
     blocks = max(1, min(m, -(-resident // tiles)))
     return BackwardPlan(main, blocks, cfg.block, blocks, reduce, dyr.args(), xr.args(), m, n,
@@ -362,7 +378,7 @@ def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rs
         dw_part = part if dw else 0
         db_part = (part + groups * n * acc.itemsize if dw else part) if db else 0
     launch(plan.main, plan.blocks * tiles, plan.block,
-           (dy, *plan.dy_args, x, *plan.x_args, *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream)
+           (dy, *plan.dy_args, x, *plan.x_args, *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream, plan.smem)
     if dw or db:
         launch(plan.reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)
 
