@@ -37,16 +37,19 @@ FWD = PathLimits(max_tpr=1024, max_values=32, min_block_tpr=64)
 # block under the 128 registers a thread may use at that size (measured: 127-128, no spills).
 # 64-thread groups made backward slower (bf16 N = 1024: 0.60 -> 0.50 of copy, v4): 128.
 BWD = PathLimits(max_tpr=512, max_values=16, min_block_tpr=128)
-# Half-precision LayerNorm on the partial-row path: one pack of 8 a thread, blocks up to 1024
-# threads (64 registers): bf16 N = 2048 / 4096 / 8192 0.49-0.51 / 0.37-0.39 / 0.31-0.32 ->
-# 0.56-0.57 / 0.51-0.54 / 0.43-0.46 of copy in two runs (NOTES v7). fp32 lost with it
-# (N = 4096: 0.88-0.90 -> 0.58-0.79), RMSNorm bf16 did not gain (N = 4096: 0.55 -> 0.52).
-BWD_HALF_LN = PathLimits(max_tpr=1024, max_values=8, min_block_tpr=128)
+# Half precision on the partial-row path: one pack of 8 a thread, blocks up to 1024 threads
+# (64 registers): LayerNorm bf16 N = 2048 / 4096 / 8192 0.49-0.51 / 0.37-0.39 / 0.31-0.32 ->
+# 0.56-0.57 / 0.51-0.54 / 0.43-0.46 of copy in two runs (NOTES v7); fp32 lost with it
+# (N = 4096: 0.88-0.90 -> 0.58-0.79). RMSNorm bf16 did not gain then (N = 4096: 0.55 ->
+# 0.52), but with rows staged through shared memory its two-pack tiles fell to 0.45 / 0.39 at
+# N = 4096 / 8192 where LayerNorm's one-pack tiles rose to 0.63 / 0.53 (v19): both ops now.
+BWD_HALF = PathLimits(max_tpr=1024, max_values=8, min_block_tpr=128)
 
 
 def bwd_limits(itemsize: int, rms: bool) -> PathLimits:
-    """The partial-row backward's register-tile limits for this element size and op."""
-    return BWD_HALF_LN if itemsize == 2 and not rms else BWD
+    """The partial-row backward's register-tile limits for this element size (both ops: the
+    flag stays for sweep_bwd_config's per-op candidates)."""
+    return BWD_HALF if itemsize == 2 else BWD
 # Split-path tiles: 16 values a thread (the same tile shape forward and backward).
 SPLIT_MAX_VALUES = 16
 
@@ -59,7 +62,7 @@ SPLIT_TPR = 256
 
 # Backward for few rows (norm_bwd_columns): dx blocks plus column blocks of COLUMN_LANES
 # threads x one pack wide that sum dW/dB over all rows, in one launch, with the BWD tiles
-# (bf16 N = 4096, M = 1: 4.0 us with 256-thread blocks, 5.7 us with BWD_HALF_LN's 512). Each
+# (bf16 N = 4096, M = 1: 4.0 us with 256-thread blocks, 5.7 us with BWD_HALF's 512). Each
 # column thread steps down rows / (block / COLUMN_LANES) rows; up to COLUMN_ROW_STEPS steps
 # this beat the partial-row path at every N and dtype measured (bf16/fp32, N = 1024, 4096,
 # 8192: ×0.44-0.96 of its time); at 16 steps it lost two of six (benchmarks/
@@ -217,7 +220,7 @@ def vec_choices(itemsize: int) -> tuple[int, ...]:
 
 def bwd_row_config(n: int, vec: int, itemsize: int, rms: bool) -> TileConfig | None:
     """The partial-row backward's full-row tile (None: split path). Rows a warp holds keep the
-    BWD warp tile: with BWD_HALF_LN's one pack a thread, bf16 N = 512 took a 128-thread group
+    BWD warp tile: with BWD_HALF's one pack a thread, bf16 N = 512 took a 128-thread group
     and fell from 0.63 to 0.35 of copy (GPU check after v7)."""
     cfg = row_config(n, vec, BWD)
     limits = bwd_limits(itemsize, rms)

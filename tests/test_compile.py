@@ -105,7 +105,7 @@ def test_header_is_inlined_into_the_source():
     assert '#include "common.cuh"' not in src and "struct RowMap" in src
 
 
-@pytest.mark.parametrize("limits", [_config.FWD, _config.BWD, _config.BWD_HALF_LN], ids=["fwd", "bwd", "bwd_half_ln"])
+@pytest.mark.parametrize("limits", [_config.FWD, _config.BWD, _config.BWD_HALF], ids=["fwd", "bwd", "bwd_half"])
 @pytest.mark.parametrize("vec", [1, 2, 4, 8])
 def test_row_configs_cover_every_length(vec, limits):
     configs = _config.all_tile_configs(vec, limits)
