@@ -13,7 +13,7 @@ import pytest
 import cunorm
 from cunorm import reference
 from cunorm._checks import BFLOAT16
-from tolerances import assert_close, reduction_tol, stats_tol, to_numpy, tol
+from tolerances import assert_close, fp8_step, reduction_tol, stats_tol, to_numpy, tol
 
 E4M3, E5M2 = numpy.dtype(ml_dtypes.float8_e4m3fn), numpy.dtype(ml_dtypes.float8_e5m2)
 OPS = ["layer_norm", "rms_norm"]
@@ -75,14 +75,6 @@ def _reference(op, x, w, b, r, offset):
 
 # ---- GPU -----------------------------------------------------------------------------------
 
-def _fp8_ulp(v, dtype):
-    """The spacing of the FP8 grid at |v| (its subnormal spacing below the normal range)."""
-    info = ml_dtypes.finfo(dtype)
-    mant = info.nmant
-    e = numpy.floor(numpy.log2(numpy.maximum(numpy.abs(v), float(info.smallest_normal))))
-    return numpy.exp2(e - mant)
-
-
 def _check_fused(op, rng, shape, dtype, *, r_dtype=None, h_dtype=None, out_dtype=None, offset=0.0, scale=None,
                  expect_fused=None):
     import cupy
@@ -128,7 +120,7 @@ def _check_fused(op, rng, shape, dtype, *, r_dtype=None, h_dtype=None, out_dtype
         assert y.dtype == numpy.uint8
         got = y.get().view(rounding).astype(numpy.float64)
         # one FP8 step where float32 arithmetic put the value across a rounding boundary
-        bad = numpy.abs(got - q_ref) > _fp8_ulp(q_ref, rounding) * 1.001
+        bad = numpy.abs(got - q_ref) > fp8_step(q_ref, rounding) * 1.001
         assert not bad.any(), f"FP8 y off by more than one step at {numpy.argwhere(bad)[:5].tolist()}"
         assert float(to_numpy(amax)) == pytest.approx(amax_ref, rel=tol(dtype)[0] * 4)
     else:
@@ -333,3 +325,32 @@ def test_fused_backward_odd_rows_compose(rng, op, shape):
     out, want = _fused_round_trip(op, rng, shape, BFLOAT16, __import__("cupy"))
     assert_close("dx", out[0], want[0], *tol(BFLOAT16))
     assert_close("dresidual", out[-1], want[0], 1e-4, 1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_fused_backward_float32_dy_of_bf16_h_composes_in_float32(rng, op):
+    # out_dtype=float32 from bf16 x: dy is float32, h bf16; the composed backward must not
+    # round dy to bf16 (it runs both in float32)
+    import cupy
+
+    shape = (9, 256)
+    hh = rng.standard_normal(shape).astype(BFLOAT16)
+    hdy = rng.standard_normal(shape).astype(numpy.float32)
+    hw = rng.standard_normal(shape[-1]).astype(numpy.float32)
+    h64 = hh.astype(numpy.float64)
+    if op == "layer_norm":
+        _, mean, rstd = reference.layer_norm(h64, None, None, 1e-5, return_stats=True)
+        stats = [mean.astype(numpy.float32), rstd.astype(numpy.float32)]
+        out = cunorm.layer_norm_backward(cupy.asarray(hdy), cupy.asarray(hh), cupy.asarray(hw),
+                                         *(cupy.asarray(s) for s in stats), weight_offset=1.0)
+        want = reference.layer_norm_backward(hdy, h64, hw, *stats, weight_offset=1.0)
+    else:
+        _, rstd = reference.rms_norm(h64, None, 1e-5, return_stats=True)
+        stats = [rstd.astype(numpy.float32)]
+        out = cunorm.rms_norm_backward(cupy.asarray(hdy), cupy.asarray(hh), cupy.asarray(hw),
+                                       cupy.asarray(stats[0]), weight_offset=1.0, dx_dtype=numpy.float32)
+        want = reference.rms_norm_backward(hdy, h64, hw, stats[0], weight_offset=1.0)
+    dx = out[0]
+    # dx_dtype float32 (rms) keeps float32 precision; bf16 dx is rounded once at the end
+    assert_close("dx", dx, want[0], *((1e-4, 1e-4) if dx.dtype == numpy.float32 else tol(BFLOAT16)))

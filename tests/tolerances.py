@@ -55,3 +55,14 @@ def assert_close(name, actual, expected, rtol, atol):
         i = numpy.argwhere(bad)[0]
         raise AssertionError(f"{name}: {bad.sum()} of {bad.size} elements off; first at {tuple(i)}: "
                              f"{actual[tuple(i)]} vs {expected[tuple(i)]} (rtol={rtol}, atol={atol})")
+
+
+def fp8_step(v, dtype):
+    """The spacing of an FP8 format's grid at |v| (its subnormal spacing below the normal
+    range): FP8 outputs may sit one step off where float32 arithmetic put a value across a
+    rounding boundary."""
+    import ml_dtypes
+
+    info = ml_dtypes.finfo(dtype)
+    e = numpy.floor(numpy.log2(numpy.maximum(numpy.abs(v), float(info.smallest_normal))))
+    return numpy.exp2(e - info.nmant)

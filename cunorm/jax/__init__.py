@@ -23,7 +23,7 @@ from jax.experimental.buffer_callback import buffer_callback
 
 from .. import _checks
 from ..ops import _row_norm
-from . import _callbacks
+from . import _callbacks, _fused
 
 __all__ = ["layer_norm", "rms_norm"]
 
@@ -43,26 +43,50 @@ def _acc(dtype) -> numpy.dtype:
     return _checks.acc_dtype(numpy.dtype(dtype))
 
 
-def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1):
-    """Layer normalization over the last ``normalized_ndim`` axes of ``x`` (a JAX array);
-    ``weight``/``bias`` of shape ``x.shape[-normalized_ndim:]``, any float dtype. Returns y
-    with x's shape and dtype."""
+_FUSED_DOC = """
+
+    Keyword options (the CuPy API's, default off): ``residual=r`` normalizes h = x + r and
+    returns ``(y, h)``, h in ``residual_dtype`` (default r's); ``weight_offset=c`` uses
+    weight + c in float32; ``out_dtype`` writes y in another float dtype, FP8
+    (``jnp.float8_e4m3fn`` / ``jnp.float8_e5m2``) scaled by ``out_scale`` with saturation;
+    ``return_amax=True`` appends max |y| before the scale. Outputs: y, h, amax, each when
+    asked for. Composed in JAX around the norm kernels (``_fused``)."""
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, residual=None, residual_dtype=None,
+               weight_offset=0.0, out_dtype=None, out_scale=None, return_amax=False):
     x, weight, bias = _as_array("x", x), _as_array("weight", weight), _as_array("bias", bias)
     _checks.float_dtype("x", x)
     nd = _checks.normalized_ndim(x, normalized_ndim)
     _checks.param("weight", weight, x, nd)
     _checks.param("bias", bias, x, nd)
-    return _apply(x, weight, bias, _checks.eps(eps, x.dtype), nd, False)
+    eps = _checks.eps(eps, x.dtype)
+    opts = _fused.options(x, weight, _as_array("residual", residual), residual_dtype, weight_offset, out_dtype,
+                          out_scale, return_amax)
+    if opts is not None:
+        return _fused.apply(lambda h, w, b: _apply(h, w, b, eps, nd, False), x, weight, bias, opts)
+    return _apply(x, weight, bias, eps, nd, False)
 
 
-def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1):
-    """RMS normalization over the last ``normalized_ndim`` axes of ``x``; ``eps=None`` is
-    the machine epsilon of x's dtype (as ``torch.nn.functional.rms_norm``)."""
+def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, residual=None, residual_dtype=None, weight_offset=0.0,
+             out_dtype=None, out_scale=None, return_amax=False):
     x, weight = _as_array("x", x), _as_array("weight", weight)
     _checks.float_dtype("x", x)
     nd = _checks.normalized_ndim(x, normalized_ndim)
     _checks.param("weight", weight, x, nd)
-    return _apply(x, weight, None, _checks.eps(eps, x.dtype, default_to_finfo=True), nd, True)
+    eps = _checks.eps(eps, x.dtype, default_to_finfo=True)
+    opts = _fused.options(x, weight, _as_array("residual", residual), residual_dtype, weight_offset, out_dtype,
+                          out_scale, return_amax)
+    if opts is not None:
+        return _fused.apply(lambda h, w, b: _apply(h, w, None, eps, nd, True), x, weight, None, opts)
+    return _apply(x, weight, None, eps, nd, True)
+
+
+layer_norm.__doc__ = ("""Layer normalization over the last ``normalized_ndim`` axes of ``x`` (a JAX array);
+    ``weight``/``bias`` of shape ``x.shape[-normalized_ndim:]``, any float dtype. Returns y
+    with x's shape and dtype.""" + _FUSED_DOC)
+rms_norm.__doc__ = ("""RMS normalization over the last ``normalized_ndim`` axes of ``x``; ``eps=None`` is
+    the machine epsilon of x's dtype (as ``torch.nn.functional.rms_norm``).""" + _FUSED_DOC)
 
 
 def _apply(x, weight, bias, eps: float, nd: int, rms: bool):

@@ -129,12 +129,16 @@ def backward(dy, x, weight, mean, rstd, nd: int, rms: bool, has_bias: bool, grad
 def _composed_backward(dy, x, weight, mean, rstd, nd: int, rms: bool, has_bias: bool, grad_dtype, opts) -> tuple:
     """(dx in the accumulation dtype, dweight, dbias) from the plain backward kernels: the
     weight offset folded into the weight (N elements; dweight = sum(dy * xhat) does not
-    involve it), dy in x's dtype for them, then dh added."""
-    acc = acc_dtype(x.dtype)
+    involve it), dy and x both in the wider of their dtypes (neither rounded to the other),
+    then dh added."""
+    wide = dy.dtype if dy.dtype.itemsize > x.dtype.itemsize else x.dtype
+    acc = acc_dtype(wide)
     w = weight
     if weight is not None and opts.weight_offset:
         w = weight.astype(acc) + opts.weight_offset
-    dy = dy if dy.dtype == x.dtype else dy.astype(x.dtype)
+    dy, x = dy.astype(wide, copy=False), x.astype(wide, copy=False)
+    mean = None if mean is None else mean.astype(acc, copy=False)
+    rstd = rstd.astype(acc, copy=False)
     dx, dw, db = _row_norm_cupy.backward(dy, x, w, mean, rstd, nd, rms, weight is not None, has_bias, grad_dtype)
     dx = dx.astype(acc)
     if opts.dh is not None:

@@ -19,6 +19,7 @@ from .. import _checks
 from ._common import _NUMPY_DTYPE, _as_dtype
 from ._cuda import _cuda_forward
 from ._batch_norm import batch_norm
+from . import _fused
 from ._bn_modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, _FusedBatchNorm
 from ._ops import _backward_impl, _forward_impl, _reducing_weight
 
@@ -139,13 +140,27 @@ def _needs_grad(x, weight, bias=None) -> bool:
                                         or (bias is not None and bias.requires_grad))
 
 
+_FUSED_DOC = """
+    Keyword options fuse the work around the norm (all default off): ``residual=r`` normalizes
+    h = input + r and returns ``(y, h)``, h in ``residual_dtype`` (default r's); the gradient
+    of h from later layers flows into both input and r. ``weight_offset=c`` uses weight + c
+    (added in float32). ``out_dtype`` writes y in another float dtype, including
+    ``torch.float8_e4m3fn`` / ``torch.float8_e5m2`` scaled by ``out_scale`` with saturation
+    (FP8 y carries no gradient); ``return_amax=True`` appends max |y| before the scale (a 0-d
+    float32 tensor)."""
+
+
 def layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optional[torch.Tensor] = None,
-               bias: Optional[torch.Tensor] = None, eps: float = 1e-5, *,
-               autocast_to_fp32: bool = True) -> torch.Tensor:
-    """``torch.nn.functional.layer_norm`` on cunorm's kernels (same signature)."""
+               bias: Optional[torch.Tensor] = None, eps: float = 1e-5, *, autocast_to_fp32: bool = True,
+               residual: Optional[torch.Tensor] = None, residual_dtype: Optional[torch.dtype] = None,
+               weight_offset: float = 0.0, out_dtype: Optional[torch.dtype] = None,
+               out_scale: Optional[float] = None, return_amax: bool = False):
     nd = _normalized_ndim(input, normalized_shape)
     eps = _checks.eps(eps, None)
     input = _autocast_fp32(input, True, autocast_to_fp32)
+    opts = _fused.options(input, weight, residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax)
+    if opts is not None:
+        return _fused.call(input, nd, weight, bias, eps, False, opts)
     if torch.compiler.is_compiling():
         return torch.ops.cunorm.layer_norm_fwd(input, nd, weight, bias, eps)[0]
     if _needs_grad(input, weight, bias):
@@ -154,16 +169,24 @@ def layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Opt
 
 
 def rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optional[torch.Tensor] = None,
-             eps: Optional[float] = None) -> torch.Tensor:
-    """``torch.nn.functional.rms_norm`` on cunorm's kernels (same signature; ``eps=None`` is
-    ``torch.finfo(input.dtype).eps``)."""
+             eps: Optional[float] = None, *, residual: Optional[torch.Tensor] = None,
+             residual_dtype: Optional[torch.dtype] = None, weight_offset: float = 0.0,
+             out_dtype: Optional[torch.dtype] = None, out_scale: Optional[float] = None, return_amax: bool = False):
     nd = _normalized_ndim(input, normalized_shape)
     eps = _default_eps(input.dtype) if eps is None else _checks.eps(eps, None)
+    opts = _fused.options(input, weight, residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax)
+    if opts is not None:
+        return _fused.call(input, nd, weight, None, eps, True, opts)
     if torch.compiler.is_compiling():
         return torch.ops.cunorm.rms_norm_fwd(input, nd, weight, eps)[0]
     if _needs_grad(input, weight):
         return _RMSNormFunction.apply(input, nd, weight, eps)
     return _forward_impl(input, nd, weight, None, eps, rms=True, stats=False)[0]
+
+
+layer_norm.__doc__ = "``torch.nn.functional.layer_norm`` on cunorm's kernels (same signature)." + _FUSED_DOC
+rms_norm.__doc__ = ("``torch.nn.functional.rms_norm`` on cunorm's kernels (same signature; ``eps=None`` is "
+                    "``torch.finfo(input.dtype).eps``)." + _FUSED_DOC)
 
 
 # ---- modules ------------------------------------------------------------------------------
