@@ -99,12 +99,44 @@ def _jax_numbers(cupy_rows) -> dict | None:
     return {"bandwidth": _bench_jax.bandwidth(cupy_rows, log=lambda s: print(s, flush=True))}
 
 
+SANITIZER_TIMEOUT_S = 900
+
+
+def run_sanitizer(tool: str, out: pathlib.Path) -> dict:
+    """``compute-sanitizer --tool TOOL`` over cunorm._sanitize (one call per kernel family and
+    path): its exit code and error count, or why it did not run (not installed; some
+    machines' runtimes refuse the device)."""
+    import re
+    import shutil
+    import subprocess
+
+    exe = shutil.which("compute-sanitizer")
+    if exe is None:
+        return {"tool": tool, "ran": False, "reason": "compute-sanitizer is not on the PATH"}
+    cmd = [exe, "--tool", tool, "--error-exitcode", "97", "--print-limit", "50", sys.executable, "-m",
+           "cunorm._sanitize"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SANITIZER_TIMEOUT_S, env=env)
+    except subprocess.TimeoutExpired:
+        return {"tool": tool, "ran": False, "reason": f"timed out after {SANITIZER_TIMEOUT_S} s"}
+    text = proc.stdout + proc.stderr
+    (out / f"sanitizer-{tool}.txt").write_text(text)
+    summary = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    done = "cunorm._sanitize:" in text
+    return {"tool": tool, "ran": done, "exit_code": proc.returncode,
+            "errors": int(summary.group(1)) if summary else None,
+            "reason": None if done else (text.strip().splitlines() or ["no output"])[-1]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--no-tests", action="store_true", help="benchmark only")
     ap.add_argument("--no-bench", action="store_true", help="tests only")
     ap.add_argument("--pytest-args", default="", help="extra pytest arguments, space separated")
+    ap.add_argument("--sanitizer", default="", help="compute-sanitizer tools to run over cunorm._sanitize, "
+                    "comma separated (memcheck,racecheck)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     # JAX would take 75% of the GPU at start; CuPy and torch run in this process too
@@ -125,6 +157,11 @@ def main(argv=None) -> int:
     }
     if not args.no_tests:
         record["tests"] = run_tests(args.out, args.pytest_args.split())
+    if args.sanitizer:
+        record["sanitizer"] = [run_sanitizer(t, args.out) for t in args.sanitizer.split(",") if t]
+        for r in record["sanitizer"]:
+            print(f"sanitizer {r['tool']}: " + (f"{r['errors']} errors (exit {r['exit_code']})" if r["ran"]
+                                                else f"did not run: {r['reason']}"), flush=True)
     if not args.no_bench:
         record["copy_GBps"] = round(_bench.copy_gbps(), 1)
         print(f"device-to-device copy: {record['copy_GBps']} GB/s", flush=True)
@@ -186,8 +223,11 @@ def main(argv=None) -> int:
             print(f"  {r['op']:10s} N={r['N']:<5d} {r['residual_fwd_of_copy']} / {r['residual_bwd_of_copy']}, "
                   f"x{r.get('residual_fwd_speedup_vs_torch')} / x{r.get('residual_fwdbwd_speedup_vs_torch')}; "
                   f"FP8 {r['fp8_fwd_of_copy']}")
+    for r in record.get("sanitizer") or []:
+        print(f"compute-sanitizer {r['tool']}: " + (f"{r['errors']} errors" if r["ran"] else f"not run ({r['reason']})"))
     failed = record["tests"] and record["tests"]["failed"]
-    return 1 if failed else 0
+    dirty = any(r["ran"] and r["errors"] for r in record.get("sanitizer") or [])
+    return 1 if failed or dirty else 0
 
 
 if __name__ == "__main__":

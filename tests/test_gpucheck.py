@@ -31,3 +31,32 @@ def test_committed_result_has_the_required_fields():
         assert field in rec, field
     assert {"passed", "failed", "skipped"} <= set(rec["tests"])
     assert rec["bench"] and all({"op", "dtype", "M", "N", "fwd_GBps", "bwd_GBps"} <= set(r) for r in rec["bench"])
+
+
+def _fake_sanitizer(tmp_path, monkeypatch, body: str):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "compute-sanitizer"
+    exe.write_text("#!/bin/sh\n" + body)
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+
+def test_sanitizer_summary_is_read(tmp_path, monkeypatch):
+    _fake_sanitizer(tmp_path, monkeypatch, 'echo "cunorm._sanitize: 40 calls done"\n'
+                                           'echo "========= ERROR SUMMARY: 3 errors"\nexit 97\n')
+    r = gpucheck.run_sanitizer("memcheck", tmp_path)
+    assert r == {"tool": "memcheck", "ran": True, "exit_code": 97, "errors": 3, "reason": None}
+    assert "ERROR SUMMARY" in (tmp_path / "sanitizer-memcheck.txt").read_text()
+
+
+def test_sanitizer_refusing_the_device_is_recorded_not_counted(tmp_path, monkeypatch):
+    _fake_sanitizer(tmp_path, monkeypatch, 'echo "========= Error: Device not supported" >&2\nexit 1\n')
+    r = gpucheck.run_sanitizer("racecheck", tmp_path)
+    assert not r["ran"] and "Device not supported" in r["reason"]
+
+
+def test_sanitizer_missing_is_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert gpucheck.run_sanitizer("memcheck", tmp_path) == {
+        "tool": "memcheck", "ran": False, "reason": "compute-sanitizer is not on the PATH"}

@@ -1,0 +1,73 @@
+"""One call through each kernel family and dispatch path, small enough to run under
+``compute-sanitizer`` (memcheck, racecheck): the GPU check's ``--sanitizer`` option runs
+
+    compute-sanitizer --tool TOOL python -m cunorm._sanitize
+
+and records the error summary. Results are not compared here (the test suite does that);
+the point is that every launch path is exercised once with shapes that end mid-pack, mid-
+tile and mid-group: row lengths for the warp, block, staged, column, split and cluster paths,
+odd N (pack width one), strided rows, the fused options and BatchNorm in both layouts.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy
+
+# (rows, N): warp tile, block tile, staged partial-row backward (past the column kernel's
+# rows), odd N, split path, cluster tiles (sm_90)
+ROW_CASES = [(7, 96), (5, 4096), (1100, 1024), (9, 1533), (3, 150000), (3, 65536)]
+DTYPES = ("float32", "bfloat16")
+
+
+def _dtype(name):
+    return numpy.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else numpy.dtype(name)
+
+
+def run(log=print) -> int:
+    import cupy
+
+    import cunorm
+
+    rng = cupy.random.default_rng(0)
+    calls = 0
+    for name in DTYPES:
+        dt = _dtype(name)
+        for m, n in ROW_CASES:
+            x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dt)
+            w = rng.standard_normal(n, dtype=numpy.float32)
+            dy = rng.standard_normal((m, n), dtype=numpy.float32).astype(dt)
+            y, mean, rstd = cunorm.layer_norm(x, w, w, return_stats=True)
+            cunorm.layer_norm_backward(dy, x, w, mean, rstd)
+            y, rstd = cunorm.rms_norm(x, w, return_stats=True)
+            cunorm.rms_norm_backward(dy, x, w, rstd)
+            calls += 4
+        # strided rows (a slice of a wider array) and a misaligned start
+        wide = rng.standard_normal((64, 2050), dtype=numpy.float32).astype(dt)
+        cunorm.layer_norm(wide[:, :2048])
+        cunorm.rms_norm(wide[:, 1:2049])
+        calls += 2
+    # the fused options: residual (h in float32), weight offset, FP8 out; fused and composed
+    for m, n in ((1100, 2048), (5, 1533)):
+        x, r, dy, dh = (rng.standard_normal((m, n), dtype=numpy.float32).astype(ml_dtypes.bfloat16) for _ in range(4))
+        w = rng.standard_normal(n, dtype=numpy.float32)
+        y, h, mean, rstd = cunorm.layer_norm(x, w, w, residual=r, residual_dtype=numpy.float32, weight_offset=1.0,
+                                             return_stats=True)
+        cunorm.layer_norm_backward(dy, h, w, mean, rstd, dh=dh.astype(numpy.float32), weight_offset=1.0,
+                                   dx_dtype=x.dtype, residual_dtype=numpy.float32)
+        cunorm.rms_norm(x, w, out_dtype=ml_dtypes.float8_e4m3fn, out_scale=4.0, return_amax=True)
+        calls += 3
+    # BatchNorm, NCHW and channels last, training forward and backward
+    for shape, axis in (((4, 24, 9, 11), 1), ((4, 9, 11, 24), -1)):
+        x = rng.standard_normal(shape, dtype=numpy.float32)
+        c = shape[axis]
+        w, b = cupy.ones(c, numpy.float32), cupy.zeros(c, numpy.float32)
+        y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=axis, return_stats=True)
+        cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, channel_axis=axis)
+        calls += 2
+    cupy.cuda.runtime.deviceSynchronize()
+    log(f"cunorm._sanitize: {calls} calls done")
+    return calls
+
+
+if __name__ == "__main__":
+    run()
