@@ -21,13 +21,14 @@ LENGTHS = st.one_of(st.sampled_from([1, 7, 8, 499, 512, 1533, 2048, 2049, 4096, 
                     st.integers(1, 5000))
 DTYPES = st.sampled_from([numpy.dtype(numpy.float32), numpy.dtype(numpy.float16), BFLOAT16,
                           numpy.dtype(numpy.float64)])
-# rows x length stays under ~4 M elements: the float64 reference runs on the host
-BUDGET = settings(max_examples=60, deadline=None, derandomize=True, print_blob=True)
+# rows x length stays under 1 M elements: the float64 reference runs on the host, one draw
+# after another (a single test item: xdist does not spread it)
+BUDGET = settings(max_examples=50, deadline=None, derandomize=True, print_blob=True)
 
 
 @BUDGET
 @given(op=st.sampled_from(["layer_norm", "rms_norm"]), m=ROWS, n=LENGTHS, dtype=DTYPES,
        view=st.sampled_from(sorted(VIEWS)), weight=st.booleans(), bias=st.booleans(), seed=st.integers(0, 2**32 - 1))
 def test_row_norms_match_the_reference(op, m, n, dtype, view, weight, bias, seed):
-    hypothesis.assume(m * n <= 4_000_000)
+    hypothesis.assume(m * n <= 1_000_000)
     check(op, numpy.random.default_rng(seed), (m, n), dtype, weight=weight, bias=bias, view=view)
