@@ -129,6 +129,62 @@ def run_sanitizer(tool: str, out: pathlib.Path) -> dict:
             "reason": None if done else (text.strip().splitlines() or ["no output"])[-1]}
 
 
+def print_summary(record: dict) -> None:
+    """The short table the GPU check prints last, from its record."""
+    print("\n=== cunorm GPU check ===")
+    print(f"{record['gpu']}  cupy {record['cupy']}  digest {record['source_digest'][:12]}")
+    if record["tests"]:
+        t = record["tests"]
+        print(f"tests: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped")
+    if record["bench"]:
+        copy = record["copy_GBps"]
+        print(f"copy {copy} GB/s; fraction of copy:")
+        print(f"{'op':10s} {'dtype':8s} {'N':>7s} {'fwd':>6s} {'bwd':>6s}")
+        for r in record["bench"]:
+            print(f"{r['op']:10s} {r['dtype']:8s} {r['N']:7d} {r['fwd_GBps'] / copy:6.2f} {r['bwd_GBps'] / copy:6.2f}")
+    if record.get("torch"):
+        print("torch adapter, bf16 LayerNorm wall time per call (cunorm / torch):")
+        for r in record["torch"]["overhead"]:
+            print(f"  {tuple(r['shape'])}: fwd x{r['fwd_wall_ratio']}, fwd+bwd x{r['fwdbwd_wall_ratio']}, "
+                  f"graph-replay kernel {r['cunorm_fwd_graph_us']} vs {r['torch_fwd_graph_us']} us")
+        worst = min(min(r.get("fwd_vs_cupy", 1), r.get("bwd_vs_cupy", 1)) for r in record["torch"]["bandwidth"])
+        print(f"  large shapes: torch path at >= {worst:.3f} of the CuPy API's bandwidth")
+        small = record["torch"].get("small_batch") or []
+        if small:
+            fwd = max(small, key=lambda r: r["fwd_ratio"])
+            both = max(small, key=lambda r: r["fwdbwd_ratio"])
+            print("small batches, bf16, graph-replay kernel time cunorm / torch (worst row):")
+            print(f"  fwd x{fwd['fwd_ratio']} ({fwd['op']} M={fwd['M']} N={fwd['N']}), "
+                  f"fwd+bwd x{both['fwdbwd_ratio']} ({both['op']} M={both['M']} N={both['N']})")
+    jax_rows = (record.get("jax") or {}).get("bandwidth")
+    _section(jax_rows and f"jax adapter, LayerNorm inside jit ({jax_rows[0]['program']} a program): of the CuPy "
+             "API / vs XLA's jax.numpy LayerNorm; [one a call: of the CuPy API]", jax_rows,
+             lambda r: f"{r['dtype']:8s} N={r['N']:<6d} fwd {r.get('fwd_vs_cupy')} / x{r['fwd_vs_xla']} "
+                       f"[{r.get('fwd_percall_vs_cupy')}], bwd {r.get('bwd_vs_cupy')} / x{r['bwd_vs_xla']} "
+                       f"[{r.get('bwd_percall_vs_cupy')}]")
+    _section("batch_norm, training, kernel time as a fraction of copy fwd / bwd; speed-up over the best of torch "
+             "eager and torch.compile fwd / bwd; our host us a call fwd / bwd:", record.get("batch_norm"),
+             lambda r: f"{r['dtype']:8s} {r['layout']} {tuple(r['shape'])}: {r['fwd_of_copy']} / "
+                       f"{r['bwd_of_copy']}; x{r.get('fwd_speedup_vs_best')} / x{r.get('bwd_speedup_vs_best')}; "
+                       f"{r.get('host_us_fwd')} / {r.get('host_us_bwd')}")
+    _section("fused residual add (bf16), fraction of copy fwd / bwd, x torch eager's h = x + r; norm(h) fwd / "
+             "fwd+bwd; FP8 out fwd:", record.get("fused"),
+             lambda r: f"{r['op']:10s} N={r['N']:<5d} {r['residual_fwd_of_copy']} / {r['residual_bwd_of_copy']}, "
+                       f"x{r.get('residual_fwd_speedup_vs_torch')} / x{r.get('residual_fwdbwd_speedup_vs_torch')}; "
+                       f"FP8 {r['fp8_fwd_of_copy']}")
+    for r in record.get("sanitizer") or []:
+        print(f"compute-sanitizer {r['tool']}: " + (f"{r['errors']} errors" if r["ran"] else f"not run ({r['reason']})"))
+
+
+def _section(title: str, rows, line) -> None:
+    """One block of the closing summary: its title, then ``line(row)`` for each row (nothing
+    without rows)."""
+    if rows:
+        print(title)
+        for r in rows:
+            print("  " + line(r))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=pathlib.Path, default=ROOT / "benchmarks" / "results")
@@ -159,9 +215,6 @@ def main(argv=None) -> int:
         record["tests"] = run_tests(args.out, args.pytest_args.split())
     if args.sanitizer:
         record["sanitizer"] = [run_sanitizer(t, args.out) for t in args.sanitizer.split(",") if t]
-        for r in record["sanitizer"]:
-            print(f"sanitizer {r['tool']}: " + (f"{r['errors']} errors (exit {r['exit_code']})" if r["ran"]
-                                                else f"did not run: {r['reason']}"), flush=True)
     if not args.no_bench:
         record["copy_GBps"] = round(_bench.copy_gbps(), 1)
         print(f"device-to-device copy: {record['copy_GBps']} GB/s", flush=True)
@@ -176,55 +229,7 @@ def main(argv=None) -> int:
         record["fused"] = _bench_fused.run(record["copy_GBps"], log=lambda s: print(s, flush=True))
     (args.out / "gpu-latest.json").write_text(json.dumps(record, indent=1) + "\n")
 
-    print("\n=== cunorm GPU check ===")
-    print(f"{record['gpu']}  cupy {record['cupy']}  digest {record['source_digest'][:12]}")
-    if record["tests"]:
-        t = record["tests"]
-        print(f"tests: {t['passed']} passed, {t['failed']} failed, {t['skipped']} skipped")
-    if record["bench"]:
-        copy = record["copy_GBps"]
-        print(f"copy {copy} GB/s; fraction of copy:")
-        print(f"{'op':10s} {'dtype':8s} {'N':>7s} {'fwd':>6s} {'bwd':>6s}")
-        for r in record["bench"]:
-            print(f"{r['op']:10s} {r['dtype']:8s} {r['N']:7d} {r['fwd_GBps'] / copy:6.2f} {r['bwd_GBps'] / copy:6.2f}")
-    if record.get("torch"):
-        print("torch adapter, bf16 LayerNorm wall time per call (cunorm / torch):")
-        for r in record["torch"]["overhead"]:
-            print(f"  {tuple(r['shape'])}: fwd x{r['fwd_wall_ratio']}, fwd+bwd x{r['fwdbwd_wall_ratio']}, "
-                  f"graph-replay kernel {r['cunorm_fwd_graph_us']} vs {r['torch_fwd_graph_us']} us")
-        worst = min(min(r.get("fwd_vs_cupy", 1), r.get("bwd_vs_cupy", 1)) for r in record["torch"]["bandwidth"])
-        print(f"  large shapes: torch path at >= {worst:.3f} of the CuPy API's bandwidth")
-        small = record["torch"].get("small_batch") or []
-        if small:
-            fwd = max(small, key=lambda r: r["fwd_ratio"])
-            both = max(small, key=lambda r: r["fwdbwd_ratio"])
-            print("small batches, bf16, graph-replay kernel time cunorm / torch (worst row):")
-            print(f"  fwd x{fwd['fwd_ratio']} ({fwd['op']} M={fwd['M']} N={fwd['N']}), "
-                  f"fwd+bwd x{both['fwdbwd_ratio']} ({both['op']} M={both['M']} N={both['N']})")
-    if record.get("jax"):
-        rows = record["jax"]["bandwidth"]
-        print(f"jax adapter, LayerNorm inside jit ({rows[0]['program']} a program): of the CuPy API / vs XLA's "
-              "jax.numpy LayerNorm; [one a call: of the CuPy API]")
-        for r in rows:
-            print(f"  {r['dtype']:8s} N={r['N']:<6d} fwd {r.get('fwd_vs_cupy')} / x{r['fwd_vs_xla']} "
-                  f"[{r.get('fwd_percall_vs_cupy')}], bwd {r.get('bwd_vs_cupy')} / x{r['bwd_vs_xla']} "
-                  f"[{r.get('bwd_percall_vs_cupy')}]")
-    if record.get("batch_norm"):
-        print("batch_norm, training, kernel time as a fraction of copy fwd / bwd; speed-up over the best of torch "
-              "eager and torch.compile fwd / bwd; our host us a call fwd / bwd:")
-        for r in record["batch_norm"]:
-            print(f"  {r['dtype']:8s} {r['layout']} {tuple(r['shape'])}: {r['fwd_of_copy']} / {r['bwd_of_copy']}; "
-                  f"x{r.get('fwd_speedup_vs_best')} / x{r.get('bwd_speedup_vs_best')}; "
-                  f"{r.get('host_us_fwd')} / {r.get('host_us_bwd')}")
-    if record.get("fused"):
-        print("fused residual add (bf16), fraction of copy fwd / bwd, x torch eager's h = x + r; norm(h) fwd / "
-              "fwd+bwd; FP8 out fwd:")
-        for r in record["fused"]:
-            print(f"  {r['op']:10s} N={r['N']:<5d} {r['residual_fwd_of_copy']} / {r['residual_bwd_of_copy']}, "
-                  f"x{r.get('residual_fwd_speedup_vs_torch')} / x{r.get('residual_fwdbwd_speedup_vs_torch')}; "
-                  f"FP8 {r['fp8_fwd_of_copy']}")
-    for r in record.get("sanitizer") or []:
-        print(f"compute-sanitizer {r['tool']}: " + (f"{r['errors']} errors" if r["ran"] else f"not run ({r['reason']})"))
+    print_summary(record)
     failed = record["tests"] and record["tests"]["failed"]
     dirty = any(r["ran"] and r["errors"] for r in record.get("sanitizer") or [])
     return 1 if failed or dirty else 0

@@ -60,3 +60,14 @@ def test_sanitizer_missing_is_recorded(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert gpucheck.run_sanitizer("memcheck", tmp_path) == {
         "tool": "memcheck", "ran": False, "reason": "compute-sanitizer is not on the PATH"}
+
+
+def test_summary_prints_from_the_committed_record(capsys):
+    rec = json.loads((ROOT / "benchmarks" / "results" / "gpu-latest.json").read_text())
+    rec["sanitizer"] = [{"tool": "memcheck", "ran": True, "exit_code": 0, "errors": 0, "reason": None},
+                        {"tool": "racecheck", "ran": False, "reason": "Device not supported"}]
+    gpucheck.print_summary(rec)
+    out = capsys.readouterr().out
+    assert out.lstrip().startswith("=== cunorm GPU check ===")
+    assert "fraction of copy" in out and "fused residual add" in out
+    assert "compute-sanitizer memcheck: 0 errors" in out and "racecheck: not run (Device not supported)" in out

@@ -15,7 +15,7 @@ import numpy
 from .. import _config
 from .._compile import c_type, function_ptr
 from .._launch import blocks_per_sm, launch, pick_vec, row_layout, scalar_bits, sm_count
-from ._row_norm import KERNEL_FILE, TYPE_PAIRS, _b, _np_name, stage_bytes
+from ._row_norm import KERNEL_FILE, TYPE_PAIRS, _b, _np_name, partial_rows, reduce_partial_rows, stage_bytes
 
 FUSED_FILE = "layer_norm_fused.cu"
 FP8_TYPES = {"float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}
@@ -198,13 +198,8 @@ def run_fused_backward(plan: FusedBackwardPlan, dy: int, h: int, dh: int, weight
     partial reduction; dh, weight, mean (RMSNorm) and dres may be 0. ``alloc(shape, dtype)
     -> pointer`` gives the partials' scratch."""
     groups, n = plan.groups, plan.n
-    dw_part = db_part = 0
-    if dw or db:
-        part = alloc(((dw != 0) + (db != 0), groups, n), numpy.dtype(numpy.float32))
-        dw_part = part if dw else 0
-        db_part = (part + groups * n * 4 if dw else part) if db else 0
+    dw_part, db_part = partial_rows(dw, db, groups, n, numpy.dtype(numpy.float32), alloc)
     launch(plan.kernel, plan.blocks, plan.block,
            (dy, *plan.dy_args, h, *plan.h_args, dh, weight, mean, rstd, dx, dres, dw_part, db_part, plan.m, n,
             scalar_bits(weight_offset, numpy.float32)), stream, plan.smem)
-    if dw or db:
-        launch(plan.reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)
+    reduce_partial_rows(plan.reduce, dw_part, dw, db_part, db, groups, n, stream)

@@ -372,15 +372,26 @@ def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rs
                (dy, *plan.dy_args, x, *plan.x_args, *stats, tile_sums, m, n, tiles), stream)
         row_sums = alloc((m, 2), acc)
         launch(finalize, min(-(-m // 4), _config.MAX_GRID), 128, (tile_sums, row_sums, m, tiles), stream)
-    dw_part = db_part = 0
-    if dw or db:  # one scratch buffer for both partial sets
-        part = alloc(((dw != 0) + (db != 0), groups, n), acc)
-        dw_part = part if dw else 0
-        db_part = (part + groups * n * acc.itemsize if dw else part) if db else 0
+    dw_part, db_part = partial_rows(dw, db, groups, n, acc, alloc)
     launch(plan.main, plan.blocks * tiles, plan.block,
            (dy, *plan.dy_args, x, *plan.x_args, *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream, plan.smem)
+    reduce_partial_rows(plan.reduce, dw_part, dw, db_part, db, groups, n, stream)
+
+
+def partial_rows(dw: int, db: int, groups: int, n: int, acc: numpy.dtype, alloc) -> tuple[int, int]:
+    """Scratch for the persistent row groups' dW / dB partial rows ([groups, n] each, in one
+    buffer), for the gradients asked for (pointers; 0 where not)."""
+    if not (dw or db):
+        return 0, 0
+    part = alloc(((dw != 0) + (db != 0), groups, n), acc)
+    return (part if dw else 0), ((part + groups * n * acc.itemsize if dw else part) if db else 0)
+
+
+def reduce_partial_rows(reduce: int, dw_part: int, dw: int, db_part: int, db: int, groups: int, n: int,
+                        stream: int) -> None:
+    """norm_reduce_partials: the partial rows folded into dweight / dbias, fixed order."""
     if dw or db:
-        launch(plan.reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)
+        launch(reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)
 
 
 def backward_scratch(plan: BackwardPlan, dw: bool, db: bool) -> list:
