@@ -333,3 +333,13 @@ def test_fused_backward_odd_rows_compose(rng, op, shape):
     out, want = _fused_round_trip(op, rng, shape, BFLOAT16, __import__("cupy"))
     assert_close("dx", out[0], want[0], *tol(BFLOAT16))
     assert_close("dresidual", out[-1], want[0], 1e-4, 1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_fused_forward_staged_rows_walk_many(rng, op):
+    # bf16 x on the staged forward (fwd-stage): 4099 rows, so each resident block walks
+    # several, with the residual's tiles staged beside x's and the pivot loaded ahead
+    _check_fused(op, rng, (4099, 2048), BFLOAT16, r_dtype=BFLOAT16, h_dtype=numpy.float32, offset=1.0,
+                 expect_fused=True)
+    _check_fused(op, rng, (4099, 2048), BFLOAT16, out_dtype=E4M3, scale=8.0, expect_fused=True)
