@@ -69,9 +69,9 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
   // tiles through shared memory as norm_fwd does (v21): dynamic shared memory
   // [2 buffers][x packs, residual packs][PACKS][block] (_fused.fused_forward_plan), the next
   // pivot loaded ahead into a register.
-  constexpr bool kStaged = Staged<T, VEC, CUNORM_FWD_STAGE>::value;
   constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock;
   constexpr int kBuffer = kSet * int(sizeof(Pack<T, VEC>) + sizeof(Pack<R, VEC>));
+  constexpr bool kStaged = Staged<T, VEC, CUNORM_FWD_STAGE, 2L * kBuffer>::value;
   extern __shared__ __align__(16) unsigned char stage_smem[];
   auto x_slots = [&](int buf) { return reinterpret_cast<Pack<T, VEC>*>(stage_smem + buf * kBuffer); };
   auto r_slots = [&](int buf) {
@@ -198,7 +198,9 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
 
   // Rows staged through shared memory as norm_bwd's (row_norm.cuh): dynamic shared memory
   // [2 buffers][h packs in H, dy packs in T][PACKS][block] (_fused.stage_bytes).
-  constexpr bool kStaged = Staged<T, VEC>::value;
+  constexpr bool kStaged = Staged<T, VEC, CUNORM_BWD_STAGE,
+                                  2L * PACKS * GroupShape<TPR>::kBlock *
+                                      (sizeof(Pack<H, VEC>) + sizeof(Pack<T, VEC>))>::value;
   constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock;
   constexpr int kBuffer = kSet * int(sizeof(Pack<H, VEC>) + sizeof(Pack<T, VEC>));
   extern __shared__ __align__(16) unsigned char stage_smem[];
