@@ -11,7 +11,7 @@ import itertools
 
 from cunorm import _bench, _compile
 from cunorm._checks import BFLOAT16
-from cunorm.ops import _row_norm
+from cunorm.ops import _fused, _row_norm
 
 ROW_LENGTHS = (512, 1024, 2048, 4096, 8192)
 # name: (forward staged, backward staged)
@@ -23,7 +23,7 @@ def _use(fwd: bool, bwd: bool) -> None:
     _compile.COMPILE_OPTIONS = (f"-DCUNORM_FWD_STAGE={int(fwd)}", f"-DCUNORM_BWD_STAGE={int(bwd)}")
     _compile._modules.clear()
     for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm._backward_kernels,
-                  _row_norm.backward_plan):
+                  _row_norm.backward_plan, _fused.fused_forward_plan, _fused.fused_backward_plan):
         cache.cache_clear()
 
 
