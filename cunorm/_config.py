@@ -80,12 +80,6 @@ def column_bwd_max_rows(cfg: "TileConfig") -> int:
 # Forward grid-stride loops start at most this many blocks (rows beyond are looped over).
 MAX_GRID = 1 << 20
 
-# Rows staged through shared memory (kernels/row_norm.cuh kStageMaxBytes): tiles whose two
-# buffers would pass this load straight into registers instead — more would hold one block an
-# SM, and the largest (a bf16 residual forward, 4 packs x 1024 threads: 256 KiB) would not fit
-# the H200's 227 KiB a block. Every staged tile measured in v19 takes <= 96 KiB.
-STAGE_MAX_BYTES = 96 * 1024
-
 # The torch adapter's eager forward allocates its backward's dx when x is at most this big,
 # moving the allocation off torch's autograd thread (host-bound calls: a 1 MiB forward +
 # backward is ~4 us of kernels against ~150 us of host work); dx then lives from forward to

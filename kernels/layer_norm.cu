@@ -49,9 +49,8 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
   // through shared memory (row_norm.cuh; dynamic shared memory [2 buffers][PACKS][block]
   // packs, _row_norm.stage_bytes), its pivot in a register: the loads of row group
   // it + gridDim.x are in flight while this one reduces (NOTES v21).
+  constexpr bool kStaged = MODE == kFullRow && Staged<T, VEC, CUNORM_FWD_STAGE>::value;
   constexpr int kBlock = GroupShape<TPR>::kBlock;
-  constexpr bool kStaged =
-      MODE == kFullRow && Staged<T, VEC, CUNORM_FWD_STAGE, 2L * PACKS * kBlock * sizeof(Pack<T, VEC>)>::value;
   extern __shared__ __align__(16) unsigned char stage_smem[];
   Pack<T, VEC>* slots = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
   A next_pivot = A(0);
@@ -259,8 +258,7 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
   zero_tile(dw_acc);
   zero_tile(db_acc);
 
-  if constexpr (MODE == kFullRow &&
-                Staged<T, VEC, CUNORM_BWD_STAGE, 4L * PACKS * GroupShape<TPR>::kBlock * sizeof(Pack<T, VEC>)>::value) {
+  if constexpr (MODE == kFullRow && Staged<T, VEC>::value) {
     // dynamic shared memory: [2 buffers][x, dy][PACKS][block] packs (_row_norm.stage_bytes)
     extern __shared__ __align__(16) unsigned char stage_smem[];
     constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock;

@@ -65,35 +65,6 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
   const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
   A top = A(0);  // this thread's max |y| over its rows
 
-  // Half-precision x on a grid of resident blocks stages the next row group's x and residual
-  // tiles through shared memory as norm_fwd does (v21): dynamic shared memory
-  // [2 buffers][x packs, residual packs][PACKS][block] (_fused.fused_forward_plan), the next
-  // pivot loaded ahead into a register.
-  constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock;
-  constexpr int kBuffer = kSet * int(sizeof(Pack<T, VEC>) + sizeof(Pack<R, VEC>));
-  constexpr bool kStaged = Staged<T, VEC, CUNORM_FWD_STAGE, 2L * kBuffer>::value;
-  extern __shared__ __align__(16) unsigned char stage_smem[];
-  auto x_slots = [&](int buf) { return reinterpret_cast<Pack<T, VEC>*>(stage_smem + buf * kBuffer); };
-  auto r_slots = [&](int buf) {
-    return reinterpret_cast<Pack<R, VEC>*>(stage_smem + buf * kBuffer + kSet * int(sizeof(Pack<T, VEC>)));
-  };
-  A next_pivot = A(0);
-  auto stage_row = [&](i64 base, int buf) {  // past the last row: zeros, never read
-    if constexpr (kStaged) {
-      const i64 r = base + ty;
-      const bool ok = r < M;
-      const i64 safe = ok ? r : 0;
-      const int limit = tile_limit(N, 0, kTile, ok);
-      const T* xr = x + xmap.offset(safe);
-      stage_tile<VEC, PACKS, TPR, kBlock>(x_slots(buf), xr, limit, lane);
-      if (residual) stage_tile<VEC, PACKS, TPR, kBlock>(r_slots(buf), residual + rmap.offset(safe), limit, lane);
-      copies_commit();
-      if constexpr (!RMS) next_pivot = cvt<A>(xr[0]) + (residual ? cvt<A>(residual[rmap.offset(safe)]) : A(0));
-    }
-  };
-  int buf = 0;
-  if constexpr (kStaged) stage_row(i64(blockIdx.x) * kRows, buf);
-
   // Block-uniform loop: every thread runs every iteration, so the barriers in group_sum hold.
   for (i64 base = i64(blockIdx.x) * kRows; base < M; base += i64(gridDim.x) * kRows) {
     const i64 row = base + ty;
@@ -102,20 +73,11 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
     const int limit = tile_limit(N, 0, kTile, row_ok);
     const T* xrow = x + xmap.offset(safe_row);
     const R* rrow = residual ? residual + rmap.offset(safe_row) : nullptr;
-    A v[PACKS][VEC], pivot = A(0), mu;
-    if constexpr (kStaged) {
-      pivot = next_pivot;
-      stage_row(base + i64(gridDim.x) * kRows, buf ^ 1);
-      copies_wait_all_but_one();
-      unstage_tile<VEC, PACKS, kBlock>(x_slots(buf), v);
-    } else {
-      load_tile<VEC, PACKS, TPR>(xrow, limit, lane, v);
-      if constexpr (!RMS) pivot = cvt<A>(xrow[0]) + (rrow ? cvt<A>(rrow[0]) : A(0));
-    }
+    A v[PACKS][VEC];
+    load_tile<VEC, PACKS, TPR>(xrow, limit, lane, v);
     if (rrow) {
       A rv[PACKS][VEC];
-      if constexpr (kStaged) unstage_tile<VEC, PACKS, kBlock>(r_slots(buf), rv);
-      else load_tile<VEC, PACKS, TPR>(rrow, limit, lane, rv);
+      load_tile<VEC, PACKS, TPR>(rrow, limit, lane, rv);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
@@ -126,7 +88,8 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
           if (pack_col<VEC, TPR>(p, lane) < limit) store_pack<H>(h + safe_row * N + pack_col<VEC, TPR>(p, lane), v[p]);
       }
     }
-    if constexpr (kStaged) buf ^= 1;
+    A pivot = A(0), mu;
+    if constexpr (!RMS) pivot = cvt<A>(xrow[0]) + (rrow ? cvt<A>(rrow[0]) : A(0));
     const A q = centre_tile<VEC, PACKS, TPR, RMS>(v, limit, lane, pivot, smem, mu);
     const A r = rsqrt_acc(q / A(N) + eps);
     if (lane == 0 && row_ok && rstd) {  // inference callers may skip the statistics
@@ -198,9 +161,7 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
 
   // Rows staged through shared memory as norm_bwd's (row_norm.cuh): dynamic shared memory
   // [2 buffers][h packs in H, dy packs in T][PACKS][block] (_fused.stage_bytes).
-  constexpr bool kStaged = Staged<T, VEC, CUNORM_BWD_STAGE,
-                                  2L * PACKS * GroupShape<TPR>::kBlock *
-                                      (sizeof(Pack<H, VEC>) + sizeof(Pack<T, VEC>))>::value;
+  constexpr bool kStaged = Staged<T, VEC>::value;
   constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock;
   constexpr int kBuffer = kSet * int(sizeof(Pack<H, VEC>) + sizeof(Pack<T, VEC>));
   extern __shared__ __align__(16) unsigned char stage_smem[];

@@ -190,16 +190,11 @@ struct BwdOccupancy {
 #define CUNORM_FWD_STAGE 1  // 0: the full-row forward loads rows straight into registers
 #endif
 
-// Staging buffers past this would leave one block an SM, or not fit at all (a bf16 residual
-// forward at 4 packs x 1024 threads wants 256 KiB): such tiles load straight into registers.
-constexpr int kStageMaxBytes = 96 * 1024;  // = cunorm/_config.py STAGE_MAX_BYTES
-
-// Whether a kernel whose staging is switched `on` stages rows of T in VEC-packs, given the
-// BYTES of dynamic shared memory its buffers take (the host mirrors this:
-// _row_norm.stage_bytes).
-template <typename T, int VEC, bool ON, long BYTES>
+// Whether a kernel whose staging is switched `on` stages rows of T in VEC-packs (the host
+// mirrors this: _row_norm.stage_bytes).
+template <typename T, int VEC, bool ON = CUNORM_BWD_STAGE>
 struct Staged {
-  static constexpr bool value = ON && sizeof(T) == 2 && VEC * sizeof(T) == 16 && BYTES <= kStageMaxBytes;
+  static constexpr bool value = ON && sizeof(T) == 2 && VEC * sizeof(T) == 16;
 };
 
 __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool inside) {

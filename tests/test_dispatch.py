@@ -87,14 +87,3 @@ def test_forward_row_configs_hold_the_row_or_split(itemsize, n):
             assert n > _config.FWD.max_tpr * _config.packs_cap(vec, _config.FWD.max_values) * vec
         else:
             assert cfg.tile >= n and cfg.block in (128, 256, 512, 1024)
-
-
-def test_staged_tiles_fit_the_shared_memory_bound():
-    from cunorm import _config as cfgs
-
-    big = cfgs.TileConfig(8, 4, 1024)  # bf16 forward at N = 32768: 128 KiB of buffers
-    assert _row_norm.stage_bytes(big, 2, on=True) == 0, "past STAGE_MAX_BYTES: loads into registers"
-    assert _row_norm.stage_bytes(cfgs.TileConfig(8, 4, 512), 2, on=True) == 64 * 1024
-    assert _row_norm.stage_bytes(cfgs.TileConfig(8, 1, 1024), 2, 4, on=True) == 96 * 1024, "fused bwd, h fp32"
-    assert _row_norm.stage_bytes(cfgs.TileConfig(4, 4, 256), 4, on=True) == 0, "fp32 is not staged"
-    assert _row_norm.stage_bytes(cfgs.TileConfig(8, 1, 512), 2, on=False) == 0

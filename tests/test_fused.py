@@ -358,9 +358,9 @@ def test_fused_backward_float32_dy_of_bf16_h_composes_in_float32(rng, op):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
-def test_fused_forward_staged_rows_walk_many(rng, op):
-    # bf16 x on the staged forward (fwd-stage): 4099 rows, so each resident block walks
-    # several, with the residual's tiles staged beside x's and the pivot loaded ahead
+def test_fused_forward_many_rows(rng, op):
+    # 4099 rows of bf16 x with a residual kept in float32 and with FP8 out: more rows than
+    # one wave of blocks, on the full-row tile
     _check_fused(op, rng, (4099, 2048), BFLOAT16, r_dtype=BFLOAT16, h_dtype=numpy.float32, offset=1.0,
                  expect_fused=True)
     _check_fused(op, rng, (4099, 2048), BFLOAT16, out_dtype=E4M3, scale=8.0, expect_fused=True)

@@ -104,7 +104,6 @@ class FusedPlan(NamedTuple):
     r_args: tuple
     m: int
     n: int
-    smem: int = 0  # dynamic shared memory (rows staged, _row_norm.stage_bytes)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -126,14 +125,8 @@ def fused_forward_plan(shape: tuple, x_strides: tuple, r_strides: tuple | None, 
     if cfg is None:
         return None
     kernel = function_ptr(FUSED_FILE, _name(*names[:4], names[4], cfg, rms), device)
-    grid = min(-(-m // cfg.rows_per_block), _config.MAX_GRID)
-    # staged (x and the residual's tiles; the kernel sizes its buffers with the residual's
-    # dtype, x's when there is none): resident blocks walk the row groups
-    smem = stage_bytes(cfg, numpy.dtype(dtype).itemsize, numpy.dtype(rdtype).itemsize,
-                       on=_row_norm.STAGE_FORWARD)
-    if smem:
-        grid = min(grid, sm_count(device) * blocks_per_sm(kernel, cfg.block, smem))
-    return FusedPlan(kernel, grid, cfg.block, xr.args(), rr.args(), m, n, smem)
+    return FusedPlan(kernel, min(-(-m // cfg.rows_per_block), _config.MAX_GRID), cfg.block, xr.args(), rr.args(),
+                     m, n)
 
 
 def run_fused_forward(plan: FusedPlan, x: int, residual: int, h: int, y: int, weight: int, bias: int, mean: int,
@@ -143,7 +136,7 @@ def run_fused_forward(plan: FusedPlan, x: int, residual: int, h: int, y: int, we
     launch(plan.kernel, plan.grid, plan.block,
            (x, *plan.x_args, residual, *plan.r_args, h, y, weight, bias, mean, rstd, amax, plan.m, plan.n,
             scalar_bits(eps, numpy.float32), scalar_bits(weight_offset, numpy.float32),
-            scalar_bits(out_scale, numpy.float32)), stream, plan.smem)
+            scalar_bits(out_scale, numpy.float32)), stream)
 
 
 CAST_BLOCK = 256  # a grid-stride copy: any full block keeps the loads in flight

@@ -267,14 +267,12 @@ def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, 
 @functools.lru_cache(maxsize=4096)
 def stage_bytes(cfg: _config.TileConfig, lead_itemsize: int, *other_itemsizes: int, on: bool | None = None) -> int:
     """Dynamic shared memory of a full-row tile that stages its rows (``Staged``: 16-byte
-    packs of a half-precision lead tensor — dy in the backwards, x in the forward — and two
-    buffers of the packs of each staged tensor within _config.STAGE_MAX_BYTES): those
-    buffers' bytes, else 0. ``on`` defaults to STAGE_BACKWARD."""
+    packs of a half-precision lead tensor — dy in the backwards, x in the forward): two
+    buffers of the packs of each staged tensor, else 0. ``on`` defaults to STAGE_BACKWARD."""
     on = STAGE_BACKWARD if on is None else on
     if not (on and lead_itemsize == 2 and cfg.vec * lead_itemsize == 16):
         return 0
-    nbytes = 2 * cfg.packs * cfg.block * cfg.vec * (lead_itemsize + sum(other_itemsizes))
-    return nbytes if nbytes <= _config.STAGE_MAX_BYTES else 0
+    return 2 * cfg.packs * cfg.block * cfg.vec * (lead_itemsize + sum(other_itemsizes))
 
 
 def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
