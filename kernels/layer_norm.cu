@@ -45,28 +45,6 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
   const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
   const i64 items = (M + kRows - 1) / kRows * C;
 
-  // Full-row half-precision tiles on a grid of resident blocks stage their next row group
-  // through shared memory (row_norm.cuh; dynamic shared memory [2 buffers][PACKS][block]
-  // packs, _row_norm.stage_bytes), its pivot in a register: the loads of row group
-  // it + gridDim.x are in flight while this one reduces (NOTES v21).
-  constexpr bool kStaged = MODE == kFullRow && Staged<T, VEC, CUNORM_FWD_STAGE>::value;
-  constexpr int kBlock = GroupShape<TPR>::kBlock;
-  extern __shared__ __align__(16) unsigned char stage_smem[];
-  Pack<T, VEC>* slots = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
-  A next_pivot = A(0);
-  auto stage_row = [&](i64 it, int buf) {  // past the last row: zeros, never read
-    if constexpr (kStaged) {  // (the body compiles for staged tiles only)
-      const i64 r = it * kRows + ty;
-      const bool ok = r < M;
-      const T* xr = x + xmap.offset(ok ? r : 0);
-      stage_tile<VEC, PACKS, TPR, kBlock>(slots + buf * PACKS * kBlock, xr, tile_limit(N, 0, kTile, ok), lane);
-      copies_commit();
-      if constexpr (!RMS) next_pivot = cvt<A>(xr[0]);
-    }
-  };
-  int buf = 0;
-  if constexpr (kStaged) stage_row(blockIdx.x, buf);
-
   // Block-uniform loop: every thread runs every iteration, so the barriers in group_sum hold.
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
     const i64 row = it / C * kRows + ty;
@@ -76,20 +54,12 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
     const int limit = tile_limit(N, c0, kTile, row_ok);
     const T* xrow = x + xmap.offset(safe_row);
     A v[PACKS][VEC];
+    load_tile<VEC, PACKS, TPR>(xrow + c0, limit, lane, v);
+
     // v becomes x - pivot, then x - pivot - mu (the centred value), in place; with the
     // one-pass statistics the output subtracts mu instead (mu_done false).
     A pivot = A(0), mu = A(0), r;
     bool mu_done = false;
-    if constexpr (kStaged) {
-      pivot = next_pivot;
-      stage_row(it + gridDim.x, buf ^ 1);
-      copies_wait_all_but_one();
-      unstage_tile<VEC, PACKS, kBlock>(slots + buf * PACKS * kBlock, v);
-      buf ^= 1;
-    } else {
-      load_tile<VEC, PACKS, TPR>(xrow + c0, limit, lane, v);
-      if constexpr (!RMS && MODE != kChunkApply) pivot = cvt<A>(xrow[0]);  // apply: row_shift's, below
-    }
     if constexpr (MODE == kChunkApply) {
       if constexpr (!RMS) {
         pivot = row_shift[safe_row * 2];
@@ -108,6 +78,7 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
       // M2 = sum t^2 - (sum t)^2 / n. The pivot is one of the row's values, so t is centred
       // to within the row's spread and the subtraction keeps its digits; v stays x - pivot
       // and the output subtracts mu.
+      if constexpr (!RMS) pivot = cvt<A>(xrow[0]);
       A s = A(0);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
@@ -128,6 +99,7 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
         q = q - s * mu > A(0) ? q - s * mu : A(0);
       }
 #else
+      if constexpr (!RMS) pivot = cvt<A>(xrow[0]);
       q = centre_tile<VEC, PACKS, TPR, RMS>(v, limit, lane, pivot, smem, mu);
       mu_done = true;
 #endif

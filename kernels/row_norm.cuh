@@ -186,15 +186,10 @@ struct BwdOccupancy {
 #ifndef CUNORM_BWD_STAGE
 #define CUNORM_BWD_STAGE 1  // 0: the backward loads rows straight into registers
 #endif
-#ifndef CUNORM_FWD_STAGE
-#define CUNORM_FWD_STAGE 1  // 0: the full-row forward loads rows straight into registers
-#endif
 
-// Whether a kernel whose staging is switched `on` stages rows of T in VEC-packs (the host
-// mirrors this: _row_norm.stage_bytes).
-template <typename T, int VEC, bool ON = CUNORM_BWD_STAGE>
-struct Staged {
-  static constexpr bool value = ON && sizeof(T) == 2 && VEC * sizeof(T) == 16;
+template <typename T, int VEC>
+struct Staged {  // whether the backward stages rows of T in VEC-packs (the host mirrors this)
+  static constexpr bool value = CUNORM_BWD_STAGE && sizeof(T) == 2 && VEC * sizeof(T) == 16;
 };
 
 __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool inside) {

@@ -32,8 +32,8 @@ def test_views_partial_row_backward(rng, op, view):
 @pytest.mark.parametrize("n", [520, 2048, 4096])
 def test_staged_partial_row_backward_walks_many_rows(rng, op, dtype, n):
     """Half-precision rows staged through shared memory (next row copied during this one's
-    reductions), in the backward and, on the fwd-stage branch, the forward: enough rows that
-    every resident block walks many, including the last step's stage of rows past M. N = 520 (65 packs of 8) leaves the tile's last packs past the
+    reductions): enough rows that every persistent group walks many, including the last
+    step's stage of rows past M. N = 520 (65 packs of 8) leaves the tile's last packs past the
     row: zero-filled copies."""
     from cunorm.ops import _row_norm
 

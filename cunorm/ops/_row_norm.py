@@ -35,8 +35,6 @@ USE_CLUSTER_BACKWARD = False
 # (cp.async) while reducing the current one: kernels/row_norm.cuh ``Staged``, which this
 # mirrors (CUNORM_BWD_STAGE); measured in benchmarks/NOTES.md, v19.
 STAGE_BACKWARD = True
-# The full-row forward likewise on a grid of resident blocks (CUNORM_FWD_STAGE; NOTES v21).
-STAGE_FORWARD = True
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
 
 # (x dtype, parameter dtype) pairs compiled as such; any other parameter dtype is cast to
@@ -176,7 +174,6 @@ class ForwardPlan(NamedTuple):
     rms: bool
     eps_bits: int
     acc: numpy.dtype
-    smem: int = 0  # the full-row kernel's dynamic shared memory (rows staged, stage_bytes)
 
 
 # Plans are cached by call signature (layout, dtypes, options, alignment class): small batches
@@ -200,19 +197,15 @@ def forward_plan(shape: tuple, strides: tuple, dtype, wdtype, nd: int, rms: bool
     cfg, kernels = _forward_kernels(dtype.name, wdtype.name, n, vec, rms, device)
     acc = acc_dtype(dtype)
     eps_bits = scalar_bits(eps, acc)
-    smem = 0
     if isinstance(cfg, _config.ClusterConfig):  # a cluster a row, looping when rows outnumber the grid
         grid, tiles = min(m, _config.MAX_GRID // cfg.cluster) * cfg.cluster, 1
     elif len(kernels) == 1:
         grid, tiles = min(-(-m // cfg.rows_per_block), _config.MAX_GRID), 1
-        smem = stage_bytes(cfg, dtype.itemsize, on=STAGE_FORWARD)
-        if smem:  # staged: resident blocks walk the row groups
-            grid = min(grid, sm_count(device) * blocks_per_sm(kernels[0], cfg.block, smem))
     else:
         tiles = -(-n // cfg.tile)
         grid = min(m * tiles, _config.MAX_GRID)
     return ForwardPlan(kernels, grid, cfg.block, rows.args(), (0, 0, m, n, 1, eps_bits), m, n, tiles,
-                       cfg.tile, rms, eps_bits, acc, smem)
+                       cfg.tile, rms, eps_bits, acc)
 
 
 def run_forward(plan: ForwardPlan, x: int, y: int, weight: int, bias: int, mean: int, rstd: int, alloc,
@@ -222,7 +215,7 @@ def run_forward(plan: ForwardPlan, x: int, y: int, weight: int, bias: int, mean:
     mean = 0 if plan.rms else mean
     head = (x, *plan.row_args, y, weight, bias, mean, rstd)
     if plan.tiles == 1:
-        launch(plan.kernels[0], plan.grid, plan.block, (*head, *plan.tail), stream, plan.smem)
+        launch(plan.kernels[0], plan.grid, plan.block, (*head, *plan.tail), stream)
         return
     m, n, tiles, acc, eps_bits = plan.m, plan.n, plan.tiles, plan.acc, plan.eps_bits
     tile_stats = alloc((m, tiles, 2), acc)
@@ -265,14 +258,13 @@ def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, 
 
 
 @functools.lru_cache(maxsize=4096)
-def stage_bytes(cfg: _config.TileConfig, lead_itemsize: int, *other_itemsizes: int, on: bool | None = None) -> int:
-    """Dynamic shared memory of a full-row tile that stages its rows (``Staged``: 16-byte
-    packs of a half-precision lead tensor — dy in the backwards, x in the forward): two
-    buffers of the packs of each staged tensor, else 0. ``on`` defaults to STAGE_BACKWARD."""
-    on = STAGE_BACKWARD if on is None else on
-    if not (on and lead_itemsize == 2 and cfg.vec * lead_itemsize == 16):
+def stage_bytes(cfg: _config.TileConfig, dy_itemsize: int, x_itemsize: int) -> int:
+    """Dynamic shared memory of a full-row backward tile: two buffers of the x (or h) and dy
+    packs where the kernel stages rows (``Staged``: 16-byte packs of a half-precision dy),
+    else 0."""
+    if not (STAGE_BACKWARD and dy_itemsize == 2 and cfg.vec * dy_itemsize == 16):
         return 0
-    return 2 * cfg.packs * cfg.block * cfg.vec * (lead_itemsize + sum(other_itemsizes))
+    return 2 * cfg.packs * cfg.block * cfg.vec * (dy_itemsize + x_itemsize)
 
 
 def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
