@@ -25,9 +25,12 @@ def _call(op, x, w, b=None, **kw):
     return ct.layer_norm(x, (n,), w, b, **kw) if op == "layer_norm" else ct.rms_norm(x, (n,), w, **kw)
 
 
-def _composition(op, x, r, w, b, offset, eps=None):
-    """torch's unfused ops in float64: (y, h)."""
+def _composition(op, x, r, w, b, offset, eps=None, h_dtype=None):
+    """torch's unfused ops in float64: (y, h). With h_dtype, h is rounded to it as stored (the
+    gradient passes the rounding unchanged), so dweight sees the h the backward reads."""
     h = x.double() + (0 if r is None else r.double())
+    if h_dtype is not None:
+        h = h + (h.to(h_dtype).double() - h).detach()
     n = x.shape[-1]
     w64 = None if w is None else w.double() + offset
     if op == "layer_norm":
@@ -180,7 +183,7 @@ def test_gpu_residual_forward_and_backward(op, dtype, shape, h_dtype):
     leaves = [t for t in (x, r, w, b) if t is not None]
     ref = [t.detach().double().requires_grad_() for t in leaves]
     y64, h64 = _composition(op, ref[0], ref[1], ref[2], ref[3] if b is not None else None, 1.0,
-                            eps=torch.finfo(dtype).eps)
+                            eps=torch.finfo(dtype).eps, h_dtype=h.dtype)
     torch.autograd.backward((y64, h64), (dy.double(), dh.double()))
     assert_close("y", y.detach(), y64.detach().cpu().numpy(), *tol(_np(dtype)))
     assert_close("h", h.detach(), h64.detach().cpu().numpy(), *tol(_np(h.dtype)))

@@ -15,7 +15,6 @@ import numpy
 from .. import _config
 from .._compile import c_type, function_ptr
 from .._launch import blocks_per_sm, launch, pick_vec, row_layout, scalar_bits, sm_count
-from . import _row_norm
 from ._row_norm import KERNEL_FILE, TYPE_PAIRS, _b, _np_name, partial_rows, reduce_partial_rows, stage_bytes
 
 FUSED_FILE = "layer_norm_fused.cu"

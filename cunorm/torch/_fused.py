@@ -68,7 +68,12 @@ def options(input, weight, residual, residual_dtype, weight_offset, out_dtype, o
             raise ValueError(f"residual: on {residual.device}, input on {input.device}")
     opts = _fused_api.options(_meta(input), weight, _meta(residual), _numpy_dtype("residual_dtype", residual_dtype),
                               weight_offset, _numpy_dtype("out_dtype", out_dtype), out_scale, return_amax)
-    return None if opts is None else opts._replace(residual=residual)
+    if opts is None:
+        return None
+    # the torch-side options carry torch dtypes, taken from the arguments: a NumPy dtype as a
+    # dict key breaks torch.compile's tracing (dynamo cannot hash it)
+    return opts._replace(residual=residual, out_dtype=input.dtype if out_dtype is None else out_dtype,
+                         residual_dtype=None if residual is None else residual_dtype or residual.dtype)
 
 
 def fp8(dtype: numpy.dtype) -> bool:
@@ -182,7 +187,8 @@ def _cpu_backward(dy, dh, h, weight, stats, nd, rms, has_bias, weight_offset, dx
         _numpy_view(dy), _numpy_view(h), _numpy_view(weight), None if rms else s[0], s if rms else s[1],
         normalized_ndim=nd, has_bias=has_bias, dh=_numpy_view(dh), weight_offset=weight_offset, _rms=rms)
     grad = h.dtype if weight is None else weight.dtype
-    return (_from_numpy(dx, dx_dtype), _empty(h) if dres_dtype is None else _from_numpy(dx, dres_dtype),
+    # a custom op's outputs may not alias each other: the residual's gradient is its own copy
+    return (_from_numpy(dx, dx_dtype), _empty(h) if dres_dtype is None else _from_numpy(dx.copy(), dres_dtype),
             None if dw is None else _from_numpy(dw, grad), None if db is None else _from_numpy(db, grad))
 
 
@@ -232,7 +238,8 @@ def _composed_backward(dy, dh, h, weight, stats, nd, rms, has_bias, weight_offse
     grad = h.dtype if weight is None else weight.dtype
     dw = None if dw is None else dw.to(grad)
     db = None if db is None else db.to(grad)
-    return dx.to(dx_dtype), _empty(h) if dres_dtype is None else dx.to(dres_dtype), dw, db
+    # a custom op's outputs may not alias each other (.to returns dx itself at its own dtype)
+    return dx.to(dx_dtype), _empty(h) if dres_dtype is None else dx.to(dres_dtype, copy=True), dw, db
 
 
 # ---- the custom ops -------------------------------------------------------------------------
@@ -310,9 +317,8 @@ def call(input, nd, weight, bias, eps, rms, opts):
     """The fused functional call: y, then h with a residual, then amax with return_amax."""
     _check_tensors(input, nd, weight=weight, bias=bias)
     y, h, _, amax = torch.ops.cunorm.fused_norm_fwd(
-        input, opts.residual, weight, bias, nd, rms, eps,
-        None if opts.residual_dtype is None else _ANY_TORCH[opts.residual_dtype], opts.weight_offset,
-        _ANY_TORCH[opts.out_dtype], opts.out_scale, opts.return_amax)
+        input, opts.residual, weight, bias, nd, rms, eps, opts.residual_dtype, opts.weight_offset,
+        opts.out_dtype, opts.out_scale, opts.return_amax)
     out = (y,) + ((h,) if opts.residual is not None else ()) + ((amax,) if opts.return_amax else ())
     return out if len(out) > 1 else y
 
