@@ -108,7 +108,6 @@ def run_sanitizer(tool: str, out: pathlib.Path) -> dict:
     """``compute-sanitizer --tool TOOL`` over cunorm._sanitize (one call per kernel family and
     path): its exit code and error count, or why it did not run (not installed; some
     machines' runtimes refuse the device)."""
-    import re
     import shutil
     import subprocess
 
@@ -124,11 +123,18 @@ def run_sanitizer(tool: str, out: pathlib.Path) -> dict:
         return {"tool": tool, "ran": False, "reason": f"timed out after {SANITIZER_TIMEOUT_S} s"}
     text = proc.stdout + proc.stderr
     (out / f"sanitizer-{tool}.txt").write_text(text)
-    summary = re.search(r"ERROR SUMMARY: (\d+) error", text)
     done = "cunorm._sanitize:" in text
-    return {"tool": tool, "ran": done, "exit_code": proc.returncode,
-            "errors": int(summary.group(1)) if summary else None,
+    return {"tool": tool, "ran": done, "exit_code": proc.returncode, "errors": sanitizer_errors(text),
             "reason": None if done else (text.strip().splitlines() or ["no output"])[-1]}
+
+
+def sanitizer_errors(text: str) -> int | None:
+    """The error count of a compute-sanitizer log: memcheck ends "ERROR SUMMARY: N errors",
+    racecheck "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)"."""
+    import re
+
+    found = re.search(r"ERROR SUMMARY: (\d+) error", text) or re.search(r"SUMMARY: [^\n]*\((\d+) error", text)
+    return int(found.group(1)) if found else None
 
 
 def print_summary(record: dict) -> None:

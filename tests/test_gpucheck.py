@@ -6,6 +6,8 @@ import hashlib
 import json
 import pathlib
 
+import pytest
+
 from cunorm import gpucheck
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -48,6 +50,16 @@ def test_sanitizer_summary_is_read(tmp_path, monkeypatch):
     r = gpucheck.run_sanitizer("memcheck", tmp_path)
     assert r == {"tool": "memcheck", "ran": True, "exit_code": 97, "errors": 3, "reason": None}
     assert "ERROR SUMMARY" in (tmp_path / "sanitizer-memcheck.txt").read_text()
+
+
+@pytest.mark.parametrize("summary, errors", [
+    ("========= ERROR SUMMARY: 0 errors", 0),
+    ("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)", 0),  # the H200's racecheck
+    ("========= RACECHECK SUMMARY: 5 hazards displayed (2 errors, 3 warnings)", 2),
+    ("========= no summary", None),
+])
+def test_sanitizer_error_count_of_each_tool(summary, errors):
+    assert gpucheck.sanitizer_errors("cunorm._sanitize: 62 calls done\n" + summary + "\n") == errors
 
 
 def test_sanitizer_refusing_the_device_is_recorded_not_counted(tmp_path, monkeypatch):

@@ -194,8 +194,9 @@ def test_gpu_residual_forward_and_backward(op, dtype, shape, h_dtype):
     if h.dtype != torch.float32:
         # the statistics come from the exact float32 sum, the backward reads h rounded to its
         # dtype: a row's normalized h is off by the mean rounding (about tol(h) / sqrt(N)),
-        # and dweight sums that over the rows
-        atol += tol(_np(h.dtype))[1] * math.sqrt(shape[0] / n)
+        # and dweight sums that over the rows; x 4 for the tails (|dy * x_hat| reaches ~9 in a
+        # few of 1533 columns: measured 1e-3 off at (5, 1533) bf16 against 0.9e-3 without it)
+        atol += 4 * tol(_np(h.dtype))[1] * math.sqrt(shape[0] / n)
     for name, got, want in zip(("dweight", "dbias"), (w.grad, None if b is None else b.grad), ref[2:]):
         if got is not None:
             assert_close(name, got, want.grad.cpu().numpy(), rtol, atol)
