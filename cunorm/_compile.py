@@ -3,7 +3,9 @@
 Each ``kernels/<op>.cu`` is compiled by NVRTC through ``cupy.RawModule``, one module per
 template instantiation (so a first call compiles only what it launches), cached per device.
 CuPy's on-disk cache keys on the source string, so ``common.cuh`` is inlined into the
-source here: editing the header changes the key and no stale kernel runs.
+source here: editing the header changes the key and no stale kernel runs. A cache CuPy
+cannot read or write (read-only or corrupted ``CUPY_CACHE_DIR``) falls back to compiling in
+memory with a warning.
 
 ``compile_check`` compiles instantiations with NVRTC directly for a named architecture, no
 GPU needed; CI uses it to compile every instantiation for sm_80 and sm_90.
@@ -18,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 
 import numpy
 
@@ -72,13 +75,45 @@ def function_ptr(filename: str, name_expression: str, device: int) -> int:
         with _lock:  # one compile per kernel, even when many threads ask at once
             fn = _modules.get(key)
             if fn is None:
-                import cupy
-
-                module = cupy.RawModule(code=kernel_source(filename), options=COMPILE_OPTIONS,
-                                        name_expressions=(name_expression,))
-                kernel = module.get_function(name_expression)
+                kernel = compile_kernel(kernel_source(filename), name_expression)
                 fn = _modules[key] = (kernel, kernel.kernel.ptr)  # the RawKernel keeps the module alive
     return fn[1]
+
+
+# Why CuPy's on-disk kernel cache was given up in this process (empty while it works).
+_cache_unusable: list[str] = []
+
+
+def compile_kernel(code: str, name_expression: str):
+    """The RawKernel ``name_expression`` of ``code`` for the current device, through CuPy's
+    on-disk cache. CuPy raises OSError when that cache cannot be read or written (a
+    read-only CUPY_CACHE_DIR, an entry that is not a readable file); then this and every
+    later kernel of the process compile in memory, after one RuntimeWarning. (A cache file
+    with wrong contents CuPy detects by its hash and recompiles itself.)"""
+    if not _cache_unusable:
+        try:
+            return _raw_kernel(code, name_expression)
+        except OSError as err:
+            _cache_unusable.append(f"{type(err).__name__}: {err}")
+            warnings.warn(f"cunorm: CuPy's kernel cache is unusable ({_cache_unusable[0]}); compiling kernels in "
+                          "memory for the rest of this process", RuntimeWarning, stacklevel=3)
+    # CuPy reads this per compile; set only around ours (callers hold _lock)
+    before = os.environ.get("CUPY_CACHE_IN_MEMORY")
+    os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
+    try:
+        return _raw_kernel(code, name_expression)
+    finally:
+        if before is None:
+            del os.environ["CUPY_CACHE_IN_MEMORY"]
+        else:
+            os.environ["CUPY_CACHE_IN_MEMORY"] = before
+
+
+def _raw_kernel(code: str, name_expression: str):
+    import cupy
+
+    module = cupy.RawModule(code=code, options=COMPILE_OPTIONS, name_expressions=(name_expression,))
+    return module.get_function(name_expression)
 
 
 def _nvrtc_include_options() -> list[str]:
