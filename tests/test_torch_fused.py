@@ -100,11 +100,35 @@ def _opcheck_args(device):
     x = torch.randn(3, 8, device=device, requires_grad=True)
     r = torch.randn(3, 8, device=device, requires_grad=True)
     w = torch.randn(8, device=device, requires_grad=True)
-    fwd = (x, r, w, None, 1, True, 1e-6, torch.float32, 1.0, torch.float32, 1.0, False)
+    fwd = (x, r, w, None, 1, True, 1e-6, torch.float32, 1.0, torch.float32, 1.0, False, True)
     y, h, stats, _ = torch.ops.cunorm.fused_norm_fwd(*fwd)
     bwd = (torch.randn_like(y), torch.randn_like(h), h.detach(), w.detach(), stats, 1, True, False, 1.0,
            torch.float32, torch.float32)
-    return [(torch.ops.cunorm.fused_norm_fwd.default, fwd), (torch.ops.cunorm.fused_norm_bwd.default, bwd)]
+    inference = tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in fwd[:-1]) + (False,)
+    return [(torch.ops.cunorm.fused_norm_fwd.default, fwd), (torch.ops.cunorm.fused_norm_bwd.default, bwd),
+            (torch.ops.cunorm.fused_norm_fwd.default, inference)]
+
+
+def _inference_skips_statistics(device):
+    """Without a backward to come (no_grad, or nothing requiring grad) the fused forward
+    writes no statistics and gives the same outputs."""
+    x, r = torch.randn(5, 64, device=device), torch.randn(5, 64, device=device)
+    w = torch.randn(64, device=device)
+    for op, args in (("layer_norm", (w, torch.randn(64, device=device))), ("rms_norm", (w,))):
+        rms = op == "rms_norm"
+        full = torch.ops.cunorm.fused_norm_fwd(x, r, *args, *((None,) if rms else ()), 1, rms, 1e-5, x.dtype, 1.0,
+                                               x.dtype, 1.0, False, True)
+        lean = torch.ops.cunorm.fused_norm_fwd(x, r, *args, *((None,) if rms else ()), 1, rms, 1e-5, x.dtype, 1.0,
+                                               x.dtype, 1.0, False, False)
+        assert full[2].numel() == 5 * (1 if rms else 2) and lean[2].numel() == 0
+        torch.testing.assert_close(lean[0], full[0], rtol=0, atol=0)
+        torch.testing.assert_close(lean[1], full[1], rtol=0, atol=0)
+        y, h = getattr(ct, op)(x, (64,), *args, 1e-5, residual=r, weight_offset=1.0)  # nothing requires grad
+        torch.testing.assert_close(y, full[0], rtol=0, atol=0)
+
+
+def test_cpu_inference_skips_statistics():
+    _inference_skips_statistics("cpu")
 
 
 def test_cpu_fused_opcheck():
@@ -218,6 +242,12 @@ def test_gpu_fp8_output(op, fp8, n):
     bad = numpy.abs(got - want) > fp8_step(want, FP8[fp8]) * 1.001
     assert not bad.any(), f"FP8 y off by more than one FP8 step at {numpy.argwhere(bad)[:5].tolist()}"
     assert float(amax) == pytest.approx(amax_ref, rel=1e-2)
+
+
+@gpu
+def test_gpu_inference_skips_statistics():
+    _cuda_or_skip()
+    _inference_skips_statistics("cuda")
 
 
 @gpu

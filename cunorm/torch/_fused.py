@@ -82,16 +82,21 @@ def fp8(dtype: numpy.dtype) -> bool:
 
 # ---- forward --------------------------------------------------------------------------------
 
-def forward(x, nd, weight, bias, eps, rms, residual, residual_dtype, weight_offset, out_dtype, out_scale, amax):
-    """(y, h or empty, stats, amax or empty) on x's device; the dtypes are torch's."""
+def forward(x, nd, weight, bias, eps, rms, residual, residual_dtype, weight_offset, out_dtype, out_scale, amax,
+            save_stats=True):
+    """(y, h or empty, stats or empty, amax or empty) on x's device; the dtypes are torch's.
+    Without save_stats (inference: nothing will call the backward) the statistics are not
+    written."""
     opts = _fused_api.FusedOptions(residual, None if residual_dtype is None else _ANY_NUMPY[residual_dtype],
                                    weight_offset, _ANY_NUMPY[out_dtype], out_scale, amax)
     if not x.is_cuda:
-        return _cpu_forward(x, nd, weight, bias, eps, rms, opts)
-    dev = x.get_device()
-    with torch.cuda.device(dev):
-        out = _cuda_fused_forward(x, nd, weight, bias, eps, rms, opts)
-        return out if out is not None else _composed_forward(x, nd, weight, bias, eps, rms, opts)
+        out = _cpu_forward(x, nd, weight, bias, eps, rms, opts)
+    else:
+        with torch.cuda.device(x.get_device()):
+            out = _cuda_fused_forward(x, nd, weight, bias, eps, rms, opts, save_stats)
+            if out is None:
+                out = _composed_forward(x, nd, weight, bias, eps, rms, opts, save_stats)
+    return out if save_stats else (out[0], out[1], _empty(x), out[3])
 
 
 def _empty(x):
@@ -114,7 +119,7 @@ def _tensor(a, dtype: numpy.dtype) -> torch.Tensor:
     return _from_numpy(a, _TORCH_DTYPE[dtype])
 
 
-def _cuda_fused_forward(x, nd, weight, bias, eps, rms, opts):
+def _cuda_fused_forward(x, nd, weight, bias, eps, rms, opts, save_stats):
     """One launch of the fused kernel, or None where it does not serve the call."""
     if x.numel() == 0:
         return None
@@ -124,7 +129,7 @@ def _cuda_fused_forward(x, nd, weight, bias, eps, rms, opts):
     weight, bias = _params(x, weight, bias)
     y = torch.empty(x.shape, dtype=_ANY_TORCH[opts.out_dtype], device=x.device)
     h = None if r is None else torch.empty(x.shape, dtype=_TORCH_DTYPE[opts.residual_dtype], device=x.device)
-    st = torch.empty(_stats_shape(x, nd, rms), dtype=_acc(x.dtype), device=x.device)
+    st = torch.empty(_stats_shape(x, nd, rms), dtype=_acc(x.dtype), device=x.device) if save_stats else None
     bits = torch.zeros((), dtype=torch.int32, device=x.device) if opts.return_amax else None
     arrays = [a for a in (x, r, h, y, weight, bias) if a is not None]
     plan = _fused.fused_forward_plan(
@@ -135,15 +140,16 @@ def _cuda_fused_forward(x, nd, weight, bias, eps, rms, opts):
     if plan is None:
         return None
     ptr = lambda t: 0 if t is None else t.data_ptr()  # noqa: E731
-    sp = st.data_ptr()
-    mean, rstd = (0, sp) if rms else (sp, sp + plan.m * 4)
+    sp = 0 if st is None else st.data_ptr()  # null: the kernel skips the statistics
+    mean, rstd = (0, sp) if rms or not sp else (sp, sp + plan.m * 4)
     make_current(x.get_device())
     _fused.run_fused_forward(plan, x.data_ptr(), ptr(r), ptr(h), y.data_ptr(), ptr(weight), ptr(bias), mean, rstd,
                              ptr(bits), eps, opts.weight_offset, opts.out_scale, _stream(x.get_device()))
-    return y, _empty(x) if h is None else h, st, _empty(x) if bits is None else bits.view(torch.float32)
+    return (y, _empty(x) if h is None else h, _empty(x) if st is None else st,
+            _empty(x) if bits is None else bits.view(torch.float32))
 
 
-def _composed_forward(x, nd, weight, bias, eps, rms, opts):
+def _composed_forward(x, nd, weight, bias, eps, rms, opts, save_stats):
     """The plain ops on h = x + residual summed in the accumulation dtype, weight + offset in
     it too, then the output cast (FP8: scaled, clamped to the format's range, rounded)."""
     acc = _acc(x.dtype)
@@ -153,7 +159,7 @@ def _composed_forward(x, nd, weight, bias, eps, rms, opts):
         w = weight.to(acc) + opts.weight_offset
     if bias is not None and w is not None and bias.dtype != w.dtype:
         bias = bias.to(w.dtype)
-    y_acc, st = _forward_impl(hs, nd, w, bias, eps, rms)
+    y_acc, st = _forward_impl(hs, nd, w, bias, eps, rms, stats=save_stats)
     amax = y_acc.abs().amax().float() if y_acc.numel() else y_acc.new_zeros((), dtype=torch.float32)
     out = _ANY_TORCH[opts.out_dtype]
     if fp8(opts.out_dtype):
@@ -162,7 +168,7 @@ def _composed_forward(x, nd, weight, bias, eps, rms, opts):
     else:
         y = y_acc.to(out)
     h = _empty(x) if opts.residual is None else hs.to(_TORCH_DTYPE[opts.residual_dtype])
-    return y, h, st.to(acc), amax if opts.return_amax else _empty(x)
+    return y, h, _empty(x) if st is None else st.to(acc), amax if opts.return_amax else _empty(x)
 
 
 # ---- backward -------------------------------------------------------------------------------
@@ -248,18 +254,18 @@ def _composed_backward(dy, dh, h, weight, stats, nd, rms, has_bias, weight_offse
 def _fused_norm_fwd(x: torch.Tensor, residual: Optional[torch.Tensor], weight: Optional[torch.Tensor],
                     bias: Optional[torch.Tensor], normalized_ndim: int, rms: bool, eps: float,
                     residual_dtype: Optional[torch.dtype], weight_offset: float, out_dtype: torch.dtype,
-                    out_scale: float, return_amax: bool
+                    out_scale: float, return_amax: bool, save_stats: bool
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return forward(x, normalized_ndim, weight, bias, eps, rms, residual, residual_dtype, weight_offset, out_dtype,
-                   out_scale, return_amax)
+                   out_scale, return_amax, save_stats)
 
 
 @_fused_norm_fwd.register_fake
 def _(x, residual, weight, bias, normalized_ndim, rms, eps, residual_dtype, weight_offset, out_dtype, out_scale,
-      return_amax):
+      return_amax, save_stats):
     h = x.new_empty((0,)) if residual is None else torch.empty(x.shape, dtype=residual_dtype, device=x.device)
     return (torch.empty(x.shape, dtype=out_dtype, device=x.device), h,
-            x.new_empty(_stats_shape(x, normalized_ndim, rms), dtype=_acc(x.dtype)),
+            x.new_empty(_stats_shape(x, normalized_ndim, rms) if save_stats else (0,), dtype=_acc(x.dtype)),
             x.new_empty((), dtype=torch.float32) if return_amax else x.new_empty((0,)))
 
 
@@ -284,7 +290,7 @@ def _(dy, dh, h, weight, stats, normalized_ndim, rms, has_bias, weight_offset, d
 
 
 def _setup(ctx, inputs, output):
-    x, residual, weight, bias, nd, rms, _, _, weight_offset, out_dtype, _, _ = inputs
+    x, residual, weight, bias, nd, rms, _, _, weight_offset, out_dtype, _, _, _ = inputs
     y, h, stats, amax = output
     ctx.save_for_backward(h if residual is not None else x, weight, stats)
     ctx.nd, ctx.rms, ctx.weight_offset = nd, rms, weight_offset
@@ -307,7 +313,7 @@ def _grad(ctx, dy, dh, _dstats, _damax):
     dw = None if weight is None else dw.to(weight.dtype)
     db = db.to(ctx.bias_dtype) if has_bias else None
     return (dx, dres if ctx.residual_dtype is not None else None, dw, db,
-            None, None, None, None, None, None, None, None)
+            None, None, None, None, None, None, None, None, None)
 
 
 _fused_norm_fwd.register_autograd(_grad, setup_context=_setup)
@@ -316,9 +322,12 @@ _fused_norm_fwd.register_autograd(_grad, setup_context=_setup)
 def call(input, nd, weight, bias, eps, rms, opts):
     """The fused functional call: y, then h with a residual, then amax with return_amax."""
     _check_tensors(input, nd, weight=weight, bias=bias)
+    # the statistics serve only the backward: without one coming (inference) they are not written
+    save_stats = torch.is_grad_enabled() and any(t is not None and t.requires_grad
+                                                 for t in (input, weight, bias, opts.residual))
     y, h, _, amax = torch.ops.cunorm.fused_norm_fwd(
         input, opts.residual, weight, bias, nd, rms, eps, opts.residual_dtype, opts.weight_offset,
-        opts.out_dtype, opts.out_scale, opts.return_amax)
+        opts.out_dtype, opts.out_scale, opts.return_amax, save_stats)
     out = (y,) + ((h,) if opts.residual is not None else ()) + ((amax,) if opts.return_amax else ())
     return out if len(out) > 1 else y
 
