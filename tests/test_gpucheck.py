@@ -62,6 +62,19 @@ def test_sanitizer_error_count_of_each_tool(summary, errors):
     assert gpucheck.sanitizer_errors("cunorm._sanitize: 62 calls done\n" + summary + "\n") == errors
 
 
+@pytest.mark.parametrize("sanitizer, passed", [
+    ([], True),
+    ([{"tool": "memcheck", "ran": True, "errors": 0}], True),
+    ([{"tool": "memcheck", "ran": True, "errors": 2}], False),
+    ([{"tool": "racecheck", "ran": True, "errors": None}], False),  # ran, summary unreadable
+    ([{"tool": "racecheck", "ran": False, "errors": None, "reason": "refused"}], True),
+])
+def test_check_fails_on_sanitizer_errors_or_an_unread_summary(sanitizer, passed):
+    record = {"tests": {"passed": 3, "failed": 0, "skipped": 0}, "sanitizer": sanitizer}
+    assert gpucheck.check_passed(record) is passed
+    assert not gpucheck.check_passed(dict(record, tests={"passed": 2, "failed": 1, "skipped": 0}))
+
+
 def test_sanitizer_refusing_the_device_is_recorded_not_counted(tmp_path, monkeypatch):
     _fake_sanitizer(tmp_path, monkeypatch, 'echo "========= Error: Device not supported" >&2\nexit 1\n')
     r = gpucheck.run_sanitizer("racecheck", tmp_path)
