@@ -61,15 +61,72 @@ def _backend_checked(arrays: dict) -> str:
             kinds[name] = "cupy"
         else:
             raise TypeError(f"{name}: expected a NumPy or CuPy array, got {type(a).__name__}")
-    if len(set(kinds.values())) > 1:
-        detail = ", ".join(f"{n} is {k}" for n, k in kinds.items())
-        raise TypeError(f"arrays must all be NumPy or all CuPy ({detail})")
+    first = next(iter(kinds), None)
+    for name, kind in kinds.items():  # the message names the first argument that differs
+        if kind != kinds[first]:
+            raise TypeError(f"{name}: a {_KIND[kind]} array where {first} is a {_KIND[kinds[first]]} array "
+                            "(all NumPy or all CuPy)")
     if any(_is_cupy(a) for a in arrays.values() if a is not None):
         devices = {name: a.device.id for name, a in arrays.items() if a is not None}
-        if len(set(devices.values())) > 1:
-            detail = ", ".join(f"{n} on cuda:{d}" for n, d in devices.items())
-            raise ValueError(f"arrays must be on one device ({detail})")
-    return next(iter(kinds.values()), "numpy")
+        for name, dev in devices.items():
+            if dev != devices[first]:
+                raise ValueError(f"{name}: on cuda:{dev} where {first} is on cuda:{devices[first]} "
+                                 "(arrays must be on one device)")
+    return kinds[first] if first is not None else "numpy"
+
+
+_KIND = {"numpy": "NumPy", "cupy": "CuPy"}
+
+
+def _data_ptr(a) -> int:
+    return a.__array_interface__["data"][0] if isinstance(a, numpy.ndarray) else a.data.ptr
+
+
+def _byte_bounds(a) -> tuple[int, int]:
+    """[first, last + 1) byte addresses an array's elements occupy (NumPy or CuPy)."""
+    ptr = _data_ptr(a)  # the address of element (0, ..., 0)
+    low = sum(s * (n - 1) for n, s in zip(a.shape, a.strides) if s < 0)
+    high = sum(s * (n - 1) for n, s in zip(a.shape, a.strides) if s > 0)
+    return ptr + low, ptr + high + a.itemsize
+
+
+def _addresses(a) -> numpy.ndarray:
+    """Every element's first byte address, sorted (for the small arrays updated in place)."""
+    offsets = numpy.zeros((), numpy.int64)
+    for n, s in zip(a.shape, a.strides):
+        offsets = offsets[..., None] + numpy.arange(n, dtype=numpy.int64) * s
+    return numpy.sort(_data_ptr(a) + offsets.ravel())
+
+
+def updated_in_place(updated: dict, inputs: dict, exact_below: int = 1 << 16) -> None:
+    """Arrays a call updates in place (name=array or None) must be writable and share no
+    memory with each other or with the call's inputs: a kernel would read what another
+    block had already written. Overlap is judged by byte bounds, exactly (element by
+    element) when both arrays are small, so interleaved statistics are allowed."""
+    given = {n: a for n, a in updated.items() if a is not None and a.size}
+    for name, a in given.items():
+        if isinstance(a, numpy.ndarray) and not a.flags.writeable:
+            raise ValueError(f"{name}: read-only array (it is updated in place)")
+    others = list(given.items()) + [(n, a) for n, a in inputs.items() if a is not None and a.size]
+    for i, (name, a) in enumerate(given.items()):
+        for other, b in others[i + 1:]:
+            if b is a or _overlap(a, b, exact_below):
+                raise ValueError(f"{name}: shares memory with {other} (it is updated in place)")
+
+
+def _overlap(a, b, exact_below: int) -> bool:
+    (alo, ahi), (blo, bhi) = _byte_bounds(a), _byte_bounds(b)
+    if ahi <= blo or bhi <= alo:
+        return False
+    if a.size > exact_below or b.size > exact_below:
+        return True  # bounds overlap: judged conservatively for large arrays
+    # exactly: some element of a starts within an element of b, or the other way round
+    pa, pb = _addresses(a), _addresses(b)
+    for p, q, width in ((pa, pb, b.itemsize), (pb, pa, a.itemsize)):
+        k = numpy.searchsorted(q, p, "right") - 1  # the last element of q starting at or before p
+        if ((k >= 0) & (p - q[numpy.maximum(k, 0)] < width)).any():
+            return True
+    return False
 
 
 def float_dtype(name: str, a) -> None:

@@ -20,6 +20,27 @@ ones4 = numpy.ones(4, numpy.float32)
 x4d = numpy.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(numpy.float32)
 c3 = numpy.ones(3, numpy.float32)
 
+def _read_only(a):
+    a = a.copy()
+    a.flags.writeable = False
+    return a
+
+
+def _same_running_stats():
+    stats = c3.copy()
+    return cunorm.batch_norm(x4d, running_mean=stats, running_var=stats)
+
+
+def _var_inside_x():
+    x = x4d.copy()
+    return cunorm.batch_norm(x, running_mean=c3.copy(), running_var=x.reshape(-1)[5:8])
+
+
+def _mean_over_weight():
+    buf = numpy.ones(6, numpy.float32)
+    return cunorm.batch_norm(x4d, buf[:3], running_mean=buf[2:5], running_var=c3.copy())
+
+
 BATCH_NORM_CASES = [
     ("int x", lambda: cunorm.batch_norm(x4d.astype(numpy.int32)), TypeError, "x"),
     ("complex x", lambda: cunorm.batch_norm(x4d.astype(numpy.complex64)), TypeError, "x"),
@@ -45,6 +66,11 @@ BATCH_NORM_CASES = [
     ("eval without running stats", lambda: cunorm.batch_norm(x4d, training=False), ValueError, "running_mean"),
     ("training not a bool", lambda: cunorm.batch_norm(x4d, training="yes"), TypeError, "training"),
     ("list x", lambda: cunorm.batch_norm(x4d.tolist()), TypeError, "x"),
+    ("read-only running_mean", lambda: cunorm.batch_norm(x4d, running_mean=_read_only(c3), running_var=c3.copy()),
+     ValueError, "running_mean"),
+    ("running_var is running_mean", lambda: _same_running_stats(), ValueError, "running_mean"),
+    ("running_var inside x", lambda: _var_inside_x(), ValueError, "running_var"),
+    ("running_mean inside weight's buffer", lambda: _mean_over_weight(), ValueError, "running_mean"),
     ("backward dy of another shape", lambda: cunorm.batch_norm_backward(x4d[:1], x4d, c3, c3, c3, c3),
      ValueError, "dy"),
     ("backward without statistics", lambda: cunorm.batch_norm_backward(x4d, x4d, c3, c3, None, c3),
@@ -166,3 +192,48 @@ def test_reference_is_what_the_numpy_path_returns():
     # the "correct result" side of the catalogue: a valid call equals the reference
     y = cunorm.layer_norm(x24 * numpy.arange(4, dtype=numpy.float32), ones4, ones4)
     numpy.testing.assert_allclose(y, reference.layer_norm(x24 * numpy.arange(4), ones4, ones4), rtol=1e-6)
+
+
+# ---- running statistics updated in place: interleaved is fine, shared is refused ------------
+
+def _interleaved_running_stats(xp):
+    """running_mean and running_var interleaved in one buffer (no element shared) give what
+    separate arrays give; the same buffer twice, or a view of x, is refused."""
+    x = xp.asarray(x4d)
+    buf = xp.asarray(numpy.array([0.0, 1.0] * 3, numpy.float32))
+    apart = [xp.zeros(3, numpy.float32), xp.ones(3, numpy.float32)]
+    y = cunorm.batch_norm(x, running_mean=buf[0::2], running_var=buf[1::2])
+    y_apart = cunorm.batch_norm(x, running_mean=apart[0], running_var=apart[1])
+    numpy.testing.assert_array_equal(_host(y), _host(y_apart))
+    numpy.testing.assert_array_equal(_host(buf[0::2]), _host(apart[0]))
+    numpy.testing.assert_array_equal(_host(buf[1::2]), _host(apart[1]))
+    with pytest.raises(ValueError, match="^running_mean: shares memory with running_var"):
+        cunorm.batch_norm(x, running_mean=buf[0:3], running_var=buf[2:5])
+    with pytest.raises(ValueError, match="^running_var: shares memory with x"):
+        cunorm.batch_norm(x, running_mean=apart[0], running_var=x.reshape(-1)[:3])
+    cunorm.batch_norm(x, running_mean=buf[0:3], running_var=buf[3:6], training=False)  # eval only reads them
+
+
+def _host(a):
+    return a.get() if hasattr(a, "get") else a
+
+
+def test_numpy_running_stats_interleaved_or_shared():
+    _interleaved_running_stats(numpy)
+
+
+@pytest.mark.gpu
+def test_cupy_running_stats_interleaved_or_shared():
+    import cupy
+
+    _interleaved_running_stats(cupy)
+
+
+@pytest.mark.gpu
+def test_cupy_mixed_with_numpy_names_the_argument():
+    import cupy
+
+    with pytest.raises(TypeError, match="^weight: a NumPy array where x is a CuPy array"):
+        cunorm.layer_norm(cupy.ones((2, 4), numpy.float32), numpy.ones(4, numpy.float32))
+    with pytest.raises(TypeError, match="^running_var: a CuPy array where x is a NumPy array"):
+        cunorm.batch_norm(x4d, running_mean=c3.copy(), running_var=cupy.ones(3, numpy.float32))

@@ -197,3 +197,22 @@ def test_jax_on_device_1(op):
     gx, gw = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, w)
     assert gx.devices() == {devices[1]}
     assert_close("jit(grad) dx", numpy.asarray(gx), want_dx, 1e-4, 1e-4)
+
+
+@gpu
+def test_arrays_on_two_devices_name_the_argument():
+    _two_gpus_or_skip()
+    import cupy
+
+    with cupy.cuda.Device(1):
+        x = cupy.ones((2, 4), numpy.float32)
+    w = cupy.ones(4, numpy.float32)  # device 0, the current one
+    with pytest.raises(ValueError, match="^weight: on cuda:0 where x is on cuda:1"):
+        cunorm.layer_norm(x, w)
+    with pytest.raises(ValueError, match="^running_mean: on cuda:0 where x is on cuda:1"):
+        cunorm.batch_norm(x, running_mean=cupy.zeros(4, numpy.float32), running_var=x[0].copy())
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    import cunorm.torch as ct
+
+    with pytest.raises(ValueError, match="^weight: on cuda:0, input on cuda:1"):
+        ct.layer_norm(torch.ones(2, 4, device="cuda:1"), (4,), torch.ones(4, device="cuda:0"))

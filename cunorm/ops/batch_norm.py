@@ -71,6 +71,8 @@ def batch_norm(x, weight=None, bias=None, running_mean=None, running_var=None, *
             raise ValueError(f"x: expected more than 1 value per channel when training, got shape {tuple(x.shape)}")
         if running_mean is not None or running_var is not None:
             factor = _factor(momentum, num_batches_tracked)
+            _checks.updated_in_place(dict(running_mean=running_mean, running_var=running_var),
+                                     dict(x=x, weight=weight, bias=bias, residual=residual))
     elif running_mean is None or running_var is None:
         raise ValueError("running_mean: eval (training=False) normalizes with the running statistics; "
                          "running_mean and running_var are required")
