@@ -50,7 +50,7 @@ _FUSED_DOC = """
     weight + c in float32; ``out_dtype`` writes y in another float dtype, FP8
     (``jnp.float8_e4m3fn`` / ``jnp.float8_e5m2``) scaled by ``out_scale`` with saturation;
     ``return_amax=True`` appends max |y| before the scale. Outputs: y, h, amax, each when
-    asked for. Composed in JAX around the norm kernels (``_fused``)."""
+    asked for. The fused kernels where they serve the call, else composed (``_fused``)."""
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, residual=None, residual_dtype=None,
@@ -64,7 +64,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, residu
     opts = _fused.options(x, weight, _as_array("residual", residual), residual_dtype, weight_offset, out_dtype,
                           out_scale, return_amax)
     if opts is not None:
-        return _fused.apply(lambda h, w, b: _apply(h, w, b, eps, nd, False), x, weight, bias, opts)
+        return _fused.apply(lambda h, w, b: _apply(h, w, b, eps, nd, False), x, weight, bias, opts, eps, nd, False)
     return _apply(x, weight, bias, eps, nd, False)
 
 
@@ -78,7 +78,7 @@ def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, residual=None, resi
     opts = _fused.options(x, weight, _as_array("residual", residual), residual_dtype, weight_offset, out_dtype,
                           out_scale, return_amax)
     if opts is not None:
-        return _fused.apply(lambda h, w, b: _apply(h, w, None, eps, nd, True), x, weight, None, opts)
+        return _fused.apply(lambda h, w, b: _apply(h, w, None, eps, nd, True), x, weight, None, opts, eps, nd, True)
     return _apply(x, weight, None, eps, nd, True)
 
 
