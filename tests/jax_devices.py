@@ -4,14 +4,19 @@ from __future__ import annotations
 import pytest
 
 
-def gpu_or_skip():
-    """JAX's first GPU, or a skip with the reason."""
+def gpus() -> list:
+    """JAX's GPUs (none where its GPU backend is absent)."""
     import jax
 
     try:
-        devices = jax.devices("gpu")
+        return jax.devices("gpu")
     except RuntimeError:
-        devices = []
+        return []
+
+
+def gpu_or_skip():
+    """JAX's first GPU, or a skip with the reason."""
+    devices = gpus()
     if not devices:
         pytest.skip("JAX sees no GPU")
     return devices[0]

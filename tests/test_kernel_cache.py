@@ -3,17 +3,13 @@ back to compiling in memory with one warning (CPU: the fallback's wiring with a 
 RawModule; GPU: real kernels in a fresh interpreter over a prepared CUPY_CACHE_DIR)."""
 from __future__ import annotations
 
-import json
 import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 
 from cunorm import _compile
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from fresh_interpreter import run_probe
 
 
 class _Module:
@@ -77,13 +73,8 @@ def test_other_errors_are_not_swallowed(fake_cupy):
 # ---- GPU ----------------------------------------------------------------------------------
 
 def _probe(cache_dir: pathlib.Path, *args: str, **extra_env: str) -> dict:
-    env = dict(os.environ, CUPY_CACHE_DIR=str(cache_dir), **extra_env,
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    env.pop("CUPY_CACHE_IN_MEMORY", None)
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "_cache_probe.py"), *args], capture_output=True,
-                          text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_probe("_cache_probe.py", *args, env_drop=("CUPY_CACHE_IN_MEMORY",), CUPY_CACHE_DIR=str(cache_dir),
+                     **extra_env)
 
 
 @pytest.mark.gpu

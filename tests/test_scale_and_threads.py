@@ -84,17 +84,9 @@ def test_eight_threads_on_their_own_streams_match_serial_and_compile_once():
     """In a fresh interpreter (empty kernel and plan caches, so the threads race to compile):
     eight threads on their own non-blocking streams run every op family at once, then the
     same calls run serially; outputs must agree bitwise and no kernel may be built twice."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from fresh_interpreter import run_probe
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
-    probe = os.path.join(root, "tests", "_concurrency_probe.py")
-    proc = subprocess.run([sys.executable, probe], capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_probe("_concurrency_probe.py")
     assert not report["errors"], report["errors"]
     assert not report["mismatches"], report["mismatches"]
     assert report["kernels_built"] > 0, "the threads compiled nothing: the probe did not start cold"
