@@ -33,6 +33,13 @@ def source_digest(root: pathlib.Path = ROOT) -> str:
     return h.hexdigest()
 
 
+def environment_with_repo(**overrides: str) -> dict:
+    """os.environ plus OVERRIDES, with this checkout first on PYTHONPATH, for child interpreters
+    that must import this cunorm (and tests/) rather than an installed copy."""
+    return dict(os.environ, **overrides,
+                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
 class _Counts:
     """pytest plugin: passed / failed / skipped, counting setup and teardown errors as failed."""
 
@@ -116,7 +123,7 @@ def run_sanitizer(tool: str, out: pathlib.Path) -> dict:
         return {"tool": tool, "ran": False, "reason": "compute-sanitizer is not on the PATH"}
     cmd = [exe, "--tool", tool, "--error-exitcode", "97", "--print-limit", "50", sys.executable, "-m",
            "cunorm._sanitize"]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = environment_with_repo()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SANITIZER_TIMEOUT_S, env=env)
     except subprocess.TimeoutExpired:

@@ -3,17 +3,17 @@ own environment) and returns the JSON report it prints last."""
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
+
+from cunorm.gpucheck import environment_with_repo
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def run_probe(script: str, *args: str, env_drop: tuple = (), **env_set: str) -> dict:
-    env = dict(os.environ, **env_set,
-               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    env = environment_with_repo(**env_set)
     for name in env_drop:
         env.pop(name, None)
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / script), *args], capture_output=True, text=True,
