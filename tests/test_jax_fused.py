@@ -84,12 +84,12 @@ def _check_residual(op, shape, dtype, h_dtype, transform=lambda f: f):
     for name, a, want in zip(("dx", "dresidual"), g[:2], g_ref[:2]):
         assert a.dtype == dtype
         assert_close(name, numpy.asarray(a.astype(jnp.float32)), numpy.asarray(want.astype(jnp.float32)), rt, 4 * at)
-    rows = math.prod(shape[:-1])
-    rtol, atol = reduction_tol(numpy.float32, rows)
-    if numpy.dtype(h.dtype).itemsize == 2:
-        # the fused kernel's backward reads h rounded to its dtype while the statistics come
-        # from the exact sum (tests/test_torch_fused.py has the same allowance, and why)
-        atol += 4 * tol(numpy.dtype(h.dtype))[1] * math.sqrt(rows / shape[-1])
+    # the fused kernel's backward reads h rounded to its dtype, the composition's x_hat comes
+    # from the exact sum: with h in half precision each x_hat is off by up to half an ulp of h,
+    # so dweight is a reduction over h's dtype (measured 4.7e-3 off at (7, 2048) bf16, where
+    # float32's allowance is 3.8e-3; torch's test rounds h in its reference, so needs less)
+    rtol, atol = reduction_tol(h.dtype if numpy.dtype(h.dtype).itemsize == 2 else numpy.float32,
+                               math.prod(shape[:-1]))
     for name, a, want in zip(("dweight", "dbias"), g[2:], g_ref[2:]):
         assert_close(name, numpy.asarray(a), numpy.asarray(want), rtol, atol)
 
@@ -174,7 +174,11 @@ def _kernel_against_composed(op, shape, dtype, h_dtype, residual=True, batch=Non
         want = jax.jit(jax.value_and_grad(loss, args))(x, r, w, b)
     finally:
         _fused_kernel.serves = serves
-    assert_close("loss", numpy.asarray(got[0]), numpy.asarray(want[0]), 1e-3, 1e-3)
+    # the composed path normalizes h rounded to its dtype (the kernel, the exact sum) and its
+    # own reduction order: y may differ by an ulp of its dtype, summed over y's elements
+    # (measured 0.06-0.21 off on losses of 9-203 at (7, 2048) bf16)
+    assert_close("loss", numpy.asarray(got[0]), numpy.asarray(want[0]), 1e-3,
+                 reduction_tol(numpy.dtype(dtype), x.size)[1])
     rt, at = tol(numpy.dtype(dtype))
     for name, a, ref in zip(("dx", "dresidual", "dweight", "dbias"), got[1], want[1]):
         scale = math.sqrt(math.prod(x.shape[:-1])) if a.ndim == 1 else 1.0
