@@ -203,13 +203,18 @@ def test_arrays_on_two_devices_name_the_argument():
     _two_gpus_or_skip()
     import cupy
 
+    # both devices named: the first two-GPU run of this test, with weight made on "the current
+    # device", raised nothing (another test in the worker may have left device 1 current)
+    current = cupy.cuda.runtime.getDevice()
     with cupy.cuda.Device(1):
         x = cupy.ones((2, 4), numpy.float32)
-    w = cupy.ones(4, numpy.float32)  # device 0, the current one
+    with cupy.cuda.Device(0):
+        w, zeros = cupy.ones(4, numpy.float32), cupy.zeros(4, numpy.float32)
+    assert (x.device.id, w.device.id, x.data.device_id, w.data.device_id) == (1, 0, 1, 0), current
     with pytest.raises(ValueError, match="^weight: on cuda:0 where x is on cuda:1"):
         cunorm.layer_norm(x, w)
     with pytest.raises(ValueError, match="^running_mean: on cuda:0 where x is on cuda:1"):
-        cunorm.batch_norm(x, running_mean=cupy.zeros(4, numpy.float32), running_var=x[0].copy())
+        cunorm.batch_norm(x, running_mean=zeros, running_var=x[0].copy())
     torch = pytest.importorskip("torch", reason="torch is not installed")
     import cunorm.torch as ct
 
