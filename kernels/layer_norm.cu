@@ -22,6 +22,77 @@ enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
 
 
 // ------------------------------------------------------------------------------------------
+// v22: the full-row forward of 16-byte half-precision packs keeps its row in shared memory
+// (row_norm.cuh, FwdInSmem): three passes read it back, no value is live in registers
+// through the reductions.
+template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, typename A>
+__device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const RowMap& xmap, T* __restrict__ y,
+                                                 const W* __restrict__ weight, const W* __restrict__ bias,
+                                                 A* __restrict__ mean, A* __restrict__ rstd, i64 M, i64 N, A eps) {
+  constexpr int kBlock = GroupShape<TPR>::kBlock, kRows = GroupShape<TPR>::kRows;
+  constexpr i64 kTile = i64(TPR) * PACKS * VEC;
+  __shared__ Pack<T, VEC> slots[PACKS * kBlock];  // static: one set, known here
+  __shared__ A red[2 * kWarp];
+  const Pack<T, VEC>* mine = slots + threadIdx.x;  // pack p at mine[p * kBlock]
+  const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
+  const i64 items = (M + kRows - 1) / kRows;
+
+  for (i64 it = blockIdx.x; it < items; it += gridDim.x) {  // block-uniform, as norm_fwd
+    const i64 row = it * kRows + ty;
+    const bool row_ok = row < M;
+    const i64 safe_row = row_ok ? row : 0;
+    const int limit = tile_limit(N, 0, kTile, row_ok);
+    const T* xrow = x + xmap.offset(safe_row);
+    stage_tile<VEC, PACKS, TPR, kBlock>(slots, xrow, limit, lane);
+    copies_commit();
+    const A pivot = RMS ? A(0) : cvt<A>(xrow[0]);  // as norm_fwd: sums of x - pivot
+    copies_wait_all();
+
+    A mu = A(0), q = A(0), v[VEC];
+    if constexpr (!RMS) {
+      A s = A(0);
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
+        unpack(read_slot(mine + p * kBlock), v);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
+      }
+      mu = group_sum<TPR>(s, red) / A(limit > 0 ? limit : 1);
+    }
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
+      unpack(read_slot(mine + p * kBlock), v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const A d = v[k] - pivot - mu;
+        q += d * d;
+      }
+    }
+    q = group_sum<TPR>(q, red);
+    const A r = rsqrt_acc(q / A(N) + eps);
+    if (lane == 0 && row_ok && rstd) {
+      if (!RMS) mean[row] = pivot + mu;
+      rstd[row] = r;
+    }
+    T* yrow = y + safe_row * N;
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const int col = pack_col<VEC, TPR>(p, lane);
+      if (col >= limit) continue;
+      A wv[VEC], bv[VEC], out[VEC];
+      load_param<VEC>(weight, col, A(1), wv);
+      load_param<VEC>(bias, col, A(0), bv);
+      unpack(read_slot(mine + p * kBlock), v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) out[k] = (v[k] - pivot - mu) * r * wv[k] + bv[k];
+      store_pack<T>(yrow + col, out);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
 // Forward. kFullRow writes y, mean, rstd; kChunkStats writes (tile mean, tile M2) pairs to
 // `tile_stats` [M, C, 2]; kChunkApply reads the finalized statistics and writes y.
 //
@@ -30,7 +101,7 @@ enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
 // raw values would lose them. y uses the shifted mean; the stored mean is pivot + shift.
 // On the split path `row_shift` [M, 2] carries (pivot, shifted mean) between the kernels.
 template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE>
-__global__ void __launch_bounds__(GroupShape<TPR>::kBlock)
+__global__ void __launch_bounds__(GroupShape<TPR>::kBlock, (FwdInSmem<T, W, VEC, PACKS, TPR, 1>::min_blocks))
 norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
          const W* __restrict__ weight, const W* __restrict__ bias,
          typename AccOf<T>::type* __restrict__ mean, typename AccOf<T>::type* __restrict__ rstd,
@@ -40,8 +111,12 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
   typedef typename AccOf<T>::type A;
   constexpr int kRows = GroupShape<TPR>::kRows;
   constexpr i64 kTile = i64(TPR) * PACKS * VEC;
-  __shared__ A smem[2 * kWarp];
   const RowMap xmap = CUNORM_ROWMAP(xm);
+  if constexpr (MODE == kFullRow && FwdInSmem<T, W, VEC, PACKS, TPR, 1>::value) {
+    fwd_rows_in_smem<T, W, VEC, PACKS, TPR, RMS>(x, xmap, y, weight, bias, mean, rstd, M, N, eps);
+    return;
+  }
+  __shared__ A smem[2 * kWarp];
   const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
   const i64 items = (M + kRows - 1) / kRows * C;
 
