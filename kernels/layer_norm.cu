@@ -49,6 +49,29 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
     copies_wait_all();
 
     A mu = A(0), q = A(0), v[VEC];
+#if CUNORM_FWD_ONE_PASS
+    // measured only (sweep_fwd_variant.py): sums of t = x - pivot and t^2 in one pass and
+    // one reduction, M2 = sum t^2 - (sum t)^2 / n, as v11 on the register tile
+    A s = A(0);
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
+      unpack(read_slot(mine + p * kBlock), v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const A t = v[k] - pivot;
+        s += t;
+        q += t * t;
+      }
+    }
+    if constexpr (RMS) {
+      q = group_sum<TPR>(q, red);
+    } else {
+      group_sum2<TPR>(s, q, red);
+      mu = s / A(limit > 0 ? limit : 1);
+      q = q - s * mu > A(0) ? q - s * mu : A(0);
+    }
+#else
     if constexpr (!RMS) {
       A s = A(0);
 #pragma unroll
@@ -71,6 +94,7 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
       }
     }
     q = group_sum<TPR>(q, red);
+#endif
     const A r = rsqrt_acc(q / A(N) + eps);
     if (lane == 0 && row_ok && rstd) {
       if (!RMS) mean[row] = pivot + mu;

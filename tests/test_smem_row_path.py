@@ -34,12 +34,13 @@ def test_cpu_every_case_here_takes_the_shared_memory_path():
 
 def test_cpu_fused_forward_shared_memory_bytes():
     cfg = _config.row_config(4096, 8, _config.FWD)  # 128 threads x 4 packs of 16 bytes
-    assert _fused.fwd_smem_bytes(cfg, 2, 2, residual=False) == 8192
-    assert _fused.fwd_smem_bytes(cfg, 2, 2, residual=True) == 16384
-    assert _fused.fwd_smem_bytes(cfg, 2, 4, residual=True) == 0  # a float32 residual: registers
-    assert _fused.fwd_smem_bytes(cfg, 4, 4, residual=False) == 0  # float32 x: registers
+    assert _fused.fwd_smem_bytes(cfg, 2, 2, 2, residual=False) == 8192
+    assert _fused.fwd_smem_bytes(cfg, 2, 2, 4, residual=True) == 16384
+    assert _fused.fwd_smem_bytes(cfg, 2, 4, 2, residual=True) == 0  # a float32 residual: registers
+    assert _fused.fwd_smem_bytes(cfg, 2, 2, 1, residual=True) == 0  # FP8 out: registers
+    assert _fused.fwd_smem_bytes(cfg, 4, 4, 4, residual=False) == 0  # float32 x: registers
     big = _config.row_config(16384, 8, _config.FWD)  # 32 KiB a set: two do not fit
-    assert _fused.fwd_smem_bytes(big, 2, 2, residual=False) == 0
+    assert _fused.fwd_smem_bytes(big, 2, 2, 2, residual=False) == 0
 
 
 @pytest.mark.gpu

@@ -112,12 +112,14 @@ HOLD_ROWS_IN_SMEM = True
 ROW_SMEM_MAX = 32768  # bytes a block, x and residual slot sets together
 
 
-def fwd_smem_bytes(cfg: _config.TileConfig, itemsize: int, r_itemsize: int, residual: bool) -> int:
+def fwd_smem_bytes(cfg: _config.TileConfig, itemsize: int, r_itemsize: int, out_itemsize: int,
+                   residual: bool) -> int:
     """The fused forward's dynamic shared memory: one 16-byte slot set [packs][block] for x,
-    a second for the residual when there is one; 0 where the kernel holds rows in registers."""
+    a second for the residual when there is one; 0 where the kernel holds rows in registers
+    (FP8 outputs among them: kernels/layer_norm_fused.cu kRowsInSmem)."""
     one_set = cfg.block * cfg.packs * 16
-    if not (HOLD_ROWS_IN_SMEM and itemsize == 2 and r_itemsize == 2 and cfg.vec * itemsize == 16
-            and 2 * one_set <= ROW_SMEM_MAX):
+    if not (HOLD_ROWS_IN_SMEM and itemsize == 2 and r_itemsize == 2 and out_itemsize >= 2
+            and cfg.vec * itemsize == 16 and 2 * one_set <= ROW_SMEM_MAX):
         return 0
     return one_set * (2 if residual else 1)
 
@@ -141,7 +143,8 @@ def fused_forward_plan(shape: tuple, x_strides: tuple, r_strides: tuple | None, 
     if cfg is None:
         return None
     kernel = function_ptr(FUSED_FILE, _name(*names[:4], names[4], cfg, rms), device)
-    smem = fwd_smem_bytes(cfg, numpy.dtype(dtype).itemsize, numpy.dtype(rdtype).itemsize, r_strides is not None)
+    smem = fwd_smem_bytes(cfg, numpy.dtype(dtype).itemsize, numpy.dtype(rdtype).itemsize,
+                          numpy.dtype(odtype).itemsize, r_strides is not None)
     return FusedPlan(kernel, min(-(-m // cfg.rows_per_block), _config.MAX_GRID), cfg.block, xr.args(), rr.args(),
                      m, n, smem)
 
