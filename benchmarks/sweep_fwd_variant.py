@@ -1,6 +1,6 @@
 """Forward variants at the benchmark's shapes, each compiled with its own flags: the row held
 in shared memory (v22, the default for half-precision 16-byte packs) against the register
-tile (``-DCUNORM_FWD_SMEM=0``), plain and fused (residual; FP8 out), run after the GPU check
+tile (``_row_norm.HOLD_ROWS_IN_SMEM`` off), with the fused forward (residual; FP8 out) as a control, run after the GPU check
 so the default is measured on both sides of the register tile; and, on request (RUN_ORDER),
 one-pass statistics on the shared-memory rows (v22) or the register tile (v11). Plus the
 accuracy of each on fp32 rows with a large common offset.
@@ -18,19 +18,19 @@ from cunorm._checks import BFLOAT16
 from cunorm.ops import _fused, _row_norm
 from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 
-VARIANTS = {"register_row": ("-DCUNORM_FWD_SMEM=0",), "smem_row": (),
-            "smem_one_pass": ("-DCUNORM_FWD_ONE_PASS=1",),
-            "one_pass": ("-DCUNORM_FWD_SMEM=0", "-DCUNORM_FWD_ONE_PASS=1")}
+# name: (compile options, rows in shared memory)
+VARIANTS = {"register_row": ((), False), "smem_row": ((), True),
+            "smem_one_pass": (("-DCUNORM_FWD_ONE_PASS=1",), True),
+            "one_pass": (("-DCUNORM_FWD_ONE_PASS=1",), False)}
 RUN_ORDER = ("register_row", "smem_row", "smem_one_pass")  # after the GPU check: the default on both sides
 ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 
 
-def _use(options) -> None:
+def _use(options, smem: bool) -> None:
     _compile.COMPILE_OPTIONS = tuple(options)
-    _fused.HOLD_ROWS_IN_SMEM = "-DCUNORM_FWD_SMEM=0" not in options  # the host's mirror of the flag
+    _row_norm.HOLD_ROWS_IN_SMEM = smem
     _compile._modules.clear()
-    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm._backward_kernels,
-                  _row_norm.backward_plan, _fused.fused_forward_plan):
+    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _fused.fused_forward_plan):
         cache.cache_clear()
 
 
@@ -69,11 +69,11 @@ def _max_error(offset: float, n: int = 4096) -> float:
 
 
 def sweep(log=print) -> list[dict]:
-    default, rows = _compile.COMPILE_OPTIONS, []
+    default, rows = (_compile.COMPILE_OPTIONS, _row_norm.HOLD_ROWS_IN_SMEM), []
     copy = _bench.copy_gbps()
     _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
     for name in RUN_ORDER:
-        _use(VARIANTS[name])
+        _use(*VARIANTS[name])
         errors = {f"max_err_offset_{o:g}": _max_error(o) for o in (0.0, 1e4)}
         log(f"{name}: fp32 LayerNorm max |error| vs float64, N = 4096: {errors}")
         for op, dtype, n in row_norm_cases(ROW_LENGTHS):
@@ -83,7 +83,7 @@ def sweep(log=print) -> list[dict]:
             log(f"{name:12s} {op:10s} {dtype.name:8s} N={n:<6d} fwd {row['fwd_of_copy']:.3f} of copy")
             rows.append(row)
         rows += _fused_rows(name, copy, log)
-    _use(default)
+    _use(*default)
     return rows
 
 

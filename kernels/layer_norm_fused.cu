@@ -50,111 +50,8 @@ __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax)
   }
 }
 
-// Rows of x and a half-precision residual held in shared memory (row_norm.cuh, FwdInSmem;
-// v22): dynamic shared memory of one slot set [PACKS][block] for x, a second for the
-// residual when there is one (the host passes the bytes, _fused.fwd_smem_bytes). Three
-// passes read them back and add them anew: h = x + r in float32 as the register tile's.
-// FP8 outputs keep the register tile: their conversions made the extra passes over shared
-// memory cost more than they gained (bf16 FP8 out 0.55-0.64 -> 0.45-0.56 of copy, NOTES v22).
-template <typename R, typename O>
-constexpr bool kRowsInSmem = sizeof(R) == 2 && sizeof(O) >= 2;
-
 template <typename T, typename R, typename H, typename O, typename W, int VEC, int PACKS, int TPR, bool RMS>
-__device__ __forceinline__ void fused_rows_in_smem(const T* __restrict__ x, const RowMap& xmap,
-                                                   const R* __restrict__ residual, const RowMap& rmap,
-                                                   H* __restrict__ h, O* __restrict__ y, const W* __restrict__ weight,
-                                                   const W* __restrict__ bias, float* __restrict__ mean,
-                                                   float* __restrict__ rstd, unsigned* __restrict__ amax, i64 M,
-                                                   i64 N, float eps, float weight_offset, float out_scale) {
-  typedef float A;
-  constexpr int kBlock = GroupShape<TPR>::kBlock, kRows = GroupShape<TPR>::kRows, kSet = PACKS * kBlock;
-  constexpr i64 kTile = i64(TPR) * PACKS * VEC;
-  extern __shared__ __align__(16) unsigned char row_smem[];
-  Pack<T, VEC>* xs = reinterpret_cast<Pack<T, VEC>*>(row_smem);
-  Pack<R, VEC>* rs = reinterpret_cast<Pack<R, VEC>*>(row_smem + kSet * 16);
-  __shared__ A red[2 * kWarp];
-  const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
-  A top = A(0);  // this thread's max |y| over its rows
-
-  for (i64 base = i64(blockIdx.x) * kRows; base < M; base += i64(gridDim.x) * kRows) {  // block-uniform
-    const i64 row = base + ty;
-    const bool row_ok = row < M;
-    const i64 safe_row = row_ok ? row : 0;
-    const int limit = tile_limit(N, 0, kTile, row_ok);
-    const T* xrow = x + xmap.offset(safe_row);
-    const R* rrow = residual ? residual + rmap.offset(safe_row) : nullptr;
-    stage_tile<VEC, PACKS, TPR, kBlock>(xs, xrow, limit, lane);
-    if (rrow) stage_tile<VEC, PACKS, TPR, kBlock>(rs, rrow, limit, lane);
-    copies_commit();
-    A pivot = A(0);
-    if constexpr (!RMS) pivot = cvt<A>(xrow[0]) + (rrow ? cvt<A>(rrow[0]) : A(0));
-    copies_wait_all();
-    auto value = [&](int p, A (&v)[VEC]) {  // x + r of pack p, in float32
-      unpack(read_slot(xs + p * kBlock + threadIdx.x), v);
-      if (rrow) {
-        A rv[VEC];
-        unpack(read_slot(rs + p * kBlock + threadIdx.x), rv);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) v[k] += rv[k];
-      }
-    };
-    const bool write_h = rrow && h;  // in the first pass: the sums' for LayerNorm, q's for RMSNorm
-    A mu = A(0), q = A(0), v[VEC];
-    if constexpr (!RMS) {
-      A s = A(0);
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        const int col = pack_col<VEC, TPR>(p, lane);
-        if (col >= limit) continue;
-        value(p, v);
-        if (write_h) store_pack<H>(h + safe_row * N + col, v);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
-      }
-      mu = group_sum<TPR>(s, red) / A(limit > 0 ? limit : 1);
-    }
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const int col = pack_col<VEC, TPR>(p, lane);
-      if (col >= limit) continue;
-      value(p, v);
-      if (RMS && write_h) store_pack<H>(h + safe_row * N + col, v);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const A d = v[k] - pivot - mu;
-        q += d * d;
-      }
-    }
-    q = group_sum<TPR>(q, red);
-    const A r = rsqrt_acc(q / A(N) + eps);
-    if (lane == 0 && row_ok && rstd) {
-      if (!RMS && mean) mean[row] = pivot + mu;
-      rstd[row] = r;
-    }
-    O* yrow = y + safe_row * N;
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const int col = pack_col<VEC, TPR>(p, lane);
-      if (col >= limit) continue;
-      A wv[VEC], bv[VEC], out[VEC];
-      load_param<VEC>(weight, col, A(1), wv);
-      load_param<VEC>(bias, col, A(0), bv);
-      value(p, v);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        out[k] = (v[k] - pivot - mu) * r * (weight ? wv[k] + weight_offset : A(1)) + bv[k];
-        top = fmaxf(top, fabsf(out[k]));
-        out[k] *= out_scale;
-      }
-      store_pack<O>(yrow + col, out);
-    }
-  }
-  if (amax) block_amax(top, red, amax);
-}
-
-template <typename T, typename R, typename H, typename O, typename W, int VEC, int PACKS, int TPR, bool RMS>
-__global__ void __launch_bounds__(GroupShape<TPR>::kBlock,
-                                  (kRowsInSmem<R, O> ? FwdInSmem<T, W, VEC, PACKS, TPR, 2>::min_blocks : 1))
+__global__ void __launch_bounds__(GroupShape<TPR>::kBlock)
 norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __restrict__ residual,
                CUNORM_ROWMAP_PARAMS(rm), H* __restrict__ h, O* __restrict__ y, const W* __restrict__ weight,
                const W* __restrict__ bias, float* __restrict__ mean, float* __restrict__ rstd,
@@ -163,13 +60,8 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
   static_assert(sizeof(typename AccOf<T>::type) == 4, "fused variants serve half and float inputs");
   constexpr int kRows = GroupShape<TPR>::kRows;
   constexpr i64 kTile = i64(TPR) * PACKS * VEC;
-  const RowMap xmap = CUNORM_ROWMAP(xm), rmap = CUNORM_ROWMAP(rm);
-  if constexpr (kRowsInSmem<R, O> && FwdInSmem<T, W, VEC, PACKS, TPR, 2>::value) {
-    fused_rows_in_smem<T, R, H, O, W, VEC, PACKS, TPR, RMS>(x, xmap, residual, rmap, h, y, weight, bias, mean, rstd,
-                                                           amax, M, N, eps, weight_offset, out_scale);
-    return;
-  }
   __shared__ A smem[2 * kWarp];
+  const RowMap xmap = CUNORM_ROWMAP(xm), rmap = CUNORM_ROWMAP(rm);
   const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
   A top = A(0);  // this thread's max |y| over its rows
 

@@ -230,37 +230,30 @@ __device__ __forceinline__ Pack<T, VEC> read_slot(const Pack<T, VEC>* slot) {
   static_assert(sizeof(Pack<T, VEC>) == 16, "slots are 16-byte chunks");
   Pack<T, VEC> pk;
 #if defined(CUNORM_HIP)
-  *reinterpret_cast<uint4*>(&pk) = *reinterpret_cast<const volatile uint4*>(slot);
+  const volatile unsigned* word = reinterpret_cast<const volatile unsigned*>(slot);
+  const uint4 u = make_uint4(word[0], word[1], word[2], word[3]);
 #else
   uint4 u;
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(slot));
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "r"(a));
-  *reinterpret_cast<uint4*>(&pk) = u;
 #endif
+  *reinterpret_cast<uint4*>(&pk) = u;
   return pk;
 }
 
-// ---- rows held in shared memory (full-row forwards, v22) ----------------------------------
-// The full-row forwards of 16-byte half-precision packs copy their row (x, and the fused
-// kernel's residual: SETS slot sets) into shared memory with cp.async instead of registers,
-// each thread its own slots, and read it back once per pass (mean, squared deviations,
-// output): no value is live in registers through the reductions, so more blocks fit an SM
-// and more loads are in flight (benchmarks/NOTES.md, v22). Up to 32 KiB a block.
-#ifndef CUNORM_FWD_SMEM
-#define CUNORM_FWD_SMEM 1  // 0: the forwards hold rows in registers (sweep_fwd_variant.py)
-#endif
-
-template <typename T, typename W, int VEC, int PACKS, int TPR, int SETS>
-struct FwdInSmem {  // the host mirrors this (_row_norm.fwd_smem_bytes)
-  static constexpr int kBytes = GroupShape<TPR>::kBlock * PACKS * 16 * SETS;
-  static constexpr bool value = CUNORM_FWD_SMEM && sizeof(T) == 2 && VEC * sizeof(T) == 16 && kBytes <= 32768;
-  // Threads an SM the launch bounds ask for (NVRTC -Xptxas -v, sm_90): the plain forward
-  // runs 2048 at 32 registers, but float32 parameters (twice a pack's weight and bias bytes)
-  // spilled 8 bytes there, so 1536 at 40; the fused forward (two sets, twice the pointer
-  // and row-map arguments) spilled 40-156 bytes at 40 and none at 48: 1280. Left alone NVRTC
-  // gave it 62-71. The register tiles keep the compiler's choice.
-  static constexpr int kThreads = SETS > 1 ? 1280 : sizeof(W) > sizeof(T) ? 1536 : 2048;
-  static constexpr int min_blocks = value ? kThreads / GroupShape<TPR>::kBlock : 1;
+// ---- rows held in shared memory (the full-row forward, v22) ------------------------------
+// The full-row forward of 16-byte half-precision packs copies its row into shared memory
+// with cp.async instead of registers, each thread its own slots, and reads it back once per
+// pass (mean, squared deviations, output): no value is live in registers through the
+// reductions, so more blocks fit an SM and more loads are in flight (benchmarks/NOTES.md,
+// v22). Up to 32 KiB a block.
+template <typename T, typename W, int VEC, int PACKS, int TPR>
+struct FwdInSmem {  // the host mirrors this (_row_norm.smem_row_tile) and picks norm_fwd_smem
+  static constexpr bool value = sizeof(T) == 2 && VEC * sizeof(T) == 16 && GroupShape<TPR>::kBlock * PACKS * 16 <= 32768;
+  // Threads an SM the launch bounds ask for (NVRTC -Xptxas -v, sm_90): 2048 at 32 registers;
+  // float32 parameters (twice a pack's weight and bias bytes) spilled 8 bytes there, so 1536
+  // at 40. Left alone NVRTC gave 32-40 (no bound) or more.
+  static constexpr int min_blocks = (sizeof(W) > sizeof(T) ? 1536 : 2048) / GroupShape<TPR>::kBlock;
 };
 
 // This thread's packs of one row tile (zeros past `limit`) into its slots: slot p of thread t

@@ -103,25 +103,6 @@ class FusedPlan(NamedTuple):
     r_args: tuple
     m: int
     n: int
-    smem: int  # dynamic shared memory: rows held there (fwd_smem_bytes)
-
-
-# Rows of half-precision x (and residual) held in shared memory rather than registers
-# (kernels/row_norm.cuh FwdInSmem, which this mirrors with CUNORM_FWD_SMEM; NOTES v22).
-HOLD_ROWS_IN_SMEM = True
-ROW_SMEM_MAX = 32768  # bytes a block, x and residual slot sets together
-
-
-def fwd_smem_bytes(cfg: _config.TileConfig, itemsize: int, r_itemsize: int, out_itemsize: int,
-                   residual: bool) -> int:
-    """The fused forward's dynamic shared memory: one 16-byte slot set [packs][block] for x,
-    a second for the residual when there is one; 0 where the kernel holds rows in registers
-    (FP8 outputs among them: kernels/layer_norm_fused.cu kRowsInSmem)."""
-    one_set = cfg.block * cfg.packs * 16
-    if not (HOLD_ROWS_IN_SMEM and itemsize == 2 and r_itemsize == 2 and out_itemsize >= 2
-            and cfg.vec * itemsize == 16 and 2 * one_set <= ROW_SMEM_MAX):
-        return 0
-    return one_set * (2 if residual else 1)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -143,10 +124,8 @@ def fused_forward_plan(shape: tuple, x_strides: tuple, r_strides: tuple | None, 
     if cfg is None:
         return None
     kernel = function_ptr(FUSED_FILE, _name(*names[:4], names[4], cfg, rms), device)
-    smem = fwd_smem_bytes(cfg, numpy.dtype(dtype).itemsize, numpy.dtype(rdtype).itemsize,
-                          numpy.dtype(odtype).itemsize, r_strides is not None)
     return FusedPlan(kernel, min(-(-m // cfg.rows_per_block), _config.MAX_GRID), cfg.block, xr.args(), rr.args(),
-                     m, n, smem)
+                     m, n)
 
 
 def run_fused_forward(plan: FusedPlan, x: int, residual: int, h: int, y: int, weight: int, bias: int, mean: int,
@@ -156,7 +135,7 @@ def run_fused_forward(plan: FusedPlan, x: int, residual: int, h: int, y: int, we
     launch(plan.kernel, plan.grid, plan.block,
            (x, *plan.x_args, residual, *plan.r_args, h, y, weight, bias, mean, rstd, amax, plan.m, plan.n,
             scalar_bits(eps, numpy.float32), scalar_bits(weight_offset, numpy.float32),
-            scalar_bits(out_scale, numpy.float32)), stream, plan.smem)
+            scalar_bits(out_scale, numpy.float32)), stream)
 
 
 CAST_BLOCK = 256  # a grid-stride copy: any full block keeps the loads in flight

@@ -35,6 +35,12 @@ USE_CLUSTER_BACKWARD = False
 # (cp.async) while reducing the current one: kernels/row_norm.cuh ``Staged``, which this
 # mirrors (CUNORM_BWD_STAGE); measured in benchmarks/NOTES.md, v19.
 STAGE_BACKWARD = True
+# Full-row forward tiles of 16-byte half-precision packs hold their row in shared memory
+# (kernels/layer_norm.cu norm_fwd_smem) instead of registers: bf16 RMSNorm forward
+# 0.62-0.82 -> 0.85-0.87 of copy at N = 512-16384, LayerNorm N = 8192 / 16384 0.64 / 0.55 ->
+# 0.76 / 0.75, the rest unchanged (benchmarks/NOTES.md, v22).
+HOLD_ROWS_IN_SMEM = True
+ROW_SMEM_MAX = 32768  # bytes of static shared memory a block: bf16 rows up to N = 16384
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
 
 # (x dtype, parameter dtype) pairs compiled as such; any other parameter dtype is cast to
@@ -57,6 +63,11 @@ def _tile_name(kernel: str, t: str, w: str, cfg: _config.TileConfig, rms: bool, 
     return f"{kernel}<{', '.join(args)}>"
 
 
+def smem_row_tile(cfg: _config.TileConfig, itemsize: int) -> bool:
+    """Whether norm_fwd_smem serves this full-row tile (kernels/row_norm.cuh FwdInSmem)."""
+    return itemsize == 2 and cfg.vec * itemsize == 16 and cfg.block * cfg.packs * 16 <= ROW_SMEM_MAX
+
+
 def _acc_name(t: str) -> str:
     return "double" if t == "float64" else "float"
 
@@ -71,6 +82,8 @@ def instantiations() -> list[str]:
             for rms in (False, True):
                 names += [_tile_name("norm_fwd", t, w, c, rms, FULL_ROW)
                           for c in _config.all_tile_configs(vec, _config.FWD)]
+                names += [_tile_name("norm_fwd_smem", t, w, c, rms)
+                          for c in _config.all_tile_configs(vec, _config.FWD) if smem_row_tile(c, itemsize)]
                 names += [_tile_name("norm_bwd", t, w, c, rms, FULL_ROW)
                           for c in _config.all_tile_configs(
                               vec, lambda n, v: _config.bwd_row_config(n, v, itemsize, rms))]
@@ -149,6 +162,8 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     statistics, finalize, apply) on the split path."""
     cfg = _config.row_config(n, vec, _config.FWD)
     if cfg is not None:
+        if HOLD_ROWS_IN_SMEM and smem_row_tile(cfg, numpy.dtype(_np_name(t)).itemsize):
+            return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd_smem", t, wn, cfg, rms), device),)
         return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),)
     ccfg = _config.cluster_config(n, vec) if _clusters_serve(t, device) else None
     if ccfg is not None:
