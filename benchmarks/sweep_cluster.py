@@ -1,38 +1,39 @@
 """Long rows: the split path (x, and dy, read twice; three and four kernels) against
 thread-block clusters (one kernel, read once; sm_90+), LayerNorm and RMSNorm, bf16 and fp32,
 at row lengths past the full-row tiles. Fractions of copy, forward and backward. Variants:
-split; clusters (the backward's as well). NOTES v17 measured a third, since removed (the
+split; split with the forward's half-precision tiles at two packs a thread (before v26);
+clusters (the backward's as well). NOTES v17 measured a third, since removed (the
 cluster backward loading the next row during the exchange).
 
     python benchmarks/sweep_cluster.py [--json out.json]
 """
 from __future__ import annotations
 
-from cunorm import _bench, _compile
+from cunorm import _bench, _compile, _config
 from cunorm.ops import _row_norm
 from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 
-ROW_LENGTHS = (16384, 32768, 65536, 131072, 262144)
-# name: (clusters on, NVRTC options)
-VARIANTS = {"split": (False, ()), "cluster": (True, ())}
+ROW_LENGTHS = (16384, 32768, 65536, 131072, 262144, 1048576)
+# name: (clusters on, values a thread of the split forward's tile)
+VARIANTS = {"split": (False, _config.SPLIT_FWD_MAX_VALUES), "split_fwd16": (False, 16),
+            "cluster": (True, _config.SPLIT_FWD_MAX_VALUES)}
 
 
-def _use(clusters: bool, options=()) -> None:
+def _use(clusters: bool, split_values: int) -> None:
     _row_norm.USE_CLUSTERS = _row_norm.USE_CLUSTER_BACKWARD = clusters
-    _compile.COMPILE_OPTIONS = tuple(options)
+    _config.SPLIT_FWD_MAX_VALUES = split_values
     _compile._modules.clear()
-    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm._backward_kernels,
-                  _row_norm.backward_plan):
+    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan):
         cache.cache_clear()
 
 
 def sweep(log=print) -> list[dict]:
     copy = _bench.copy_gbps()
     rows = []
-    default = (_row_norm.USE_CLUSTERS, _row_norm.USE_CLUSTER_BACKWARD, _compile.COMPILE_OPTIONS)
+    default = (_row_norm.USE_CLUSTERS, _row_norm.USE_CLUSTER_BACKWARD, _config.SPLIT_FWD_MAX_VALUES)
     try:
-        for name, (clusters, options) in VARIANTS.items():
-            _use(clusters, options)
+        for name, variant in VARIANTS.items():
+            _use(*variant)
             for op, dtype, n in row_norm_cases(ROW_LENGTHS):
                 r = _bench.bench_row_norm(op, dtype, n)
                 row = {"variant": name, "op": op, "dtype": dtype.name, "N": n,

@@ -1,8 +1,9 @@
 """Forward variants at the benchmark's shapes, in one run after the GPU check: rows held in
 shared memory (v22, the default for half-precision 16-byte packs) against the register tile
-(``_row_norm.HOLD_ROWS_IN_SMEM`` off); on request (RUN_ORDER) one-pass statistics on either
+(``_row_norm.HOLD_ROWS_IN_SMEM`` off); the shared-memory rows centred by one subtraction of
+pivot + mu (v26, the default) against two; on request (RUN_ORDER) one-pass statistics on either
 (v11). The fused rows of the GPU check (``cunorm._bench_fused``: residual, FP8 out) ride
-along as a control. Plus each variant's fp32 LayerNorm error on rows with a large offset.
+along as a control. Plus each variant's fp32 and bf16 LayerNorm error on rows with a large offset.
 
     python benchmarks/sweep_fwd_variant.py [--json out.json]
 """
@@ -18,8 +19,9 @@ from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 # name: (compile options, rows in shared memory)
 VARIANTS = {"register_row": ((), False), "smem_row": ((), True),
             "smem_one_pass": (("-DCUNORM_FWD_ONE_PASS=1",), True),
-            "one_pass": (("-DCUNORM_FWD_ONE_PASS=1",), False)}
-RUN_ORDER = ("register_row", "smem_row", "smem_one_pass")  # after the GPU check: the default on both sides
+            "one_pass": (("-DCUNORM_FWD_ONE_PASS=1",), False),
+            "smem_two_subtractions": (("-DCUNORM_FWD_SHIFT_ONCE=0",), True)}
+RUN_ORDER = ("smem_two_subtractions", "smem_row")  # after the GPU check: the default last
 ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 
 
@@ -31,14 +33,14 @@ def _use(options, smem: bool) -> None:
         cache.cache_clear()
 
 
-def _max_error(offset: float, n: int = 4096) -> float:
+def _max_error(offset: float, dtype=numpy.float32, n: int = 4096) -> float:
     import cupy
 
     import cunorm
 
-    x = numpy.random.default_rng(0).standard_normal((64, n)).astype(numpy.float32) + numpy.float32(offset)
-    y = cunorm.layer_norm(cupy.asarray(x)).get()
-    return float(numpy.abs(y - reference.layer_norm(x)).max())
+    x = (numpy.random.default_rng(0).standard_normal((64, n)) + offset).astype(dtype)
+    y = cunorm.layer_norm(cupy.asarray(x)).get().astype(numpy.float64)
+    return float(numpy.abs(y - reference.layer_norm(x).astype(numpy.float64)).max())
 
 
 def sweep(log=print) -> list[dict]:
@@ -47,8 +49,9 @@ def sweep(log=print) -> list[dict]:
     _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
     for name in RUN_ORDER:
         _use(*VARIANTS[name])
-        errors = {f"max_err_offset_{o:g}": _max_error(o) for o in (0.0, 1e4)}
-        log(f"{name}: fp32 LayerNorm max |error| vs float64, N = 4096: {errors}")
+        errors = {f"max_err_{numpy.dtype(d).name}_offset_{o:g}": _max_error(o, d)
+                  for d in (numpy.float32, BFLOAT16) for o in (0.0, 1e2, 1e4)}
+        log(f"{name}: LayerNorm max |error| vs the float64 reference of the same input, N = 4096: {errors}")
         for op, dtype, n in row_norm_cases(ROW_LENGTHS):
             r = _bench.bench_row_norm(op, dtype, n)
             row = {"variant": name, "op": op, "dtype": dtype.name, "N": n,

@@ -209,7 +209,19 @@ def all_cluster_bwd_configs(vec: int) -> list[ClusterConfig]:
 
 
 def split_config(vec: int) -> TileConfig:
+    """The split backward's tile (and, before v26, the forward's)."""
     return TileConfig(vec, packs_cap(vec, SPLIT_MAX_VALUES), SPLIT_TPR)
+
+
+# The split forward's tile: 32 values a thread, so half-precision 16-byte packs take four a
+# thread (16 KiB of x a 256-thread block, as fp32's four 4-packs) instead of two; only vec 8
+# changes (benchmarks/NOTES.md, v26: the bf16 split forward read 0.38-0.44 of copy at
+# N >= 65536 where fp32's 16 KiB tiles read 0.56-0.60).
+SPLIT_FWD_MAX_VALUES = 32
+
+
+def split_fwd_config(vec: int) -> TileConfig:
+    return TileConfig(vec, packs_cap(vec, SPLIT_FWD_MAX_VALUES), SPLIT_TPR)
 
 
 @functools.lru_cache(maxsize=None)

@@ -89,8 +89,9 @@ def instantiations() -> list[str]:
                               vec, lambda n, v: _config.bwd_row_config(n, v, itemsize, rms))]
                 names += [_tile_name("norm_bwd_columns", t, w, c, rms)
                           for c in _config.all_tile_configs(vec, _config.COLUMN_BWD)]
-                names += [_tile_name("norm_fwd", t, w, split, rms, CHUNK_STATS),
-                          _tile_name("norm_fwd", t, w, split, rms, CHUNK_APPLY),
+                split_fwd = _config.split_fwd_config(vec)
+                names += [_tile_name("norm_fwd", t, w, split_fwd, rms, CHUNK_STATS),
+                          _tile_name("norm_fwd", t, w, split_fwd, rms, CHUNK_APPLY),
                           _tile_name("norm_bwd_tile_sums", t, w, split, rms),
                           _tile_name("norm_bwd", t, w, split, rms, CHUNK_APPLY)]
     for acc in ("float32", "float64"):
@@ -168,7 +169,7 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     ccfg = _config.cluster_config(n, vec) if _clusters_serve(t, device) else None
     if ccfg is not None:
         return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, ccfg, rms), device),)
-    cfg = _config.split_config(vec)
+    cfg = _config.split_fwd_config(vec)
     return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS), device),
                  function_ptr(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>", device),
                  function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY), device))
