@@ -215,8 +215,8 @@ def split_config(vec: int) -> TileConfig:
 
 # The split forward's tile: 32 values a thread, so half-precision 16-byte packs take four a
 # thread (16 KiB of x a 256-thread block, as fp32's four 4-packs) instead of two; only vec 8
-# changes (benchmarks/NOTES.md, v26: the bf16 split forward read 0.38-0.44 of copy at
-# N >= 65536 where fp32's 16 KiB tiles read 0.56-0.60).
+# changes. bf16 split forward at N >= 65536: LayerNorm 0.38 -> 0.46 of copy, RMSNorm 0.44 ->
+# 0.51-0.52, fp32 unchanged (benchmarks/NOTES.md, v26).
 SPLIT_FWD_MAX_VALUES = 32
 
 
