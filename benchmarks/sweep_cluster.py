@@ -2,9 +2,9 @@
 thread-block clusters (one kernel, read once; sm_90+), LayerNorm and RMSNorm, bf16 and fp32,
 at row lengths past the full-row tiles. Fractions of copy, forward and backward. Variants:
 split; split with the forward's half-precision tiles at two packs a thread (before v26);
-split with the backward's main pass unstaged, its grid rounded up past the resident blocks
-(before v27) and with the grid fixed alone; clusters (the backward's as well). RUN_ORDER
-picks the variants a run measures. NOTES v17 measured a third, since removed (the
+split with the backward's grid rounded up past the resident blocks (before v27); clusters
+(the backward's as well). RUN_ORDER picks the variants a run measures. NOTES v27 measured
+the split backward's main pass staging its tiles through shared memory, since removed. NOTES v17 measured a third, since removed (the
 cluster backward loading the next row during the exchange).
 
     python benchmarks/sweep_cluster.py [--json out.json]
@@ -16,22 +16,20 @@ from cunorm.ops import _row_norm
 from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 
 ROW_LENGTHS = (16384, 32768, 65536, 131072, 262144, 1048576)
-# name: (clusters on, values a thread of the split forward's tile, split backward: stage its
-# main pass, hold its grid to one wave)
+# name: (clusters on, values a thread of the split forward's tile, split backward grid held
+# to one wave)
 FWD32 = _config.SPLIT_FWD_MAX_VALUES
-VARIANTS = {"split": (False, FWD32, True, True), "split_fwd16": (False, 16, True, True),
-            "split_bwd_before": (False, FWD32, False, False), "split_bwd_one_wave": (False, FWD32, False, True),
-            "cluster": (True, FWD32, True, True)}
-RUN_ORDER = ("split_bwd_before", "split_bwd_one_wave", "split")
+VARIANTS = {"split": (False, FWD32, True), "split_fwd16": (False, 16, True),
+            "split_bwd_two_waves": (False, FWD32, False), "cluster": (True, FWD32, True)}
+RUN_ORDER = ("split_bwd_two_waves", "split")
 
 
-def _use(clusters: bool, split_values: int, stage_split: bool = True, one_wave: bool = True) -> None:
+def _use(clusters: bool, split_values: int, one_wave: bool = True) -> None:
     _row_norm.USE_CLUSTERS = _row_norm.USE_CLUSTER_BACKWARD = clusters
     _config.SPLIT_FWD_MAX_VALUES = split_values
-    _row_norm.STAGE_SPLIT_BACKWARD, _row_norm.SPLIT_BACKWARD_ONE_WAVE = stage_split, one_wave
-    _compile.COMPILE_OPTIONS = () if stage_split else ("-DCUNORM_BWD_STAGE_SPLIT=0",)
+    _row_norm.SPLIT_BACKWARD_ONE_WAVE = one_wave
     _compile._modules.clear()
-    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan, _row_norm.stage_bytes):
+    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan):
         cache.cache_clear()
 
 

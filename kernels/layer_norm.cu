@@ -350,9 +350,7 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
   zero_tile(dw_acc);
   zero_tile(db_acc);
 
-  // The split path's main pass stages its tiles as well (v27): its persistent blocks walk
-  // their rows one tile at a time, two blocks an SM at ~120 registers.
-  if constexpr ((MODE == kFullRow || (MODE == kChunkApply && CUNORM_BWD_STAGE_SPLIT)) && Staged<T, VEC>::value) {
+  if constexpr (MODE == kFullRow && Staged<T, VEC>::value) {
     // dynamic shared memory: [2 buffers][x, dy][PACKS][block] packs (_row_norm.stage_bytes)
     extern __shared__ __align__(16) unsigned char stage_smem[];
     constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock;

@@ -186,9 +186,6 @@ struct BwdOccupancy {
 #ifndef CUNORM_BWD_STAGE
 #define CUNORM_BWD_STAGE 1  // 0: the backward loads rows straight into registers
 #endif
-#ifndef CUNORM_BWD_STAGE_SPLIT
-#define CUNORM_BWD_STAGE_SPLIT 1  // 0: the split backward's main pass does not stage (before v27)
-#endif
 
 template <typename T, int VEC>
 struct Staged {  // whether the backward stages rows of T in VEC-packs (the host mirrors this)

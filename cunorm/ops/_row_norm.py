@@ -35,11 +35,9 @@ USE_CLUSTER_BACKWARD = False
 # (cp.async) while reducing the current one: kernels/row_norm.cuh ``Staged``, which this
 # mirrors (CUNORM_BWD_STAGE); measured in benchmarks/NOTES.md, v19.
 STAGE_BACKWARD = True
-# The split backward's main pass stages its tiles too (CUNORM_BWD_STAGE_SPLIT, mirrored):
-# benchmarks/NOTES.md, v27.
-STAGE_SPLIT_BACKWARD = True
-# The split backward's persistent grid holds at most the resident blocks (v27; sweeps set it
-# off to measure the earlier rounding up).
+# The split backward's persistent grid holds at most the resident blocks: bf16 backward at
+# N = 65536 / 131072 / 262144 0.30 / 0.29 / 0.26 -> 0.38 / 0.35 / 0.31 of copy (LayerNorm),
+# where rounding up ran a second wave (benchmarks/NOTES.md, v27; sweeps set it off).
 SPLIT_BACKWARD_ONE_WAVE = True
 # Full-row forward tiles of 16-byte half-precision packs hold their row in shared memory
 # (kernels/layer_norm.cu norm_fwd_smem) instead of registers: bf16 RMSNorm forward
@@ -307,8 +305,7 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
     main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, CHUNK_APPLY), device)
     sums = function_ptr(KERNEL_FILE, _tile_name("norm_bwd_tile_sums", t, wn, cfg, rms), device)
     finalize = function_ptr(KERNEL_FILE, f"norm_bwd_finalize<{_acc_name(t)}>", device)
-    smem = stage_bytes(cfg, itemsize, itemsize) if STAGE_SPLIT_BACKWARD else 0
-    return cfg, main, sums, finalize, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
+    return cfg, main, sums, finalize, reduce, sm_count(device) * blocks_per_sm(main, cfg.block), 0
 
 
 def _column_backward(t: str, wn: str, n: int, vec: int, rms: bool, m: int, device: int):
@@ -375,7 +372,7 @@ def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdty
     # M / groups rows alone
     blocks = max(1, min(m, (resident if SPLIT_BACKWARD_ONE_WAVE else resident + tiles - 1) // tiles))
     return BackwardPlan(main, blocks, cfg.block, blocks, reduce, dyr.args(), xr.args(), m, n,
-                        (sums, finalize, tiles), acc, 0, smem)
+                        (sums, finalize, tiles), acc, 0)
 
 
 def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rstd: int, dx: int, dw: int,
