@@ -3,15 +3,15 @@ thread-block clusters (one kernel, read once; sm_90+), LayerNorm and RMSNorm, bf
 at row lengths past the full-row tiles. Fractions of copy, forward and backward. Variants:
 split; split with the forward's half-precision tiles at two packs a thread (before v26);
 split with the backward's grid rounded up past the resident blocks (before v27); clusters
-(the backward's as well). RUN_ORDER picks the variants a run measures. NOTES v27 measured
-the split backward's main pass staging its tiles through shared memory, since removed. NOTES v17 measured a third, since removed (the
-cluster backward loading the next row during the exchange).
+(the backward's as well). RUN_ORDER picks the variants a run measures. Measured and since
+removed: the cluster backward loading the next row during the exchange (NOTES v17), the
+split backward's main pass staging its tiles through shared memory (v27).
 
     python benchmarks/sweep_cluster.py [--json out.json]
 """
 from __future__ import annotations
 
-from cunorm import _bench, _compile, _config
+from cunorm import _bench, _config
 from cunorm.ops import _row_norm
 from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 
@@ -24,11 +24,10 @@ VARIANTS = {"split": (False, FWD32, True), "split_fwd16": (False, 16, True),
 RUN_ORDER = ("split_bwd_two_waves", "split")
 
 
-def _use(clusters: bool, split_values: int, one_wave: bool = True) -> None:
+def _use(clusters: bool, split_values: int, one_wave: bool) -> None:
     _row_norm.USE_CLUSTERS = _row_norm.USE_CLUSTER_BACKWARD = clusters
     _config.SPLIT_FWD_MAX_VALUES = split_values
     _row_norm.SPLIT_BACKWARD_ONE_WAVE = one_wave
-    _compile._modules.clear()
     for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan):
         cache.cache_clear()
 
@@ -36,7 +35,8 @@ def _use(clusters: bool, split_values: int, one_wave: bool = True) -> None:
 def sweep(log=print) -> list[dict]:
     copy = _bench.copy_gbps()
     rows = []
-    default = (_row_norm.USE_CLUSTERS, _row_norm.USE_CLUSTER_BACKWARD, _config.SPLIT_FWD_MAX_VALUES)
+    default = (_row_norm.USE_CLUSTERS, _row_norm.USE_CLUSTER_BACKWARD, _config.SPLIT_FWD_MAX_VALUES,
+               _row_norm.SPLIT_BACKWARD_ONE_WAVE)
     try:
         for name in RUN_ORDER:
             _use(*VARIANTS[name])
@@ -48,7 +48,7 @@ def sweep(log=print) -> list[dict]:
                     f"fwd {row['fwd_of_copy']:.3f} bwd {row['bwd_of_copy']:.3f} of copy")
                 rows.append(row)
     finally:
-        _use(default[0], default[2])
+        _use(default[0], default[2], default[3])
         _row_norm.USE_CLUSTER_BACKWARD = default[1]
     return rows
 

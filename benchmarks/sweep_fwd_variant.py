@@ -1,9 +1,10 @@
 """Forward variants at the benchmark's shapes, in one run after the GPU check: rows held in
 shared memory (v22, the default for half-precision 16-byte packs) against the register tile
 (``_row_norm.HOLD_ROWS_IN_SMEM`` off); the shared-memory rows centred by one subtraction of
-pivot + mu (v26, the default) against two; on request (RUN_ORDER) one-pass statistics on either
-(v11). The fused rows of the GPU check (``cunorm._bench_fused``: residual, FP8 out) ride
-along as a control. Plus each variant's fp32 and bf16 LayerNorm error on rows with a large offset.
+pivot + mu (v26, the default) against two; on request (RUN_ORDER) one-pass statistics on
+either (v11). The fused rows of the GPU check (``cunorm._bench_fused``: residual, FP8 out)
+ride along as a control. Plus each variant's fp32 and bf16 LayerNorm error on rows with a
+large offset.
 
     python benchmarks/sweep_fwd_variant.py [--json out.json]
 """
