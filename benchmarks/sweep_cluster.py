@@ -5,7 +5,8 @@ split; split with the forward's half-precision tiles at two packs a thread (befo
 split with the backward's grid rounded up past the resident blocks (before v27); clusters
 (the backward's as well). RUN_ORDER picks the variants a run measures. Measured and since
 removed: the cluster backward loading the next row during the exchange (NOTES v17), the
-split backward's main pass staging its tiles through shared memory (v27).
+split backward's main pass staging its tiles through shared memory (v27), the cluster
+forward holding its slice in shared memory (v32).
 
     python benchmarks/sweep_cluster.py [--json out.json]
 """

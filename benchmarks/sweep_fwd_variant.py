@@ -1,10 +1,13 @@
 """Forward variants at the benchmark's shapes, in one run after the GPU check: rows held in
 shared memory (v22, the default for half-precision 16-byte packs) against the register tile
-(``_row_norm.HOLD_ROWS_IN_SMEM`` off); the shared-memory rows centred by one subtraction of
-pivot + mu (v26, the default) against two; on request (RUN_ORDER) one-pass statistics on
-either (v11). The fused rows of the GPU check (``cunorm._bench_fused``: residual, FP8 out)
-ride along as a control. Plus each variant's fp32 and bf16 LayerNorm error on rows with a
-large offset.
+(``_row_norm.HOLD_ROWS_IN_SMEM`` off); float32 N = 16384 in shared memory (v31, the default)
+against half precision only (``_config.SMEM_FWD_FROM``); the split forward's apply pass
+last to first (v33, the default) against in order (``-DCUNORM_SPLIT_L2_ORDER=0``); the mean
+pass summing half-precision packs raw (v34, ``-DCUNORM_FWD_PACK_SUM=1``, off);
+the shared-memory rows centred by one subtraction of pivot + mu (v26, the default) against
+two; on request (RUN_ORDER) the register tile's one-pass statistics (v11). With FUSED_CONTROL
+the fused rows of the GPU check (``cunorm._bench_fused``: residual, FP8 out) ride along as a
+control. Plus each variant's fp32 and bf16 LayerNorm error on rows with a large offset.
 
     python benchmarks/sweep_fwd_variant.py [--json out.json]
 """
@@ -12,23 +15,29 @@ from __future__ import annotations
 
 import numpy
 
-from cunorm import _bench, _bench_fused, _compile, reference
+from cunorm import _bench, _bench_fused, _compile, _config, reference
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _fused, _row_norm
 from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
 
-# name: (compile options, rows in shared memory)
-VARIANTS = {"register_row": ((), False), "smem_row": ((), True),
-            "smem_one_pass": (("-DCUNORM_FWD_ONE_PASS=1",), True),
-            "one_pass": (("-DCUNORM_FWD_ONE_PASS=1",), False),
-            "smem_two_subtractions": (("-DCUNORM_FWD_SHIFT_ONCE=0",), True)}
-RUN_ORDER = ("smem_two_subtractions", "smem_row")  # after the GPU check: the default last
-ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
+SMEM_DEFAULT = dict(_config.SMEM_FWD_FROM)
+SMEM_HALF_ONLY = {2: SMEM_DEFAULT[2]}
+# name: (compile options, rows in shared memory, _config.SMEM_FWD_FROM)
+VARIANTS = {"register_row": ((), False, SMEM_DEFAULT), "smem_row": ((), True, SMEM_DEFAULT),
+            "smem_half_only": ((), True, SMEM_HALF_ONLY),
+            "split_in_order": (("-DCUNORM_SPLIT_L2_ORDER=0",), True, SMEM_DEFAULT),
+            "smem_pack_sum": (("-DCUNORM_FWD_PACK_SUM=1",), True, SMEM_DEFAULT),
+            "one_pass": (("-DCUNORM_FWD_ONE_PASS=1",), False, SMEM_DEFAULT),
+            "smem_two_subtractions": (("-DCUNORM_FWD_SHIFT_ONCE=0",), True, SMEM_DEFAULT)}
+RUN_ORDER = ("smem_half_only", "smem_row")  # after the GPU check: the default last
+ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+FUSED_CONTROL = False
 
 
-def _use(options, smem: bool) -> None:
+def _use(options, smem: bool, tiles: dict) -> None:
     _compile.COMPILE_OPTIONS = tuple(options)
     _row_norm.HOLD_ROWS_IN_SMEM = smem
+    _config.SMEM_FWD_FROM = tiles
     _compile._modules.clear()
     for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _fused.fused_forward_plan):
         cache.cache_clear()
@@ -45,7 +54,7 @@ def _max_error(offset: float, dtype=numpy.float32, n: int = 4096) -> float:
 
 
 def sweep(log=print) -> list[dict]:
-    default, rows = (_compile.COMPILE_OPTIONS, _row_norm.HOLD_ROWS_IN_SMEM), []
+    default, rows = (_compile.COMPILE_OPTIONS, _row_norm.HOLD_ROWS_IN_SMEM, _config.SMEM_FWD_FROM), []
     copy = _bench.copy_gbps()
     _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
     for name in RUN_ORDER:
@@ -56,10 +65,13 @@ def sweep(log=print) -> list[dict]:
         for op, dtype, n in row_norm_cases(ROW_LENGTHS):
             r = _bench.bench_row_norm(op, dtype, n)
             row = {"variant": name, "op": op, "dtype": dtype.name, "N": n,
-                   "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), **errors}
-            log(f"{name:12s} {op:10s} {dtype.name:8s} N={n:<6d} fwd {row['fwd_of_copy']:.3f} of copy")
+                   "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), "bwd_of_copy": round(r["bwd_GBps"] / copy, 3),
+                   **errors}
+            log(f"{name:12s} {op:10s} {dtype.name:8s} N={n:<6d} fwd {row['fwd_of_copy']:.3f} "
+                f"bwd {row['bwd_of_copy']:.3f} of copy")
             rows.append(row)
-        rows += [dict(row, variant=name) for row in _bench_fused.run(copy, log)]
+        if FUSED_CONTROL:
+            rows += [dict(row, variant=name) for row in _bench_fused.run(copy, log)]
     _use(*default)
     return rows
 

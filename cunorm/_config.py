@@ -46,6 +46,39 @@ BWD = PathLimits(max_tpr=512, max_values=16, min_block_tpr=128)
 BWD_HALF = PathLimits(max_tpr=1024, max_values=8, min_block_tpr=128)
 
 
+# The full-row forward holds its row in shared memory (norm_fwd_smem, v22) for 16-byte packs
+# of these element sizes where the register tile (FWD, whose shape it keeps) spans at least
+# this many elements, up to the host's byte limit (_row_norm.ROW_SMEM_MAX). Half precision
+# from N = 1: bf16 RMSNorm 0.62-0.82 -> 0.85-0.87 of copy (v22), N = 32768 0.49 -> 0.71 /
+# 0.82 (v29). float32 past N = 8192, where the register tile needs 1024-thread blocks:
+# LayerNorm 0.74 -> 0.86, RMSNorm 0.77 -> 0.92; at N <= 8192 the two were equal within 0.01
+# (0.90-0.92 both), so the register tile stays. Eight packs a thread instead of four lost
+# 0.01-0.06 at every N but 512-1024, both dtypes (v31, results/sweep-fwd-smem-tiles-h200.txt).
+SMEM_FWD_FROM = {2: 1, 4: 16384}
+
+
+def smem_fwd_config(n: int, vec: int, itemsize: int, max_bytes: int) -> TileConfig | None:
+    """The shared-memory forward's tile for a row of ``n`` elements in packs of ``vec``, or
+    None (the register tile, or past it, serves the row)."""
+    start = SMEM_FWD_FROM.get(itemsize)
+    if start is None or vec * itemsize != MAX_PACK_BYTES:
+        return None
+    cfg = row_config(n, vec, FWD)
+    return cfg if cfg is not None and cfg.tile >= start and _smem_bytes(cfg) <= max_bytes else None
+
+
+def all_smem_fwd_configs(vec: int, itemsize: int, max_bytes: int) -> list[TileConfig]:
+    """Every tile ``smem_fwd_config`` can return for this vec and element size."""
+    start = SMEM_FWD_FROM.get(itemsize)
+    if start is None or vec * itemsize != MAX_PACK_BYTES:
+        return []
+    return [c for c in all_tile_configs(vec, FWD) if c.tile >= start and _smem_bytes(c) <= max_bytes]
+
+
+def _smem_bytes(cfg: TileConfig) -> int:
+    return cfg.block * cfg.packs * MAX_PACK_BYTES
+
+
 def bwd_limits(itemsize: int, rms: bool) -> PathLimits:
     """The partial-row backward's register-tile limits for this element size (both ops: the
     flag stays for sweep_bwd_config's per-op candidates)."""

@@ -89,7 +89,7 @@ def _torch_numbers(cupy_rows) -> dict | None:
             "small_batch": _bench_torch.small_batches(log)}
 
 
-def _jax_numbers(cupy_rows) -> dict | None:
+def _jax_numbers() -> dict | None:
     """The JAX adapter's bandwidth inside jit next to the CuPy API's and XLA's, where JAX
     sees a GPU."""
     try:
@@ -103,7 +103,7 @@ def _jax_numbers(cupy_rows) -> dict | None:
         return None
     from . import _bench_jax
 
-    return {"bandwidth": _bench_jax.bandwidth(cupy_rows, log=lambda s: print(s, flush=True))}
+    return {"bandwidth": _bench_jax.bandwidth(log=lambda s: print(s, flush=True))}
 
 
 # a tool past this is recorded as not run: the device runs a command for at most 10 minutes,
@@ -235,7 +235,7 @@ def main(argv=None) -> int:
         print(f"device-to-device copy: {record['copy_GBps']} GB/s", flush=True)
         record["bench"] = _bench.run(log=lambda s: print(s, flush=True))
         record["torch"] = _torch_numbers(record["bench"])
-        record["jax"] = _jax_numbers(record["bench"])
+        record["jax"] = _jax_numbers()
         from . import _bench_bn
 
         record["batch_norm"] = _bench_bn.run(record["copy_GBps"], log=lambda s: print(s, flush=True))

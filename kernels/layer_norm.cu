@@ -15,8 +15,23 @@ using namespace cunorm;
 
 enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
 
+// The split forward's two passes over x meet in the L2: the apply pass walks the tiles last to
+// first, right after the statistics pass read them first to last, so it starts on the tens
+// of MB the L2 (50 MB on the H200) may still hold: bf16 / fp32 forward N = 262144 and 1M
+// +0.01-0.02 of copy in two rounds. The backward's tile sums walked last to first (its main
+// pass starts at row 0) measured no change, 0.38-0.50 both ways. 0: in order (NOTES v33).
+#ifndef CUNORM_SPLIT_L2_ORDER
+#define CUNORM_SPLIT_L2_ORDER 1
+#endif
+// v34 (prepared, measured by sweep_fwd_variant.py, off): the shared-memory forward's mean pass
+// for half-precision x sums a pack's values raw and subtracts VEC * pivot once a pack (9
+// instructions a pack of 8 where x - pivot summed takes 16). A pack's sum of 8 half values is
+// exact in float unless their exponents span more than 16 binades.
+#ifndef CUNORM_FWD_PACK_SUM
+#define CUNORM_FWD_PACK_SUM 0
+#endif
 #ifndef CUNORM_FWD_ONE_PASS
-#define CUNORM_FWD_ONE_PASS 0  // 1: one reduction for both LayerNorm statistics (sweep_fwd_variant.py)
+#define CUNORM_FWD_ONE_PASS 0  // 1: the register tiles' statistics in one reduction (v11, sweep_fwd_variant.py)
 #endif
 // The shared-memory forward (half-precision x) centres each value by one subtraction of
 // shift = pivot + mu, rounded to float once a row, instead of subtracting pivot, then mu: one
@@ -40,11 +55,15 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
                                                  A* __restrict__ mean, A* __restrict__ rstd, i64 M, i64 N, A eps) {
   constexpr int kBlock = GroupShape<TPR>::kBlock, kRows = GroupShape<TPR>::kRows;
   constexpr i64 kTile = i64(TPR) * PACKS * VEC;
-  __shared__ Pack<T, VEC> slots[PACKS * kBlock];  // static: one set, known here
+  // dynamic (PACKS * kBlock packs, the host's smem_row_bytes): past 48 KiB, static shared
+  // memory is refused, and bf16 N = 32768 takes 64 KiB (v29)
+  extern __shared__ __align__(16) unsigned char row_smem[];
+  Pack<T, VEC>* const slots = reinterpret_cast<Pack<T, VEC>*>(row_smem);
   __shared__ A red[2 * kWarp];
   const Pack<T, VEC>* mine = slots + threadIdx.x;  // pack p at mine[p * kBlock]
   const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
   const i64 items = (M + kRows - 1) / kRows;
+  constexpr bool kPackSum = CUNORM_FWD_PACK_SUM && sizeof(T) < sizeof(A);
 
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {  // block-uniform, as norm_fwd
     const i64 row = it * kRows + ty;
@@ -58,53 +77,40 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
     copies_wait_all();
 
     A mu = A(0), q = A(0), v[VEC];
-#if CUNORM_FWD_ONE_PASS
-    // measured only (sweep_fwd_variant.py): sums of t = x - pivot and t^2 in one pass and
-    // one reduction, M2 = sum t^2 - (sum t)^2 / n, as v11 on the register tile
-    A s = A(0);
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
-      unpack(read_slot(mine + p * kBlock), v);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const A t = v[k] - pivot;
-        s += t;
-        q += t * t;
-      }
-    }
-    if constexpr (RMS) {
-      q = group_sum<TPR>(q, red);
-    } else {
-      group_sum2<TPR>(s, q, red);
-      mu = s / A(limit > 0 ? limit : 1);
-      q = q - s * mu > A(0) ? q - s * mu : A(0);
-    }
-#else
     if constexpr (!RMS) {
       A s = A(0);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
         unpack(read_slot(mine + p * kBlock), v);
+        if constexpr (kPackSum) {
+          A ps = A(0);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
+          for (int k = 0; k < VEC; ++k) ps += v[k];
+          s += ps - A(VEC) * pivot;
+        } else {
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
+        }
       }
       mu = group_sum<TPR>(s, red) / A(limit > 0 ? limit : 1);
     }
     const A shift = pivot + mu;
+    // Half-precision x only: for float32 x the shift's rounding is the input's own precision at
+    // that magnitude (v31: rows offset by 1e4, N = 4096: max |error| 5.8e-7 -> 4.9e-4).
+    constexpr bool kShiftOnce = CUNORM_FWD_SHIFT_ONCE && sizeof(T) < sizeof(A);
+    auto centred = [&](A value) { return kShiftOnce ? value - shift : value - pivot - mu; };
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
       if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
       unpack(read_slot(mine + p * kBlock), v);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const A d = CUNORM_FWD_SHIFT_ONCE ? v[k] - shift : v[k] - pivot - mu;
+        const A d = centred(v[k]);
         q += d * d;
       }
     }
     q = group_sum<TPR>(q, red);
-#endif
     const A r = rsqrt_acc(q / A(N) + eps);
     if (lane == 0 && row_ok && rstd) {
       if (!RMS) mean[row] = pivot + mu;
@@ -121,7 +127,7 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
       unpack(read_slot(mine + p * kBlock), v);
 #pragma unroll
       for (int k = 0; k < VEC; ++k)
-        out[k] = (CUNORM_FWD_SHIFT_ONCE ? v[k] - (pivot + mu) : v[k] - pivot - mu) * r * wv[k] + bv[k];
+        out[k] = centred(v[k]) * r * wv[k] + bv[k];
       store_pack<T>(yrow + col, out);
     }
   }
@@ -153,8 +159,9 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
 
   // Block-uniform loop: every thread runs every iteration, so the barriers in group_sum hold.
   for (i64 it = blockIdx.x; it < items; it += gridDim.x) {
-    const i64 row = it / C * kRows + ty;
-    const i64 c0 = it % C * kTile;
+    const i64 item = MODE == kChunkApply && CUNORM_SPLIT_L2_ORDER ? items - 1 - it : it;  // last to first
+    const i64 row = item / C * kRows + ty;
+    const i64 c0 = item % C * kTile;
     const bool row_ok = row < M;
     const i64 safe_row = row_ok ? row : 0;
     const int limit = tile_limit(N, c0, kTile, row_ok);
@@ -211,8 +218,8 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
 #endif
       if constexpr (MODE == kChunkStats) {
         if (lane == 0 && row_ok) {
-          tile_stats[(row * C + it % C) * 2] = mu;
-          tile_stats[(row * C + it % C) * 2 + 1] = q;
+          tile_stats[(row * C + item % C) * 2] = mu;
+          tile_stats[(row * C + item % C) * 2 + 1] = q;
           if (!RMS && c0 == 0) row_shift[row * 2] = pivot;
         }
         continue;
@@ -518,23 +525,29 @@ norm_bwd_finalize(const A* __restrict__ tile_sums, A* __restrict__ row_sums, i64
 
 // dW / dB: out[col] = sum over g of part[g, col], the G partial rows folded in a fixed tree.
 // blockIdx.y picks the weight (0) or bias (1) gradient; an absent one has a null `out`.
+// Blocks of 1024 threads: blockDim.y = R row lanes (a power of two up to 32, the host's
+// next power of two of G) by blockDim.x = 1024 / R columns. Lane y sums rows y, y + R, ...
+// in order, then a tree folds the lanes; for G <= R the lanes past G hold zeros, so any R
+// >= G gives the same bits as R = 32. (With R fixed at 32, the split backward's few partial
+// rows at N = 1M launched 65536 blocks of mostly idle threads: v30.)
 template <typename A, typename OUT>
 __global__ void __launch_bounds__(1024)
 norm_reduce_partials(const A* __restrict__ dw_part, OUT* __restrict__ dw,
                      const A* __restrict__ db_part, OUT* __restrict__ db, i64 G, i64 N) {
-  __shared__ A tile[32][33];
+  __shared__ A tile[1024 + 32];  // [R][blockDim.x + 1]: the padding keeps lanes off one bank
   const A* part = blockIdx.y == 0 ? dw_part : db_part;
   OUT* out = blockIdx.y == 0 ? dw : db;
   if (out == nullptr) return;
-  const i64 col = i64(blockIdx.x) * 32 + threadIdx.x;
+  const int lanes = blockDim.y, width = blockDim.x + 1;
+  const i64 col = i64(blockIdx.x) * blockDim.x + threadIdx.x;
   A s = A(0);
   if (col < N)
-    for (i64 g = threadIdx.y; g < G; g += 32) s += part[g * N + col];
-  tile[threadIdx.y][threadIdx.x] = s;
+    for (i64 g = threadIdx.y; g < G; g += lanes) s += part[g * N + col];
+  tile[threadIdx.y * width + threadIdx.x] = s;
   __syncthreads();
-  for (int h = 16; h > 0; h /= 2) {
-    if (threadIdx.y < h) tile[threadIdx.y][threadIdx.x] += tile[threadIdx.y + h][threadIdx.x];
+  for (int h = lanes / 2; h > 0; h /= 2) {
+    if (threadIdx.y < h) tile[threadIdx.y * width + threadIdx.x] += tile[(threadIdx.y + h) * width + threadIdx.x];
     __syncthreads();
   }
-  if (threadIdx.y == 0 && col < N) out[col] = cvt<OUT>(tile[0][threadIdx.x]);
+  if (threadIdx.y == 0 && col < N) out[col] = cvt<OUT>(tile[threadIdx.x]);
 }

@@ -15,6 +15,10 @@
 
 #include <cuda_fp8.h>
 
+#ifndef CUNORM_FUSED_LEAN_Y
+#define CUNORM_FUSED_LEAN_Y 1  // 0: one output loop for every call, as before v28 (sweep_fused_variant.py)
+#endif
+
 namespace cunorm {
 template <> struct Cvt<__nv_fp8_e4m3> {
   static __device__ __forceinline__ __nv_fp8_e4m3 from(float v) {
@@ -30,9 +34,39 @@ template <> struct Cvt<__nv_fp8_e5m2> {
     return out;
   }
 };
+template <typename O> struct IsFp8 { static constexpr bool value = false; };
+template <> struct IsFp8<__nv_fp8_e4m3> {
+  static constexpr bool value = true;
+  static constexpr __nv_fp8_interpretation_t kind = __NV_E4M3;
+};
+template <> struct IsFp8<__nv_fp8_e5m2> {
+  static constexpr bool value = true;
+  static constexpr __nv_fp8_interpretation_t kind = __NV_E5M2;
+};
+
+template <bool B> struct Flag { static constexpr bool value = B; };  // a compile-time branch of a lambda
 }  // namespace cunorm
 
 using namespace cunorm;
+
+// One pack of y: FP8 two values a conversion (sm_89+ converts a pair in one instruction, the
+// same rounding as one at a time), other dtypes as store_pack.
+template <typename O, int VEC>
+__device__ __forceinline__ void store_y(O* p, const float (&v)[VEC]) {
+  if constexpr (IsFp8<O>::value && VEC % 2 == 0) {
+    Pack<O, VEC> pk;
+#pragma unroll
+    for (int k = 0; k < VEC; k += 2) {
+      const __nv_fp8x2_storage_t two = __nv_cvt_float2_to_fp8x2(make_float2(v[k], v[k + 1]), __NV_SATFINITE,
+                                                                IsFp8<O>::kind);
+      pk.v[k].__x = static_cast<__nv_fp8_storage_t>(two & 0xFFu);  // the first value in the low byte
+      pk.v[k + 1].__x = static_cast<__nv_fp8_storage_t>(two >> 8);
+    }
+    *reinterpret_cast<Pack<O, VEC>*>(p) = pk;
+  } else {
+    store_pack<O>(p, v);
+  }
+}
 
 // Maximum over the block of one non-negative value a thread, folded into *amax as float
 // bits (non-negative floats order as their bit patterns). Every thread calls it together.
@@ -97,20 +131,35 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
       rstd[row] = r;
     }
     O* yrow = y + safe_row * N;
+    // The output loop in a variant for what the call asks (uniform over the grid): a weight
+    // offset to add, an amax to track, an FP8 scale; each one absent is an instruction an
+    // element less, and this kernel is short of issue slots rather than bytes (NOTES v28).
+    auto write_y = [&](auto add_offset, auto track_amax) {
 #pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const int col = pack_col<VEC, TPR>(p, lane);
-      if (col >= limit) continue;
-      A wv[VEC], bv[VEC], out[VEC];
-      load_param<VEC>(weight, col, A(1), wv);
-      load_param<VEC>(bias, col, A(0), bv);
+      for (int p = 0; p < PACKS; ++p) {
+        const int col = pack_col<VEC, TPR>(p, lane);
+        if (col >= limit) continue;
+        A wv[VEC], bv[VEC], out[VEC];
+        load_param<VEC>(weight, col, A(1), wv);  // 1 where there is no weight, offset or not
+        load_param<VEC>(bias, col, A(0), bv);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        out[k] = v[p][k] * r * (weight ? wv[k] + weight_offset : A(1)) + bv[k];
-        top = fmaxf(top, fabsf(out[k]));
-        out[k] *= out_scale;
+        for (int k = 0; k < VEC; ++k) {
+          out[k] = v[p][k] * r * (decltype(add_offset)::value ? wv[k] + weight_offset : wv[k]) + bv[k];
+          if constexpr (decltype(track_amax)::value) top = fmaxf(top, fabsf(out[k]));
+          if constexpr (IsFp8<O>::value || !CUNORM_FUSED_LEAN_Y) out[k] *= out_scale;  // 1 unless FP8
+        }
+        if constexpr (CUNORM_FUSED_LEAN_Y) store_y<O>(yrow + col, out);
+        else store_pack<O>(yrow + col, out);
       }
-      store_pack<O>(yrow + col, out);
+    };
+    if (!CUNORM_FUSED_LEAN_Y) {
+      write_y(Flag<true>(), Flag<true>());
+    } else if (weight && weight_offset != A(0)) {
+      if (amax) write_y(Flag<true>(), Flag<true>());
+      else write_y(Flag<true>(), Flag<false>());
+    } else {
+      if (amax) write_y(Flag<false>(), Flag<true>());
+      else write_y(Flag<false>(), Flag<false>());
     }
   }
   if (amax) block_amax(top, smem, amax);

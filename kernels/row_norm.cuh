@@ -242,14 +242,15 @@ __device__ __forceinline__ Pack<T, VEC> read_slot(const Pack<T, VEC>* slot) {
 }
 
 // ---- rows held in shared memory (the full-row forward, v22) ------------------------------
-// The full-row forward of 16-byte half-precision packs copies its row into shared memory
-// with cp.async instead of registers, each thread its own slots, and reads it back once per
-// pass (mean, squared deviations, output): no value is live in registers through the
-// reductions, so more blocks fit an SM and more loads are in flight (benchmarks/NOTES.md,
-// v22). Up to 32 KiB a block.
+// The full-row forward of 16-byte packs copies its row into shared memory with cp.async
+// instead of registers, each thread its own slots, and reads it back once per pass (mean,
+// squared deviations, output): no value is live in registers through the reductions, so more
+// blocks fit an SM and more loads are in flight (benchmarks/NOTES.md, v22). Up to 64 KiB a
+// block (v29: bf16 N = 32768). Half precision and float32 (v31); the host picks the tiles
+// (_config.smem_fwd_config).
 template <typename T, typename W, int VEC, int PACKS, int TPR>
-struct FwdInSmem {  // the host mirrors this (_row_norm.smem_row_tile) and picks norm_fwd_smem
-  static constexpr bool value = sizeof(T) == 2 && VEC * sizeof(T) == 16 && GroupShape<TPR>::kBlock * PACKS * 16 <= 32768;
+struct FwdInSmem {  // the host mirrors this (_row_norm.smem_row_config) and picks norm_fwd_smem
+  static constexpr bool value = sizeof(T) <= 4 && VEC * sizeof(T) == 16 && GroupShape<TPR>::kBlock * PACKS * 16 <= 65536;
   // Threads an SM the launch bounds ask for (NVRTC -Xptxas -v, sm_90): 2048 at 32 registers;
   // float32 parameters (twice a pack's weight and bias bytes) spilled 8 bytes there, so 1536
   // at 40. Left alone NVRTC gave 32-40 (no bound) or more.

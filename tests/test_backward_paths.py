@@ -59,3 +59,27 @@ def test_split_backward_walks_many_rows_in_one_wave(rng, op, dtype, view):
     assert plan.blocks * tiles <= sm_count(0) * blocks_per_sm(plan.main, plan.block), "one wave"
     assert m > 2 * plan.blocks, "every row group walks several rows"
     check(op, rng, (m, n), dtype, view=view)
+
+
+@pytest.mark.parametrize("groups", [1, 3, 17, 32, 33, 100])
+def test_partial_reduction_lane_count_keeps_the_bits(rng, groups):
+    """norm_reduce_partials folds G partial rows with R = min(32, next power of two of G)
+    lanes (v30; before, always 32): lanes past G hold zeros, so the bits equal 32 lanes'."""
+    import cupy
+
+    from cunorm._compile import function_ptr
+    from cunorm._launch import launch
+    from cunorm.ops import _row_norm
+
+    n = 4099
+    part = cupy.asarray(rng.standard_normal((2, groups, n)).astype(numpy.float32))
+    kernel = function_ptr(_row_norm.KERNEL_FILE, "norm_reduce_partials<float, float>", 0)
+    stream = cupy.cuda.get_current_stream().ptr
+    chosen = cupy.empty((2, n), numpy.float32)
+    _row_norm.reduce_partial_rows(kernel, part[0].data.ptr, chosen[0].data.ptr, part[1].data.ptr,
+                                  chosen[1].data.ptr, groups, n, stream)
+    wide = cupy.empty((2, n), numpy.float32)
+    launch(kernel, (-(-n // 32), 2), (32, 32), (part[0].data.ptr, wide[0].data.ptr, part[1].data.ptr,
+                                               wide[1].data.ptr, groups, n), stream)
+    assert bool((chosen.view(numpy.uint32) == wide.view(numpy.uint32)).all())
+    assert numpy.allclose(chosen.get(), part.get().astype(numpy.float64).sum(axis=1), rtol=1e-5, atol=1e-4)

@@ -94,7 +94,7 @@ def test_normalized_ndim_2(rng, dtype, shape):
     check(OP, rng, shape, dtype, nd=2)
 
 
-@pytest.mark.parametrize("n", [1536, 65536])
+@pytest.mark.parametrize("n", [1536, 16384, 65536])  # register tile, shared memory, cluster or split
 def test_large_mean_two_pass_variance(rng, n):
     # E[x^2] - E[x]^2 would lose every digit here
     check(OP, rng, (4, n), numpy.float32, x_offset=1e4)

@@ -1,41 +1,45 @@
 """The full-row forward that holds its row in shared memory (v22: kernels/layer_norm.cu
-norm_fwd_smem; half-precision 16-byte packs, up to 32 KiB a block): every tile shape that path
-takes against the float64 reference (rows past M in a block of several row groups, strided
-rows, parameters absent or float32, statistics skipped), the plan holding that kernel, and
-the same bits as the register tiles (``_row_norm.HOLD_ROWS_IN_SMEM`` off)."""
+norm_fwd_smem; half-precision 16-byte packs and float32 rows of 8193-16384, up to 64 KiB a
+block): every tile shape that path takes against the float64 reference (rows past M in a
+block of several row groups, strided rows, parameters absent or float32, statistics
+skipped, float32 rows with a large offset), the plan holding that kernel, and agreement
+with the register tiles (``_row_norm.HOLD_ROWS_IN_SMEM`` off)."""
 from __future__ import annotations
 
 import numpy
 import pytest
 
 import cunorm
-from cunorm import _compile, _config
+from cunorm import _compile
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
 from norm_cases import bitwise_equal, check
 
 FP16 = numpy.dtype(numpy.float16)
-# bf16 N = 8 .. 16384: one pack a thread (8 rows a block), two and four packs a warp row,
-# two 64-thread rows a block, then one block of 128 / 256 / 512 threads a row
-ROW_LENGTHS = (8, 64, 512, 1024, 2048, 4096, 8192, 16384)
+# bf16 N = 8 .. 32768: one pack a thread (8 rows a block), two and four packs a warp row,
+# two 64-thread rows a block, then one block of 128 / 256 / 512 / 1024 threads a row (the
+# last with 64 KiB of dynamic shared memory, v29)
+ROW_LENGTHS = (8, 64, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def _holds_in_smem(n: int, itemsize: int = 2) -> bool:
-    cfg = _config.row_config(n, 16 // itemsize, _config.FWD)
-    return cfg is not None and _row_norm.smem_row_tile(cfg, itemsize)
+    return _row_norm.smem_row_config(n, 16 // itemsize, itemsize) is not None
 
 
 def test_cpu_every_case_here_takes_the_shared_memory_path():
     assert all(_holds_in_smem(n) for n in ROW_LENGTHS)
-    assert not _holds_in_smem(32768)  # 1024 threads x 4 packs: 64 KiB, the register tile
-    assert not _holds_in_smem(4096, 4)  # float32: the register tile
-    assert not _row_norm.smem_row_tile(_config.row_config(4096, 4, _config.FWD), 2)  # 8-byte packs
+    assert _row_norm.smem_row_bytes(_row_norm.smem_row_config(32768, 8, 2)) == 65536  # 1024 threads x 4 packs
+    assert not _holds_in_smem(8192, 4)  # float32 up to 8192: the register tile
+    assert _holds_in_smem(16384, 4) and not _holds_in_smem(32768, 4)  # 64 KiB, then past it
+    assert _holds_in_smem(8196, 4) and _holds_in_smem(16380, 4)  # the same 1024-thread tile
+    assert _row_norm.smem_row_config(4096, 4, 2) is None  # 8-byte packs
+    assert not _holds_in_smem(65536)  # past ROW_SMEM_MAX
 
 
 def test_cpu_every_shared_memory_tile_is_compiled():
     names = set(_row_norm.instantiations())
     for n in ROW_LENGTHS:
-        cfg = _config.row_config(n, 8, _config.FWD)
+        cfg = _row_norm.smem_row_config(n, 8, 2)
         for rms in (False, True):
             assert _row_norm._tile_name("norm_fwd_smem", "bfloat16", "float32", cfg, rms) in names
 
@@ -45,7 +49,7 @@ def test_cpu_every_shared_memory_tile_is_compiled():
 @pytest.mark.parametrize("dtype", [BFLOAT16, FP16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("n", ROW_LENGTHS)
 def test_gpu_forward_row_in_shared_memory(rng, op, dtype, n):
-    cfg = _config.row_config(n, 8, _config.FWD)
+    cfg = _row_norm.smem_row_config(n, 8, 2)
     plan = _row_norm.forward_plan((7, n), (n, 1), dtype, dtype, 1, op == "rms_norm", 1e-5, 0, 0, 0)
     want = _compile.function_ptr(_row_norm.KERNEL_FILE,
                                  _row_norm._tile_name("norm_fwd_smem", dtype.name, dtype.name, cfg, op == "rms_norm"),
@@ -86,7 +90,11 @@ def _with_flag(smem: bool, fn):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
-def test_gpu_shared_memory_rows_give_the_register_tiles_bits(rng, op):
+def test_gpu_shared_memory_rows_match_the_register_tiles(rng, op):
+    """RMSNorm: the same arithmetic, the same bits. LayerNorm: the same sums, so the same
+    mean; the shared-memory rows centre by one subtraction of pivot + mu (v26) where the
+    register tiles subtract pivot, then mu, so rstd may differ in its last float bits and y by
+    one bf16 ulp where the two round on either side of a tie (a check's random seed hit one)."""
     import cupy
 
     f = getattr(cunorm, op)
@@ -99,5 +107,30 @@ def test_gpu_shared_memory_rows_give_the_register_tiles_bits(rng, op):
     held, registers = _with_flag(True, run), _with_flag(False, run)
     for i, (a, b) in enumerate(zip(held, registers)):
         assert len(a) == len(b)
-        for j, (u, v) in enumerate(zip(a, b)):
-            assert bitwise_equal(u, v), f"case {i}, output {j}"
+        if op == "rms_norm":
+            for j, (u, v) in enumerate(zip(a, b)):
+                assert bitwise_equal(u, v), f"case {i}, output {j}"
+            continue
+        (y1, mean1, rstd1), (y2, mean2, rstd2) = a, b
+        assert bitwise_equal(mean1, mean2), f"case {i}: mean"
+        cupy.testing.assert_allclose(rstd1, rstd2, rtol=1e-6, atol=0)  # a few float ulps
+        u, v = y1.astype(cupy.float32), y2.astype(cupy.float32)
+        one_ulp = 2.0**-7 * cupy.maximum(cupy.abs(u), cupy.abs(v))  # bf16: 8 significant bits
+        assert bool((cupy.abs(u - v) <= one_ulp).all()), f"case {i}: y more than one bf16 ulp apart"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_gpu_float32_rows_of_16384_in_shared_memory(rng, op):
+    f32, n = numpy.dtype(numpy.float32), 16384
+    cfg = _row_norm.smem_row_config(n, 4, 4)
+    plan = _row_norm.forward_plan((7, n), (n, 1), f32, f32, 1, op == "rms_norm", 1e-5, 0, 0, 0)
+    want = _compile.function_ptr(_row_norm.KERNEL_FILE,
+                                 _row_norm._tile_name("norm_fwd_smem", "float32", "float32", cfg, op == "rms_norm"), 0)
+    assert plan.kernels == (want,), "the shared-memory forward"
+    check(op, rng, (7, n), f32)
+    check(op, rng, (3, n), f32, view="row_stride")
+    check(op, rng, (2, n), f32, weight=False, bias=False)
+    # float32 keeps two subtractions when centring: one of pivot + mu rounded to float lost
+    # ~4e-4 on rows offset by 1e4 (v31)
+    check(op, rng, (4, n), f32, x_offset=1e4)

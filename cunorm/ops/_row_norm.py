@@ -21,7 +21,8 @@ import numpy
 from .. import _config
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import View, blocks_per_sm, launch, make_current, pick_vec, row_layout, scalar_bits, sm_count
+from .._launch import (View, allow_smem, blocks_per_sm, launch, make_current, pick_vec, row_layout, scalar_bits,
+                       sm_count)
 
 KERNEL_FILE = "layer_norm.cu"
 CLUSTER_FILE = "layer_norm_cluster.cu"  # sm_90+ only
@@ -39,12 +40,14 @@ STAGE_BACKWARD = True
 # N = 65536 / 131072 / 262144 0.30 / 0.29 / 0.26 -> 0.38 / 0.35 / 0.31 of copy (LayerNorm),
 # where rounding up ran a second wave (benchmarks/NOTES.md, v27; sweeps set it off).
 SPLIT_BACKWARD_ONE_WAVE = True
-# Full-row forward tiles of 16-byte half-precision packs hold their row in shared memory
-# (kernels/layer_norm.cu norm_fwd_smem) instead of registers: bf16 RMSNorm forward
+# Full-row forward tiles of 16-byte packs hold their row in shared memory (kernels/layer_norm.cu
+# norm_fwd_smem) instead of registers where _config.SMEM_FWD_FROM says: bf16 RMSNorm forward
 # 0.62-0.82 -> 0.85-0.87 of copy at N = 512-16384, LayerNorm N = 8192 / 16384 0.64 / 0.55 ->
-# 0.76 / 0.75, the rest unchanged (benchmarks/NOTES.md, v22).
+# 0.76 / 0.75, the rest unchanged (benchmarks/NOTES.md, v22; float32, v31).
 HOLD_ROWS_IN_SMEM = True
-ROW_SMEM_MAX = 32768  # bytes of static shared memory a block: bf16 rows up to N = 16384
+# Bytes of (dynamic) shared memory a block: bf16 rows up to N = 32768 (v29; 32 KiB, N = 16384,
+# before: N = 32768 took the register tile at 0.48-0.51 of copy).
+ROW_SMEM_MAX = 65536
 FULL_ROW, CHUNK_STATS, CHUNK_APPLY = 0, 1, 2
 
 # (x dtype, parameter dtype) pairs compiled as such; any other parameter dtype is cast to
@@ -67,9 +70,15 @@ def _tile_name(kernel: str, t: str, w: str, cfg: _config.TileConfig, rms: bool, 
     return f"{kernel}<{', '.join(args)}>"
 
 
-def smem_row_tile(cfg: _config.TileConfig, itemsize: int) -> bool:
-    """Whether norm_fwd_smem serves this full-row tile (kernels/row_norm.cuh FwdInSmem)."""
-    return itemsize == 2 and cfg.vec * itemsize == 16 and cfg.block * cfg.packs * 16 <= ROW_SMEM_MAX
+def smem_row_config(n: int, vec: int, itemsize: int) -> _config.TileConfig | None:
+    """norm_fwd_smem's tile for a row of ``n`` elements (kernels/row_norm.cuh FwdInSmem),
+    or None where the register tile serves the row."""
+    return _config.smem_fwd_config(n, vec, itemsize, ROW_SMEM_MAX) if HOLD_ROWS_IN_SMEM else None
+
+
+def smem_row_bytes(cfg: _config.TileConfig) -> int:
+    """norm_fwd_smem's dynamic shared memory: the block's 16-byte packs of one row set."""
+    return _config._smem_bytes(cfg)
 
 
 def _acc_name(t: str) -> str:
@@ -87,7 +96,7 @@ def instantiations() -> list[str]:
                 names += [_tile_name("norm_fwd", t, w, c, rms, FULL_ROW)
                           for c in _config.all_tile_configs(vec, _config.FWD)]
                 names += [_tile_name("norm_fwd_smem", t, w, c, rms)
-                          for c in _config.all_tile_configs(vec, _config.FWD) if smem_row_tile(c, itemsize)]
+                          for c in _config.all_smem_fwd_configs(vec, itemsize, ROW_SMEM_MAX)]
                 names += [_tile_name("norm_bwd", t, w, c, rms, FULL_ROW)
                           for c in _config.all_tile_configs(
                               vec, lambda n, v: _config.bwd_row_config(n, v, itemsize, rms))]
@@ -163,20 +172,23 @@ def _p(v) -> int:
 
 @functools.lru_cache(maxsize=4096)
 def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
-    """(config, kernel pointers) of a forward: one kernel on the full-row path, three (tile
-    statistics, finalize, apply) on the split path."""
+    """(config, kernel pointers, dynamic shared memory) of a forward: one kernel on the
+    full-row paths (its row in shared memory or in registers), three (tile statistics,
+    finalize, apply) on the split path."""
+    scfg = smem_row_config(n, vec, numpy.dtype(_np_name(t)).itemsize)
+    if scfg is not None:
+        return scfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd_smem", t, wn, scfg, rms), device),), \
+            smem_row_bytes(scfg)
     cfg = _config.row_config(n, vec, _config.FWD)
     if cfg is not None:
-        if HOLD_ROWS_IN_SMEM and smem_row_tile(cfg, numpy.dtype(_np_name(t)).itemsize):
-            return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd_smem", t, wn, cfg, rms), device),)
-        return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),)
+        return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),), 0
     ccfg = _config.cluster_config(n, vec) if _clusters_serve(t, device) else None
     if ccfg is not None:
-        return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, ccfg, rms), device),)
+        return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, ccfg, rms), device),), 0
     cfg = _config.split_fwd_config(vec)
     return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS), device),
                  function_ptr(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>", device),
-                 function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY), device))
+                 function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY), device)), 0
 
 
 class ForwardPlan(NamedTuple):
@@ -194,6 +206,7 @@ class ForwardPlan(NamedTuple):
     rms: bool
     eps_bits: int
     acc: numpy.dtype
+    smem: int = 0  # dynamic shared memory of the full-row kernel (norm_fwd_smem)
 
 
 # Plans are cached by call signature (layout, dtypes, options, alignment class): small batches
@@ -214,13 +227,17 @@ def forward_plan(shape: tuple, strides: tuple, dtype, wdtype, nd: int, rms: bool
     m, n = rows.rows, rows.n
     dtype, wdtype = numpy.dtype(dtype), numpy.dtype(wdtype)
     vec = pick_vec(dtype.itemsize, n, [(x_align, dtype.itemsize), (p_align, wdtype.itemsize)], rows.strides)
-    cfg, kernels = _forward_kernels(dtype.name, wdtype.name, n, vec, rms, device)
+    cfg, kernels, smem = _forward_kernels(dtype.name, wdtype.name, n, vec, rms, device)
     acc = acc_dtype(dtype)
     eps_bits = scalar_bits(eps, acc)
     if isinstance(cfg, _config.ClusterConfig):  # a cluster a row, looping when rows outnumber the grid
         grid, tiles = min(m, _config.MAX_GRID // cfg.cluster) * cfg.cluster, 1
     elif len(kernels) == 1:
         grid, tiles = min(-(-m // cfg.rows_per_block), _config.MAX_GRID), 1
+        if smem:
+            allow_smem(kernels[0], smem)
+            return ForwardPlan(kernels, grid, cfg.block, rows.args(), (0, 0, m, n, 1, eps_bits), m, n, tiles,
+                               cfg.tile, rms, eps_bits, acc, smem)
     else:
         tiles = -(-n // cfg.tile)
         grid = min(m * tiles, _config.MAX_GRID)
@@ -235,7 +252,7 @@ def run_forward(plan: ForwardPlan, x: int, y: int, weight: int, bias: int, mean:
     mean = 0 if plan.rms else mean
     head = (x, *plan.row_args, y, weight, bias, mean, rstd)
     if plan.tiles == 1:
-        launch(plan.kernels[0], plan.grid, plan.block, (*head, *plan.tail), stream)
+        launch(plan.kernels[0], plan.grid, plan.block, (*head, *plan.tail), stream, plan.smem)
         return
     m, n, tiles, acc, eps_bits = plan.m, plan.n, plan.tiles, plan.acc, plan.eps_bits
     tile_stats = alloc((m, tiles, 2), acc)
@@ -412,9 +429,12 @@ def partial_rows(dw: int, db: int, groups: int, n: int, acc: numpy.dtype, alloc)
 
 def reduce_partial_rows(reduce: int, dw_part: int, dw: int, db_part: int, db: int, groups: int, n: int,
                         stream: int) -> None:
-    """norm_reduce_partials: the partial rows folded into dweight / dbias, fixed order."""
+    """norm_reduce_partials: the partial rows folded into dweight / dbias, fixed order (the
+    same bits for any lane count of at least ``groups``)."""
     if dw or db:
-        launch(reduce, (-(-n // 32), 2), (32, 32), (dw_part, dw, db_part, db, groups, n), stream)
+        lanes = min(32, 1 << max(0, (groups - 1).bit_length()))
+        width = 1024 // lanes
+        launch(reduce, (-(-n // width), 2), (width, lanes), (dw_part, dw, db_part, db, groups, n), stream)
 
 
 def backward_scratch(plan: BackwardPlan, dw: bool, db: bool) -> list:
