@@ -12,6 +12,10 @@ import numpy
 
 CALLS = 20
 SAMPLES = 5
+# Each shape's CuPy API and JAX numbers come from ROUNDS turns each, alternating, and keep
+# their medians: with one turn each, the same sources read 0.92-1.06 of the CuPy API at
+# one shape from one run to the next (benchmarks/NOTES.md v31, v40).
+ROUNDS = 3
 
 
 def _wall_ms(fn, *args) -> float:
@@ -83,10 +87,10 @@ def bandwidth(row_lengths=None, log=print) -> list[dict]:
     """LayerNorm inside jit at every row length of the CuPy benchmark (unless told otherwise):
     ``fwd_GBps``/``bwd_GBps`` with PROGRAM norms in one jitted program (against XLA's the same
     way), ``*_percall_GBps`` with one norm per jitted call; ``*_vs_cupy`` against the CuPy
-    API's bandwidth measured just before, at the same shape (``cupy_*_GBps``). The CuPy table
-    of the check ran minutes earlier: over eight checks the worst of 22 shapes against it
-    read 0.939-0.979 and was a different shape each time, the GPU's drift between the two
-    measurements more than any one shape's cost (benchmarks/NOTES.md, v31)."""
+    API's bandwidth at the same shape (``cupy_*_GBps``), each the median of ROUNDS turns
+    taken alternately with the JAX programs'. The CuPy table of the check runs minutes
+    earlier: against it the worst of 22 shapes read 0.939-0.979 over eight checks, a
+    different shape each time (the GPU's drift, benchmarks/NOTES.md v31)."""
     import jax
     import jax.numpy as jnp
 
@@ -108,18 +112,25 @@ def bandwidth(row_lengths=None, log=print) -> list[dict]:
             stats_of = jax.jit(lambda x, w, b: cj._forward(x, w, b, 1e-5, 1, False)[1])
             stats = tuple(stats_of(x, w, b) for x in xs)
             x, dy, (mean, rstd) = xs[0], dys[0], stats[0]
-            cupy_row = bench_row_norm("layer_norm", BFLOAT16 if name == "bfloat16" else numpy.float32, n)
             s = x.dtype.itemsize
             f_bytes, b_bytes = 2 * m * n * s, 3 * m * n * s
-            row = {"op": "layer_norm", "dtype": name, "M": m, "N": n, "program": PROGRAM,
-                   "fwd_GBps": round(PROGRAM * f_bytes / _wall_ms(fwd_ours, xs, w, b) / 1e6, 1),
-                   "bwd_GBps": round(PROGRAM * b_bytes / _wall_ms(bwd_ours, dys, xs, w, stats) / 1e6, 1),
-                   "xla_fwd_GBps": round(PROGRAM * f_bytes / _wall_ms(fwd_xla, xs, w, b) / 1e6, 1),
-                   "xla_bwd_GBps": round(PROGRAM * b_bytes / _wall_ms(bwd_xla, dys, xs, w, b) / 1e6, 1),
-                   "fwd_percall_GBps": round(f_bytes / _wall_ms(fwd_call, x, w, b) / 1e6, 1),
-                   "bwd_percall_GBps": round(b_bytes / _wall_ms(bwd_call, dy, x, w, mean, rstd) / 1e6, 1)}
+            timed = {"fwd_GBps": (PROGRAM * f_bytes, lambda: _wall_ms(fwd_ours, xs, w, b)),
+                     "bwd_GBps": (PROGRAM * b_bytes, lambda: _wall_ms(bwd_ours, dys, xs, w, stats)),
+                     "xla_fwd_GBps": (PROGRAM * f_bytes, lambda: _wall_ms(fwd_xla, xs, w, b)),
+                     "xla_bwd_GBps": (PROGRAM * b_bytes, lambda: _wall_ms(bwd_xla, dys, xs, w, b)),
+                     "fwd_percall_GBps": (f_bytes, lambda: _wall_ms(fwd_call, x, w, b)),
+                     "bwd_percall_GBps": (b_bytes, lambda: _wall_ms(bwd_call, dy, x, w, mean, rstd))}
+            samples = {key: [] for key in ("cupy_fwd_GBps", "cupy_bwd_GBps", *timed)}
+            for _ in range(ROUNDS):  # the CuPy API and the JAX programs take turns (the GPU drifts)
+                cupy_row = bench_row_norm("layer_norm", BFLOAT16 if name == "bfloat16" else numpy.float32, n)
+                samples["cupy_fwd_GBps"].append(cupy_row["fwd_GBps"])
+                samples["cupy_bwd_GBps"].append(cupy_row["bwd_GBps"])
+                for key, (nbytes, measure) in timed.items():
+                    samples[key].append(nbytes / measure() / 1e6)
+            row = {"op": "layer_norm", "dtype": name, "M": m, "N": n, "program": PROGRAM, "rounds": ROUNDS,
+                   **{key: round(statistics.median(v), 1) for key, v in samples.items()}}
             del xs, dys, stats
-            row["cupy_fwd_GBps"], row["cupy_bwd_GBps"] = cupy_row["fwd_GBps"], cupy_row["bwd_GBps"]
+            cupy_row = dict(cupy_row, fwd_GBps=row["cupy_fwd_GBps"], bwd_GBps=row["cupy_bwd_GBps"])
             add_vs_cupy(row, [cupy_row])
             for kind in ("fwd", "bwd"):
                 if f"{kind}_vs_cupy" in row:

@@ -208,6 +208,9 @@ def main(argv=None) -> int:
     ap.add_argument("--pytest-args", default="", help="extra pytest arguments, space separated")
     ap.add_argument("--sanitizer", default="", help="compute-sanitizer tools to run over cunorm._sanitize, "
                     "comma separated (memcheck,racecheck)")
+    ap.add_argument("--tests-from", type=pathlib.Path, help="take the test and sanitizer results from this "
+                    "earlier record of the same sources (a check split over two device calls, each under "
+                    "the device's 10-minute limit)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     # JAX would take 75% of the GPU at start; CuPy and torch run in this process too
@@ -226,7 +229,9 @@ def main(argv=None) -> int:
         "copy_GBps": None,
         "bench": [],
     }
-    if not args.no_tests:
+    if args.tests_from:
+        adopt_tests(record, json.loads(args.tests_from.read_text()))
+    elif not args.no_tests:
         record["tests"] = run_tests(args.out, args.pytest_args.split())
     if args.sanitizer:
         record["sanitizer"] = [run_sanitizer(t, args.out) for t in args.sanitizer.split(",") if t]
@@ -246,6 +251,17 @@ def main(argv=None) -> int:
 
     print_summary(record)
     return 0 if check_passed(record) else 1
+
+
+def adopt_tests(record: dict, earlier: dict) -> None:
+    """The tests and sanitizer results of ``earlier``, a record of the same sources, into
+    ``record`` (with the date they ran); a record of other sources is refused."""
+    if earlier.get("source_digest") != record["source_digest"]:
+        raise SystemExit(f"--tests-from: a record of other sources (digest {str(earlier.get('source_digest'))[:12]}, "
+                         f"these are {record['source_digest'][:12]})")
+    record["tests"], record["tests_date"] = earlier["tests"], earlier["date"]
+    if earlier.get("sanitizer"):
+        record["sanitizer"] = earlier["sanitizer"]
 
 
 def check_passed(record: dict) -> bool:

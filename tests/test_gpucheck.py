@@ -96,3 +96,17 @@ def test_summary_prints_from_the_committed_record(capsys):
     assert out.lstrip().startswith("=== cunorm GPU check ===")
     assert "fraction of copy" in out and "fused residual add" in out
     assert "compute-sanitizer memcheck: 0 errors" in out and "racecheck: not run (Device not supported)" in out
+
+
+def test_split_check_adopts_tests_of_the_same_sources_only():
+    """--tests-from: a check split over two device calls takes the first call's tests and
+    sanitizer results, only from a record of the same sources."""
+    earlier = {"source_digest": "d" * 64, "date": "2026-12-01T09:00:00+00:00",
+               "tests": {"passed": 3, "failed": 0, "skipped": 1, "exit_code": 0},
+               "sanitizer": [{"tool": "memcheck", "ran": True, "exit_code": 0, "errors": 0, "reason": None}]}
+    record = {"source_digest": "d" * 64, "tests": None}
+    gpucheck.adopt_tests(record, earlier)
+    assert record["tests"] == earlier["tests"] and record["sanitizer"] == earlier["sanitizer"]
+    assert record["tests_date"] == earlier["date"] and gpucheck.check_passed(record)
+    with pytest.raises(SystemExit, match="other sources"):
+        gpucheck.adopt_tests({"source_digest": "e" * 64, "tests": None}, earlier)

@@ -203,3 +203,42 @@ def test_gpu_training_loop_matches_jax_numpy():
 
 def test_bfloat16_dtype_is_ml_dtypes():
     assert numpy.dtype(jnp.bfloat16) == BFLOAT16
+
+
+def test_callbacks_ask_xla_to_record_them(monkeypatch):
+    """Every callback op asks to be recorded into XLA's command buffers (so a recorded
+    program replays our launches with no Python), unless COMMAND_BUFFER is off; a JAX
+    without the flag gets none."""
+    from cunorm.jax import _callbacks
+
+    seen = []
+    monkeypatch.setattr(_callbacks, "buffer_callback", lambda fn, shapes, **kw: seen.append(kw) or fn)
+    _callbacks.callback_op(print, [])
+    assert seen[-1] == {"vmap_method": "expand_dims", "command_buffer_compatible": True}
+    monkeypatch.setattr(_callbacks, "COMMAND_BUFFER", False)
+    _callbacks.callback_op(print, [])
+    assert seen[-1] == {"vmap_method": "expand_dims"}
+    monkeypatch.setattr(_callbacks, "COMMAND_BUFFER", True)
+    monkeypatch.setattr(_callbacks, "_TAKES_COMMAND_BUFFER_FLAG", False)
+    _callbacks.callback_op(print, [])
+    assert seen[-1] == {"vmap_method": "expand_dims"}
+
+
+# XLA records even a one-op program: what a model's jit gets where its program is recorded
+RECORD_EVERYTHING = "--xla_gpu_graph_min_graph_size=1 --xla_gpu_enable_command_buffer=+CUSTOM_CALL"
+
+
+@pytest.mark.gpu
+def test_gpu_command_buffer_replays_and_rerecords():
+    """A jitted forward + backward that XLA records into a command buffer: values and
+    gradients match jax.numpy's over 20 distinct input buffers, visited twice (XLA records
+    again for new addresses, replays for known ones), and replays of one input run no
+    Python callback."""
+    gpu_or_skip()
+    from fresh_interpreter import run_probe
+
+    report = run_probe("_jax_command_buffer_probe.py", XLA_FLAGS=RECORD_EVERYTHING)
+    assert report["platform"] == "gpu"
+    for name, err in report["worst"].items():
+        assert err < 1e-5, (name, report)
+    assert report["callbacks_per_replay"] == 0, report

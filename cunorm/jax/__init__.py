@@ -19,7 +19,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy
-from jax.experimental.buffer_callback import buffer_callback
 
 from .. import _checks
 from ..ops import _row_norm
@@ -108,8 +107,7 @@ def _forward(x, weight, bias, eps, nd, rms):
     scratch = _callbacks.scratch_bytes_forward(tuple(x.shape), numpy.dtype(x.dtype), pdt, nd, rms, eps)
     shapes = ([jax.ShapeDtypeStruct(x.shape, x.dtype)] + [jax.ShapeDtypeStruct(lead, acc)] * (1 if rms else 2)
               + [jax.ShapeDtypeStruct((scratch,), jnp.uint8)])
-    call = buffer_callback(_callbacks.forward(tuple(x.shape), numpy.dtype(x.dtype), nd, rms, eps), shapes,
-                           vmap_method="expand_dims")
+    call = _callbacks.callback_op(_callbacks.forward(tuple(x.shape), numpy.dtype(x.dtype), nd, rms, eps), shapes)
     outs = call(x, weight, bias)
     return outs[0], tuple(outs[1:-1])
 
@@ -122,8 +120,8 @@ def _backward(dy, x, weight, stats, nd, rms, has_bias):
     shapes = ([jax.ShapeDtypeStruct(x.shape, x.dtype)]
               + [jax.ShapeDtypeStruct(norm_shape, gdt)] * ((weight is not None) + has_bias)
               + [jax.ShapeDtypeStruct((scratch,), jnp.uint8)])
-    call = buffer_callback(_callbacks.backward(tuple(x.shape), numpy.dtype(x.dtype), nd, rms, weight is not None,
-                                               has_bias), shapes, vmap_method="expand_dims")
+    call = _callbacks.callback_op(_callbacks.backward(tuple(x.shape), numpy.dtype(x.dtype), nd, rms,
+                                                      weight is not None, has_bias), shapes)
     outs = call(dy, x, weight, *stats)
     dx = outs[0]
     grads = iter(outs[1:-1])

@@ -15,13 +15,33 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import inspect
 import math
 
 import numpy
+from jax.experimental.buffer_callback import buffer_callback
 
 from .. import reference
 from .._launch import ARENA_ALIGN, Arena, View, arena_bytes, contiguous_strides, make_current, remember
 from ..ops import _row_norm
+
+
+# XLA may record our callbacks into its command buffers (CUDA graphs): the Python body then
+# runs while XLA records, and every later run of the program replays the recorded launches
+# with no Python at all (a callback's host work is about as long as a bf16 kernel of 128
+# MiB, benchmarks/NOTES.md v8 and v40). Sound because a callback's launches depend only on
+# its buffers' shapes, dtypes and addresses, for which XLA records again, and because a
+# kernel compiled and loaded while a stream is captured (a first call) works (v40's probe).
+COMMAND_BUFFER = True
+_TAKES_COMMAND_BUFFER_FLAG = "command_buffer_compatible" in inspect.signature(buffer_callback).parameters
+
+
+def callback_op(callback, result_shapes):
+    """``buffer_callback`` over one of this module's callbacks (or the fused kernels'): vmap's
+    batch axes as leading size-1-or-batch axes, recorded into XLA's command buffers where
+    this JAX can (COMMAND_BUFFER)."""
+    flags = {"command_buffer_compatible": True} if COMMAND_BUFFER and _TAKES_COMMAND_BUFFER_FLAG else {}
+    return buffer_callback(callback, result_shapes, vmap_method="expand_dims", **flags)
 
 
 @functools.lru_cache(maxsize=None)

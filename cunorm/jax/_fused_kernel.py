@@ -18,7 +18,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy
-from jax.experimental.buffer_callback import buffer_callback
 
 from .. import reference
 from .._checks import BFLOAT16
@@ -88,8 +87,7 @@ def _forward(x, r, w, b, cfg: Config):
     shapes = ([jax.ShapeDtypeStruct(x.shape, cfg.out_dtype)]
               + ([jax.ShapeDtypeStruct(x.shape, cfg.h_dtype)] if r is not None else [])
               + _stats_structs(lead, cfg.rms))
-    call = buffer_callback(_forward_callback(tuple(x.shape), cfg, r is not None), shapes,
-                           vmap_method="expand_dims")
+    call = _callbacks.callback_op(_forward_callback(tuple(x.shape), cfg, r is not None), shapes)
     outs = call(x, r, w, b)
     y, rest = outs[0], list(outs[1:])
     h = rest.pop(0) if r is not None else None
@@ -115,8 +113,7 @@ def _backward(dy, dh, h, w, stats, cfg: Config, has_bias: bool):
               + ([jax.ShapeDtypeStruct(h.shape, cfg.h_dtype)] if cfg.h_dtype is not None else [])
               + [jax.ShapeDtypeStruct(norm_shape, wdt)] * ((w is not None) + has_bias)
               + [jax.ShapeDtypeStruct((scratch,), jnp.uint8)])
-    call = buffer_callback(_backward_callback(tuple(h.shape), cfg, w is not None, has_bias), shapes,
-                           vmap_method="expand_dims")
+    call = _callbacks.callback_op(_backward_callback(tuple(h.shape), cfg, w is not None, has_bias), shapes)
     outs = list(call(dy, dh, h, w, *stats)[:-1])
     dx = outs.pop(0)
     dres = outs.pop(0) if cfg.h_dtype is not None else None

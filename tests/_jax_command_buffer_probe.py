@@ -1,0 +1,80 @@
+"""Fresh-interpreter probe for tests/test_jax.py: cunorm.jax inside a jitted program that XLA
+records into a command buffer (the caller sets XLA_FLAGS so that even a small program is
+recorded). Prints one JSON line: the worst relative errors of y, dx and dweight against a
+pure-jax.numpy LayerNorm over many distinct input buffers (XLA re-records when addresses
+change), and how often the Python callbacks ran per replayed call."""
+from __future__ import annotations
+
+import json
+import os
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy  # noqa: E402
+
+import cunorm.jax as cj  # noqa: E402
+from cunorm.jax import _callbacks  # noqa: E402
+
+DISTINCT = 20
+REPLAYS = 10
+
+
+def _jnp_layer_norm(x, w, b, eps=1e-5):
+    xf = x.astype(jnp.float32)
+    mean = xf.mean(-1, keepdims=True)
+    var = ((xf - mean) ** 2).mean(-1, keepdims=True)
+    return (((xf - mean) * jax.lax.rsqrt(var + eps)) * w + b).astype(x.dtype)
+
+
+def _rel(a, b) -> float:
+    a, b = numpy.asarray(a, numpy.float64), numpy.asarray(b, numpy.float64)
+    return float(numpy.linalg.norm(a - b) / numpy.linalg.norm(b))
+
+
+def count_callbacks() -> list:
+    """[number of callback runs so far], counted from now on: wraps _callbacks._executing,
+    which every callback asks first."""
+    calls = [0]
+    inner = _callbacks._executing
+
+    def counting(ctx):
+        calls[0] += 1
+        return inner(ctx)
+
+    _callbacks._executing = counting
+    return calls
+
+
+def main():
+    calls = count_callbacks()
+    m, n = 7, 1533
+    keys = jax.random.split(jax.random.key(0), DISTINCT + 3)
+    xs = [jax.random.normal(k, (m, n)) * 2 + 0.5 for k in keys[:DISTINCT]]
+    w = 1 + 0.1 * jax.random.normal(keys[-3], (n,))
+    b = 0.1 * jax.random.normal(keys[-2], (n,))
+    dy = jax.random.normal(keys[-1], (m, n))
+
+    def program(norm):
+        def step(x, w, b):
+            y, vjp = jax.vjp(norm, x, w, b)
+            return (y, *vjp(dy))
+        return jax.jit(step)
+
+    ours, theirs = program(cj.layer_norm), program(_jnp_layer_norm)
+    worst = {"y": 0.0, "dx": 0.0, "dweight": 0.0, "dbias": 0.0}
+    for order in (xs, xs[::-1]):
+        for x in order:
+            for name, got, want in zip(worst, ours(x, w, b), theirs(x, w, b)):
+                worst[name] = max(worst[name], _rel(got, want))
+    jax.block_until_ready([ours(xs[0], w, b) for _ in range(3)])
+    before = calls[0]
+    for _ in range(REPLAYS):
+        jax.block_until_ready(ours(xs[0], w, b))
+    print(json.dumps({"worst": worst, "callbacks_per_replay": (calls[0] - before) / REPLAYS,
+                      "platform": jax.devices()[0].platform}))
+
+
+if __name__ == "__main__":
+    main()
