@@ -3,7 +3,9 @@ shared memory (v22, the default for half-precision 16-byte packs) against the re
 (``_row_norm.HOLD_ROWS_IN_SMEM`` off); float32 N = 16384 in shared memory (v31, the default)
 against half precision only (``_config.SMEM_FWD_FROM``); the split forward's apply pass
 last to first (v33, the default) against in order (``-DCUNORM_SPLIT_L2_ORDER=0``); the mean
-pass summing half-precision packs raw (v34, ``-DCUNORM_FWD_PACK_SUM=1``, off);
+pass summing half-precision packs raw (v34, ``-DCUNORM_FWD_PACK_SUM=1``, off); v41-v43
+(bf16 unpacked a 32-bit word at a time, full tiles without bounds tests, one-FMA xhat and
+an output pass for a given weight and bias) switched off one after the other;
 the shared-memory rows centred by one subtraction of pivot + mu (v26, the default) against
 two; on request (RUN_ORDER) the register tile's one-pass statistics (v11). With FUSED_CONTROL
 the fused rows of the GPU check (``cunorm._bench_fused``: residual, FP8 out) ride along as a
@@ -28,9 +30,17 @@ VARIANTS = {"register_row": ((), False, SMEM_DEFAULT), "smem_row": ((), True, SM
             "split_in_order": (("-DCUNORM_SPLIT_L2_ORDER=0",), True, SMEM_DEFAULT),
             "smem_pack_sum": (("-DCUNORM_FWD_PACK_SUM=1",), True, SMEM_DEFAULT),
             "one_pass": (("-DCUNORM_FWD_ONE_PASS=1",), False, SMEM_DEFAULT),
-            "smem_two_subtractions": (("-DCUNORM_FWD_SHIFT_ONCE=0",), True, SMEM_DEFAULT)}
+            "smem_two_subtractions": (("-DCUNORM_FWD_SHIFT_ONCE=0",), True, SMEM_DEFAULT),
+            # v41-v43, each switch of kernels/common.cuh and layer_norm.cu off in turn
+            "before_v41": (("-DCUNORM_BF16_WORDS=0", "-DCUNORM_FWD_FULL_TILES=0", "-DCUNORM_FWD_XHAT_FMA=0",
+                            "-DCUNORM_FWD_AFFINE_CASES=0"), True, SMEM_DEFAULT),
+            "v41_bf16_words": (("-DCUNORM_FWD_FULL_TILES=0", "-DCUNORM_FWD_XHAT_FMA=0",
+                                "-DCUNORM_FWD_AFFINE_CASES=0"), True, SMEM_DEFAULT),
+            "v41_v42_full_tiles": (("-DCUNORM_FWD_XHAT_FMA=0", "-DCUNORM_FWD_AFFINE_CASES=0"), True, SMEM_DEFAULT),
+            "v41_v43_no_full_tiles": (("-DCUNORM_FWD_FULL_TILES=0",), True, SMEM_DEFAULT)}
 RUN_ORDER = ("smem_half_only", "smem_row")  # after the GPU check: the default last
 ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+DTYPES = ("bfloat16", "float32")
 FUSED_CONTROL = False
 
 
@@ -39,7 +49,9 @@ def _use(options, smem: bool, tiles: dict) -> None:
     _row_norm.HOLD_ROWS_IN_SMEM = smem
     _config.SMEM_FWD_FROM = tiles
     _compile._modules.clear()
-    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _fused.fused_forward_plan):
+    # every cache that holds a kernel pointer: a stale one would time the previous variant
+    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan,
+                  _fused.fused_forward_plan, _fused.fused_backward_plan):
         cache.cache_clear()
 
 
@@ -63,6 +75,8 @@ def sweep(log=print) -> list[dict]:
                   for d in (numpy.float32, BFLOAT16) for o in (0.0, 1e2, 1e4)}
         log(f"{name}: LayerNorm max |error| vs the float64 reference of the same input, N = 4096: {errors}")
         for op, dtype, n in row_norm_cases(ROW_LENGTHS):
+            if dtype.name not in DTYPES:
+                continue
             r = _bench.bench_row_norm(op, dtype, n)
             row = {"variant": name, "op": op, "dtype": dtype.name, "N": n,
                    "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), "bwd_of_copy": round(r["bwd_GBps"] / copy, 3),

@@ -125,13 +125,21 @@ def _nvrtc_include_options() -> list[str]:
     return [f"-I{headers}"]
 
 
+def nvrtc_options(arch: str) -> list[str]:
+    """The options CuPy's RawModule gives NVRTC besides ours: C++17, flush-to-zero, and
+    functions without an execution space (generic lambdas' call operators) on the device,
+    which NVRTC 13.0 refuses to compile as host code where 13.5 does not ask."""
+    return ["--std=c++17", f"-arch={arch}", "-ftz=true", "--device-as-default-execution-space",
+            *_nvrtc_include_options()]
+
+
 def compile_check(filename: str, name_expressions: list[str], arch: str) -> None:
     """Compile instantiations of kernels/<filename> for ``arch`` (e.g. "sm_90") with NVRTC,
     as CuPy would (same source, options, -ftz=true). Raises RuntimeError with the log on a
     compile error or a name expression NVRTC cannot lower. Needs no GPU."""
     from cupy_backends.cuda.libs import nvrtc
 
-    options = ["--std=c++17", f"-arch={arch}", "-ftz=true", *COMPILE_OPTIONS, *_nvrtc_include_options()]
+    options = [*nvrtc_options(arch), *COMPILE_OPTIONS]
     prog = nvrtc.createProgram(kernel_source(filename), filename, [], [])
     try:
         for name in name_expressions:

@@ -106,6 +106,28 @@ __device__ __forceinline__ void unpack(const Pack<T, VEC>& pk, A (&out)[VEC]) {
   for (int k = 0; k < VEC; ++k) out[k] = cvt<A>(pk.v[k]);
 }
 
+// bf16 to float is the 16 bits moved into a float's high half. A pack read as 32-bit words
+// takes one instruction a value (the low element shifted up, the high one masked), where
+// NVRTC converts each 16-bit half and spends a PRMT and a shift on the high one
+// (benchmarks/NOTES.md v41; the same values either way). 0: element by element.
+#ifndef CUNORM_BF16_WORDS
+#define CUNORM_BF16_WORDS 1
+#endif
+template <int VEC>
+__device__ __forceinline__ void unpack(const Pack<__nv_bfloat16, VEC>& pk, float (&out)[VEC]) {
+  if constexpr (CUNORM_BF16_WORDS && VEC % 2 == 0) {
+    const unsigned* words = reinterpret_cast<const unsigned*>(&pk);
+#pragma unroll
+    for (int k = 0; k < VEC / 2; ++k) {
+      out[2 * k] = __uint_as_float(words[k] << 16);
+      out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = cvt<float>(pk.v[k]);
+  }
+}
+
 // The pack is copied into registers first: unpack() reading through a reference into global
 // memory compiled to one narrow load an element (the LayerNorm bf16 forward fell from 0.75 to
 // 0.46 of copy in the GPU check until this copy came back).
@@ -128,6 +150,9 @@ __device__ __forceinline__ void store_pack(T* p, const A (&in)[VEC]) {
   for (int k = 0; k < VEC; ++k) pk.v[k] = cvt<T>(in[k]);
   *reinterpret_cast<Pack<T, VEC>*>(p) = pk;
 }
+
+// A compile-time branch taken by a generic lambda (``if constexpr (decltype(flag)::value)``).
+template <bool B> struct Flag { static constexpr bool value = B; };
 
 // ---- row addressing ------------------------------------------------------------------
 // Maps a flat row index to an element offset for up to four leading axes with arbitrary

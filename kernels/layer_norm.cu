@@ -42,6 +42,18 @@ enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
 #ifndef CUNORM_FWD_SHIFT_ONCE
 #define CUNORM_FWD_SHIFT_ONCE 1
 #endif
+// v42-v43 (benchmarks/NOTES.md): the shared-memory forward without per-pack bounds tests on
+// rows that fill the tile; half-precision xhat in one FMA; an output pass of its own for a
+// call with its weight and bias. 0: as before (sweep_fwd_variant.py).
+#ifndef CUNORM_FWD_FULL_TILES
+#define CUNORM_FWD_FULL_TILES 1
+#endif
+#ifndef CUNORM_FWD_XHAT_FMA
+#define CUNORM_FWD_XHAT_FMA 1
+#endif
+#ifndef CUNORM_FWD_AFFINE_CASES
+#define CUNORM_FWD_AFFINE_CASES 1
+#endif
 
 
 
@@ -76,12 +88,23 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
     const A pivot = RMS ? A(0) : cvt<A>(xrow[0]);  // as norm_fwd: sums of x - pivot
     copies_wait_all();
 
+    // v42: a row that fills the tile (N a multiple of it, the usual case) takes every pass
+    // without a bounds test a pack; one past M or of a shorter N keeps them
+    const bool full = CUNORM_FWD_FULL_TILES && limit == kTile;
+    auto each_pack = [&](auto&& body) {
+      if (full) {
+#pragma unroll
+        for (int p = 0; p < PACKS; ++p) body(p);
+      } else {
+#pragma unroll
+        for (int p = 0; p < PACKS; ++p)
+          if (pack_col<VEC, TPR>(p, lane) < limit) body(p);
+      }
+    };
     A mu = A(0), q = A(0), v[VEC];
     if constexpr (!RMS) {
       A s = A(0);
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
+      each_pack([&](int p) {
         unpack(read_slot(mine + p * kBlock), v);
         if constexpr (kPackSum) {
           A ps = A(0);
@@ -92,7 +115,7 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
 #pragma unroll
           for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
         }
-      }
+      });
       mu = group_sum<TPR>(s, red) / A(limit > 0 ? limit : 1);
     }
     const A shift = pivot + mu;
@@ -100,16 +123,14 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
     // that magnitude (v31: rows offset by 1e4, N = 4096: max |error| 5.8e-7 -> 4.9e-4).
     constexpr bool kShiftOnce = CUNORM_FWD_SHIFT_ONCE && sizeof(T) < sizeof(A);
     auto centred = [&](A value) { return kShiftOnce ? value - shift : value - pivot - mu; };
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
+    each_pack([&](int p) {
       unpack(read_slot(mine + p * kBlock), v);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const A d = centred(v[k]);
         q += d * d;
       }
-    }
+    });
     q = group_sum<TPR>(q, red);
     const A r = rsqrt_acc(q / A(N) + eps);
     if (lane == 0 && row_ok && rstd) {
@@ -117,19 +138,33 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
       rstd[row] = r;
     }
     T* yrow = y + safe_row * N;
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
+    // v43: half-precision xhat = x * r - shift * r, one FMA (the product's rounding is far
+    // below a half-precision y's ulp); a weight and (LayerNorm) bias given, the usual call,
+    // take an output pass without null tests and fills a pack
+    constexpr bool kXhatFma = CUNORM_FWD_XHAT_FMA && sizeof(T) < sizeof(A);
+    const A shift_r = -shift * r;
+    auto out_pack = [&](int p, auto affine) {
       const int col = pack_col<VEC, TPR>(p, lane);
-      if (col >= limit) continue;
       A wv[VEC], bv[VEC], out[VEC];
-      load_param<VEC>(weight, col, A(1), wv);
-      load_param<VEC>(bias, col, A(0), bv);
+      if constexpr (decltype(affine)::value) {
+        load_pack<A, W, VEC>(weight + col, wv);
+        if constexpr (!RMS) load_pack<A, W, VEC>(bias + col, bv);
+      } else {
+        load_param<VEC>(weight, col, A(1), wv);
+        load_param<VEC>(bias, col, A(0), bv);
+      }
       unpack(read_slot(mine + p * kBlock), v);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k)
-        out[k] = centred(v[k]) * r * wv[k] + bv[k];
+      for (int k = 0; k < VEC; ++k) {
+        const A xhat = kXhatFma ? fma(v[k], r, shift_r) : centred(v[k]) * r;
+        out[k] = decltype(affine)::value && RMS ? xhat * wv[k] : fma(xhat, wv[k], bv[k]);
+      }
       store_pack<T>(yrow + col, out);
-    }
+    };
+    if (CUNORM_FWD_AFFINE_CASES && weight && (RMS || bias))
+      each_pack([&](int p) { out_pack(p, Flag<true>{}); });
+    else
+      each_pack([&](int p) { out_pack(p, Flag<false>{}); });
   }
 }
 

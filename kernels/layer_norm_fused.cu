@@ -44,7 +44,6 @@ template <> struct IsFp8<__nv_fp8_e5m2> {
   static constexpr __nv_fp8_interpretation_t kind = __NV_E5M2;
 };
 
-template <bool B> struct Flag { static constexpr bool value = B; };  // a compile-time branch of a lambda
 }  // namespace cunorm
 
 using namespace cunorm;
