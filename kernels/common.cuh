@@ -108,14 +108,19 @@ __device__ __forceinline__ void unpack(const Pack<T, VEC>& pk, A (&out)[VEC]) {
 
 // bf16 to float is the 16 bits moved into a float's high half. A pack read as 32-bit words
 // takes one instruction a value (the low element shifted up, the high one masked), where
-// NVRTC converts each 16-bit half and spends a PRMT and a shift on the high one
-// (benchmarks/NOTES.md v41; the same values either way). 0: element by element.
+// NVRTC converts each 16-bit half and spends a PRMT and a shift on the high one; the same
+// values either way. Used where it measured faster (the shared-memory forward: bf16
+// LayerNorm +0.00-0.06 of copy, NOTES v41); in every kernel, the RMSNorm bf16 backward at
+// N = 512 lost 0.06-0.08. 0: element by element.
 #ifndef CUNORM_BF16_WORDS
 #define CUNORM_BF16_WORDS 1
 #endif
-template <int VEC>
-__device__ __forceinline__ void unpack(const Pack<__nv_bfloat16, VEC>& pk, float (&out)[VEC]) {
-  if constexpr (CUNORM_BF16_WORDS && VEC % 2 == 0) {
+template <typename T> struct IsBf16 { static constexpr bool value = false; };
+template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; };
+
+template <typename A, typename T, int VEC>
+__device__ __forceinline__ void unpack_words(const Pack<T, VEC>& pk, A (&out)[VEC]) {
+  if constexpr (CUNORM_BF16_WORDS && IsBf16<T>::value && sizeof(A) == 4 && VEC % 2 == 0) {  // to float
     const unsigned* words = reinterpret_cast<const unsigned*>(&pk);
 #pragma unroll
     for (int k = 0; k < VEC / 2; ++k) {
@@ -123,8 +128,7 @@ __device__ __forceinline__ void unpack(const Pack<__nv_bfloat16, VEC>& pk, float
       out[2 * k + 1] = __uint_as_float(words[k] & 0xffff0000u);
     }
   } else {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) out[k] = cvt<float>(pk.v[k]);
+    unpack(pk, out);
   }
 }
 

@@ -42,9 +42,9 @@ enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
 #ifndef CUNORM_FWD_SHIFT_ONCE
 #define CUNORM_FWD_SHIFT_ONCE 1
 #endif
-// v42-v43 (benchmarks/NOTES.md): the shared-memory forward without per-pack bounds tests on
-// rows that fill the tile; half-precision xhat in one FMA; an output pass of its own for a
-// call with its weight and bias. 0: as before (sweep_fwd_variant.py).
+// v42-v43 (benchmarks/NOTES.md), LayerNorm: the shared-memory forward without per-pack bounds
+// tests on rows that fill the tile; half-precision xhat in one FMA; an output pass of its own
+// for a call with its weight and bias. 0: as before (sweep_fwd_variant.py).
 #ifndef CUNORM_FWD_FULL_TILES
 #define CUNORM_FWD_FULL_TILES 1
 #endif
@@ -88,9 +88,12 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
     const A pivot = RMS ? A(0) : cvt<A>(xrow[0]);  // as norm_fwd: sums of x - pivot
     copies_wait_all();
 
-    // v42: a row that fills the tile (N a multiple of it, the usual case) takes every pass
-    // without a bounds test a pack; one past M or of a shorter N keeps them
-    const bool full = CUNORM_FWD_FULL_TILES && limit == kTile;
+    // v42: a half-precision LayerNorm row that fills the tile (the usual case) takes every pass
+    // without a bounds test a pack; one past M or of a shorter N keeps them. (RMSNorm lost
+    // 0.00-0.05 of copy with it, NOTES v42; float32 x or float32 parameters would spill 32-76
+    // bytes at these launch bounds, NVRTC -Xptxas -v.)
+    constexpr bool kLean = !RMS && sizeof(T) < sizeof(A) && sizeof(W) == sizeof(T);
+    const bool full = CUNORM_FWD_FULL_TILES && kLean && limit == kTile;
     auto each_pack = [&](auto&& body) {
       if (full) {
 #pragma unroll
@@ -105,7 +108,7 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
     if constexpr (!RMS) {
       A s = A(0);
       each_pack([&](int p) {
-        unpack(read_slot(mine + p * kBlock), v);
+        unpack_words(read_slot(mine + p * kBlock), v);
         if constexpr (kPackSum) {
           A ps = A(0);
 #pragma unroll
@@ -124,7 +127,7 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
     constexpr bool kShiftOnce = CUNORM_FWD_SHIFT_ONCE && sizeof(T) < sizeof(A);
     auto centred = [&](A value) { return kShiftOnce ? value - shift : value - pivot - mu; };
     each_pack([&](int p) {
-      unpack(read_slot(mine + p * kBlock), v);
+      unpack_words(read_slot(mine + p * kBlock), v);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const A d = centred(v[k]);
@@ -138,30 +141,30 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
       rstd[row] = r;
     }
     T* yrow = y + safe_row * N;
-    // v43: half-precision xhat = x * r - shift * r, one FMA (the product's rounding is far
-    // below a half-precision y's ulp); a weight and (LayerNorm) bias given, the usual call,
-    // take an output pass without null tests and fills a pack
-    constexpr bool kXhatFma = CUNORM_FWD_XHAT_FMA && sizeof(T) < sizeof(A);
+    // v43, half-precision LayerNorm (RMSNorm read 0.01-0.03 lower with it): xhat = x * r -
+    // shift * r, one FMA (the product's rounding is far below a half-precision y's ulp); a
+    // weight and bias given, the usual call, take an output pass without null tests and fills
+    constexpr bool kXhatFma = CUNORM_FWD_XHAT_FMA && kLean;
     const A shift_r = -shift * r;
     auto out_pack = [&](int p, auto affine) {
       const int col = pack_col<VEC, TPR>(p, lane);
       A wv[VEC], bv[VEC], out[VEC];
       if constexpr (decltype(affine)::value) {
-        load_pack<A, W, VEC>(weight + col, wv);
-        if constexpr (!RMS) load_pack<A, W, VEC>(bias + col, bv);
+        unpack_words(load_raw<VEC>(weight + col), wv);
+        unpack_words(load_raw<VEC>(bias + col), bv);
       } else {
         load_param<VEC>(weight, col, A(1), wv);
         load_param<VEC>(bias, col, A(0), bv);
       }
-      unpack(read_slot(mine + p * kBlock), v);
+      unpack_words(read_slot(mine + p * kBlock), v);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const A xhat = kXhatFma ? fma(v[k], r, shift_r) : centred(v[k]) * r;
-        out[k] = decltype(affine)::value && RMS ? xhat * wv[k] : fma(xhat, wv[k], bv[k]);
+        out[k] = xhat * wv[k] + bv[k];
       }
       store_pack<T>(yrow + col, out);
     };
-    if (CUNORM_FWD_AFFINE_CASES && weight && (RMS || bias))
+    if (CUNORM_FWD_AFFINE_CASES && kLean && weight && bias)
       each_pack([&](int p) { out_pack(p, Flag<true>{}); });
     else
       each_pack([&](int p) { out_pack(p, Flag<false>{}); });
