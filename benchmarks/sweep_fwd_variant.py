@@ -4,8 +4,8 @@ shared memory (v22, the default for half-precision 16-byte packs) against the re
 against half precision only (``_config.SMEM_FWD_FROM``); the split forward's apply pass
 last to first (v33, the default) against in order (``-DCUNORM_SPLIT_L2_ORDER=0``); the mean
 pass summing half-precision packs raw (v34, ``-DCUNORM_FWD_PACK_SUM=1``, off); v41-v43
-(bf16 unpacked a 32-bit word at a time, full tiles without bounds tests, one-FMA xhat and
-an output pass for a given weight and bias) switched off one after the other;
+(bf16 unpacked a 32-bit word at a time, full tiles without bounds tests, an output pass for
+a given weight and bias) switched off one after the other;
 the shared-memory rows centred by one subtraction of pivot + mu (v26, the default) against
 two; on request (RUN_ORDER) the register tile's one-pass statistics (v11). With FUSED_CONTROL
 the fused rows of the GPU check (``cunorm._bench_fused``: residual, FP8 out) ride along as a
@@ -32,11 +32,10 @@ VARIANTS = {"register_row": ((), False, SMEM_DEFAULT), "smem_row": ((), True, SM
             "one_pass": (("-DCUNORM_FWD_ONE_PASS=1",), False, SMEM_DEFAULT),
             "smem_two_subtractions": (("-DCUNORM_FWD_SHIFT_ONCE=0",), True, SMEM_DEFAULT),
             # v41-v43, each switch of kernels/common.cuh and layer_norm.cu off in turn
-            "before_v41": (("-DCUNORM_BF16_WORDS=0", "-DCUNORM_FWD_FULL_TILES=0", "-DCUNORM_FWD_XHAT_FMA=0",
-                            "-DCUNORM_FWD_AFFINE_CASES=0"), True, SMEM_DEFAULT),
-            "v41_bf16_words": (("-DCUNORM_FWD_FULL_TILES=0", "-DCUNORM_FWD_XHAT_FMA=0",
-                                "-DCUNORM_FWD_AFFINE_CASES=0"), True, SMEM_DEFAULT),
-            "v41_v42_full_tiles": (("-DCUNORM_FWD_XHAT_FMA=0", "-DCUNORM_FWD_AFFINE_CASES=0"), True, SMEM_DEFAULT),
+            "before_v41": (("-DCUNORM_BF16_WORDS=0", "-DCUNORM_FWD_FULL_TILES=0", "-DCUNORM_FWD_AFFINE_CASES=0"),
+                           True, SMEM_DEFAULT),
+            "v41_bf16_words": (("-DCUNORM_FWD_FULL_TILES=0", "-DCUNORM_FWD_AFFINE_CASES=0"), True, SMEM_DEFAULT),
+            "v41_v42_full_tiles": (("-DCUNORM_FWD_AFFINE_CASES=0",), True, SMEM_DEFAULT),
             "v41_v43_no_full_tiles": (("-DCUNORM_FWD_FULL_TILES=0",), True, SMEM_DEFAULT)}
 RUN_ORDER = ("smem_half_only", "smem_row")  # after the GPU check: the default last
 ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768)

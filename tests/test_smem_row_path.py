@@ -134,3 +134,19 @@ def test_gpu_float32_rows_of_16384_in_shared_memory(rng, op):
     # float32 keeps two subtractions when centring: one of pivot + mu rounded to float lost
     # ~4e-4 on rows offset by 1e4 (v31)
     check(op, rng, (4, n), f32, x_offset=1e4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, value", [(BFLOAT16, 9984.0), (FP16, 1000.0)], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("n", [512, 4096])
+def test_gpu_constant_rows_give_the_bias_exactly(rng, dtype, value, n):
+    """A row of one repeated value has no variance: x - mean is exactly 0, so y is the bias to
+    the bit, whatever rstd (1 / sqrt(eps)) is. (xhat as x * r - mean * r rounded the product
+    to 0.117 there, NOTES v43.)"""
+    import cupy
+
+    x = cupy.asarray(numpy.full((5, n), value, dtype=dtype))
+    w = cupy.asarray(rng.standard_normal(n).astype(dtype))
+    b = cupy.asarray(rng.standard_normal(n).astype(dtype))
+    y = cunorm.layer_norm(x, w, b)
+    assert bitwise_equal(y, cupy.ascontiguousarray(cupy.broadcast_to(b, (5, n))))
