@@ -3,8 +3,8 @@
     XLA_PYTHON_CLIENT_PREALLOCATE=false python benchmarks/sweep_jax_cmd_buffer.py [--json out.json]
     XLA_FLAGS="--xla_gpu_graph_min_graph_size=1 --xla_gpu_enable_command_buffer=+CUSTOM_CALL" ...
 
-(XLA records only programs of several commands by default: the second form records even a
-one-norm program, as a norm inside a model's recorded jit is.)
+(At its defaults XLA did not record the one-norm program here; the second form records
+every program.)
 
 Three parts, on the GPU JAX sees:
 1. Whether a kernel module can be loaded while a stream is captured (CuPy's capture, thread-
@@ -13,8 +13,8 @@ Three parts, on the GPU JAX sees:
 2. LayerNorm inside jit (the GPU check's _bench_jax method, PROGRAM norms a program and one
    a call) with ``_callbacks.COMMAND_BUFFER`` off and on, alternating, and how many times
    the Python callbacks ran per jitted call with it on (0 after the first: replayed).
-3. Correctness with it on: jitted forward and gradient over many distinct input buffers
-   (more address sets than XLA keeps recordings of), each against the float64 reference.
+3. Correctness with it on: the GPU test's jitted forward + backward over DISTINCT_INPUTS
+   input buffers (XLA records again for each new address set) against jax.numpy's.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
-from _jax_command_buffer_probe import count_callbacks  # noqa: E402  (the GPU test's counter)
+from _jax_command_buffer_probe import count_callbacks, replay_report  # noqa: E402  (the GPU test's)
 from _sweep_cli import main  # noqa: E402
 
 ROW_LENGTHS = (512, 1024, 4096, 32768)
@@ -79,39 +79,6 @@ def _callbacks_per_call(calls) -> float:
     return (calls[0] - before) / 20
 
 
-def _correctness() -> dict:
-    import jax
-    import jax.numpy as jnp
-    import numpy
-
-    import cunorm.jax as cj
-    from cunorm import reference
-
-    m, n = 7, 1533
-    keys = jax.random.split(jax.random.key(2), DISTINCT_INPUTS)
-    xs = [jax.random.normal(k, (m, n), jnp.float32) * 3 + 1 for k in keys]
-    w = 1 + 0.1 * jax.random.normal(jax.random.key(3), (n,), jnp.float32)
-    b = 0.1 * jax.random.normal(jax.random.key(4), (n,), jnp.float32)
-    fwd = jax.jit(lambda x: cj.layer_norm(x, w, b))
-    grad = jax.jit(jax.grad(lambda x, w: (cj.layer_norm(x, w, b) * jnp.cos(x)).sum(), argnums=(0, 1)))
-    worst_y = worst_dw = 0.0
-    for rnd in range(2):
-        for x in (xs if rnd == 0 else xs[::-1]):
-            xh = numpy.asarray(x, numpy.float64)
-            ref = reference.layer_norm(xh, numpy.asarray(w, numpy.float64), numpy.asarray(b, numpy.float64), 1e-5)
-            y = numpy.asarray(fwd(x), numpy.float64)
-            worst_y = max(worst_y, float(numpy.linalg.norm(y - ref) / numpy.linalg.norm(ref)))
-            dx, dw = grad(x, w)
-            _, mean, rstd = reference.layer_norm(xh, numpy.asarray(w, numpy.float64), None, 1e-5, return_stats=True)
-            dx_ref, dw_ref, _ = reference.layer_norm_backward(numpy.cos(xh), xh, numpy.asarray(w, numpy.float64),
-                                                              mean, rstd)
-            # d/dx of (y * cos x).sum() adds y * -sin(x); compare the norm's own part through dw
-            worst_dw = max(worst_dw, float(numpy.linalg.norm(numpy.asarray(dw, numpy.float64) - dw_ref)
-                                           / numpy.linalg.norm(dw_ref)))
-            assert numpy.isfinite(numpy.asarray(dx)).all()
-    return {"distinct_inputs": DISTINCT_INPUTS, "worst_y_rel": worst_y, "worst_dw_rel": worst_dw}
-
-
 def sweep() -> list[dict]:
     import jax
 
@@ -130,7 +97,7 @@ def sweep() -> list[dict]:
             for r in _bench_jax.bandwidth(ROW_LENGTHS, log=lambda s: print(s, flush=True)):
                 rows.append(dict(r, command_buffer=flag, round=rnd, callbacks_per_call=per_call))
     _callbacks.COMMAND_BUFFER = True
-    print("correctness with command buffers:", _correctness(), flush=True)
+    print("correctness with command buffers:", replay_report(DISTINCT_INPUTS), flush=True)
     print("\n=== fwd / bwd of the CuPy API (in a program [one a call]) ===")
     print(f"{'dtype':9s} {'N':>6s} {'cmdbuf':>6s} {'rnd':>3s} {'fwd':>6s} {'bwd':>6s} {'fwd1':>6s} {'bwd1':>6s} "
           f"{'xla fwd':>7s} {'xla bwd':>7s}")
