@@ -23,7 +23,6 @@ ROW_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)
 def _use(bwd_limits) -> None:
     """Make ``bwd_limits(itemsize, rms)`` the dispatcher's, and forget plans made without it."""
     _config.bwd_limits = bwd_limits
-    _row_norm._backward_kernels.cache_clear()
     _row_norm.backward_plan.cache_clear()
 
 

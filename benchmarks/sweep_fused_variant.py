@@ -1,9 +1,10 @@
-"""The fused forward's output loop (kernels/layer_norm_fused.cu) in its v28 form — a variant
-for each of weight offset / amax present or not, the FP8 scale only for FP8, FP8 written two
-values a conversion — against the one loop for every call before it
-(``-DCUNORM_FUSED_LEAN_Y=0``), on the GPU check's fused rows (``cunorm._bench_fused``:
-residual forward and backward, FP8 out with amax), alternating the two builds ROUNDS times
-in one process so drift shows as the spread within each.
+"""Builds of the fused forward (kernels/layer_norm_fused.cu) on the GPU check's fused rows
+(``cunorm._bench_fused``: residual forward and backward, FP8 out with amax), alternating
+the builds ROUNDS times in one process so drift shows as the spread within each. Now (v45):
+full half-precision LayerNorm rows in a lean step (no bounds tests, bf16 widened by words, a
+given weight and bias without null tests) against the general step, each with and without
+launch bounds of 1024 threads an SM. (v28 measured its output-loop variants against one loop,
+``-DCUNORM_FUSED_LEAN_Y=0``, the same way.)
 
     python benchmarks/sweep_fused_variant.py [--json out.json]
 """
@@ -12,7 +13,14 @@ from __future__ import annotations
 from cunorm import _bench, _bench_fused, _compile
 from cunorm.ops import _fused, _row_norm
 
-VARIANTS = {"one_loop": ("-DCUNORM_FUSED_LEAN_Y=0",), "lean_y": ()}
+# v45: the lean step for full half-precision LayerNorm rows (CUNORM_FUSED_FULL_TILES), each
+# with and without launch bounds of 1024 threads an SM (CUNORM_FUSED_FWD_THREADS); NVRTC
+# sm_90 gave the general step 56 registers and 16-28 bytes of spills, 64 and none with the
+# bounds; the lean step 95-104 registers, or 64 with 32-40 bytes of spills under the bounds.
+VARIANTS = {"v44_general": ("-DCUNORM_FUSED_FULL_TILES=0",),
+            "v44_general_1024": ("-DCUNORM_FUSED_FULL_TILES=0", "-DCUNORM_FUSED_FWD_THREADS=1024"),
+            "v45_lean": (),
+            "v45_lean_1024": ("-DCUNORM_FUSED_FWD_THREADS=1024",)}
 ROUNDS = 2
 
 

@@ -79,6 +79,26 @@ def _smem_bytes(cfg: TileConfig) -> int:
     return cfg.block * cfg.packs * MAX_PACK_BYTES
 
 
+# How the staged backward tiles (half-precision 16-byte packs, norm_bwd and norm_bwd_fused)
+# stage their rows, by threads a row (kernels/row_norm.cuh StagePolicy, which this mirrors;
+# benchmarks/sweep_bwd_stage.py, NOTES v44; two rounds, bf16 / fp16, backward of copy):
+# - rows in the buffers (the current and depth - 1 in flight): 3 for warp rows (N = 512:
+#   LayerNorm 0.61-0.72 -> 0.74-0.76, RMSNorm 0.59-0.72 -> 0.79-0.81) and for LayerNorm rows
+#   of a block an SM (N = 8192 with the statistics staged: bf16 0.56-0.58 -> 0.62); for RMSNorm
+#   between (fused residual backward N = 2048 / 4096 0.77-0.81 -> 0.82-0.85, the plain one
+#   within ±0.02); else 2.
+# - (the kernels alone decide this one) each row's mean and rstd staged with it, for rows of a
+#   block an SM only (one block an SM has no other block to hide their load behind: N = 8192
+#   LayerNorm 0.53 -> 0.56-0.66, RMSNorm 0.56-0.64 -> 0.67-0.71; narrower rows lost up to
+#   0.1 with it).
+def bwd_stage_depth(tpr: int, rms: bool) -> int:
+    if tpr <= 32:
+        return 3
+    if tpr >= 1024:
+        return 2 if rms else 3
+    return 3 if rms else 2
+
+
 def bwd_limits(itemsize: int, rms: bool) -> PathLimits:
     """The partial-row backward's register-tile limits for this element size (both ops: the
     flag stays for sweep_bwd_config's per-op candidates)."""

@@ -153,14 +153,12 @@ def blocks_per_sm(function_ptr: int, block: int, smem: int = 0) -> int:
     return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(function_ptr, block, smem))
 
 
-STATIC_SMEM_LIMIT = 48 * 1024  # dynamic shared memory a kernel may take without opting in
-
-
 @functools.lru_cache(maxsize=None)
 def allow_smem(function_ptr: int, smem: int) -> None:
-    """Lets a kernel launch with ``smem`` bytes of dynamic shared memory (past 48 KiB a
-    kernel must opt in, once)."""
-    if smem > STATIC_SMEM_LIMIT:
+    """Lets a kernel launch with ``smem`` bytes of dynamic shared memory (once a kernel's
+    static and dynamic shared memory pass 48 KiB together it must opt in; the opt-in names
+    the dynamic bytes alone, so any nonzero request opts in)."""
+    if smem > 0:
         from cupy_backends.cuda.api import driver
 
         driver.funcSetAttribute(function_ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)

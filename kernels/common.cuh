@@ -57,6 +57,17 @@ __device__ __forceinline__ T shfl_down(T v, unsigned delta) {
 #endif
 }
 
+// A barrier of the warp that also orders its threads' shared-memory accesses.
+__device__ __forceinline__ void sync_warp() {
+#if defined(CUNORM_HIP)
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
+#else
+  __syncwarp();
+#endif
+}
+
 // ---- compute-type traits ------------------------------------------------------------
 // Half-precision and float inputs accumulate in float, double in double.
 template <typename T> struct AccOf { typedef float type; };

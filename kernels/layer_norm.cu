@@ -336,16 +336,14 @@ norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ row_shift, A
 // computes the two row sums here; kChunkApply reads them from `row_sums` [M, 2] (split path).
 template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE, bool ACC, typename A>
 __device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* __restrict__ weight,
-                                        const A* __restrict__ mean, const A* __restrict__ rstd,
-                                        const A* __restrict__ row_sums, T* __restrict__ dx, i64 row, i64 M, i64 N,
-                                        i64 c0, int lane, A* smem, A (&dw_acc)[PACKS][VEC],
+                                        const RowStats<A>& st, const A* __restrict__ row_sums, T* __restrict__ dx,
+                                        i64 row, i64 M, i64 N, i64 c0, int lane, A* smem, A (&dw_acc)[PACKS][VEC],
                                         A (&db_acc)[PACKS][VEC]) {
   constexpr i64 kTile = i64(TPR) * PACKS * VEC;
   const bool row_ok = row < M;
   const i64 safe_row = row_ok ? row : 0;
   const int limit = tile_limit(N, c0, kTile, row_ok);
-  const A mu = RMS ? A(0) : mean[safe_row];
-  const A r = rstd[safe_row];
+  const A mu = st.mean, r = st.rstd;
 
   // xv becomes xhat, g stays dy; w*dy is recomputed below rather than kept in registers.
   A c1, c2;
@@ -391,36 +389,40 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
   zero_tile(db_acc);
 
   if constexpr (MODE == kFullRow && Staged<T, VEC>::value) {
-    // dynamic shared memory: [2 buffers][x, dy][PACKS][block] packs (_row_norm.stage_bytes)
+    // dynamic shared memory: [depth buffers][x, dy][PACKS][block] packs (_row_norm.stage_bytes)
     extern __shared__ __align__(16) unsigned char stage_smem[];
-    constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock;
+    constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock, kDepth = StagePolicy<TPR, RMS>::depth;
     Pack<T, VEC>* slots = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
+    __shared__ A stats[kDepth * 2 * StatsSlots<TPR, kBlock>::value];  // rows' mean and rstd, where staged
     auto stage_row = [&](i64 base, int buf) {  // rows past M stage zeros, never read
       const i64 r = base + ty;
       const i64 safe = r < M ? r : 0;
       const int limit = tile_limit(N, c0, i64(TPR) * PACKS * VEC, r < M);
       stage_tile<VEC, PACKS, TPR, kBlock>(slots + 2 * buf * kSet, x + xmap.offset(safe) + c0, limit, lane);
       stage_tile<VEC, PACKS, TPR, kBlock>(slots + (2 * buf + 1) * kSet, dy + dymap.offset(safe) + c0, limit, lane);
+      stage_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, r, M);
       copies_commit();
     };
+#pragma unroll
+    for (int d = 0; d < kDepth - 1; ++d) stage_row(group_block * kRows + d * stride, d);
     int buf = 0;
-    stage_row(group_block * kRows, buf);
     for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
-      stage_row(base + stride, buf ^ 1);
-      copies_wait_all_but_one();
+      stage_row(base + (kDepth - 1) * stride, buf == 0 ? kDepth - 1 : buf - 1);
+      copies_wait<kDepth - 1>();
       A xv[PACKS][VEC], g[PACKS][VEC];
       unstage_tile<VEC, PACKS, kBlock>(slots + 2 * buf * kSet, xv);
       unstage_tile<VEC, PACKS, kBlock>(slots + (2 * buf + 1) * kSet, g);
-      bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight, mean, rstd, row_sums, dx, base + ty, M, N, c0,
-                                                       lane, smem, dw_acc, db_acc);
-      buf ^= 1;
+      bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight,
+                                                       staged_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, base + ty, M),
+                                                       row_sums, dx, base + ty, M, N, c0, lane, smem, dw_acc, db_acc);
+      buf = buf == kDepth - 1 ? 0 : buf + 1;
     }
   } else {
     for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
       A xv[PACKS][VEC], g[PACKS][VEC];
       load_row<VEC, PACKS, TPR>(dy, dymap, x, xmap, base + ty, M, N, c0, lane, xv, g);
-      bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight, mean, rstd, row_sums, dx, base + ty, M, N, c0,
-                                                       lane, smem, dw_acc, db_acc);
+      bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight, row_stats<RMS>(mean, rstd, base + ty, M),
+                                                       row_sums, dx, base + ty, M, N, c0, lane, smem, dw_acc, db_acc);
     }
   }
 
@@ -482,8 +484,9 @@ norm_bwd_columns(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* _
     for (i64 base = i64(blockIdx.x) * kRows; base < M; base += row_blocks * kRows) {  // block-uniform
       A xv[PACKS][VEC], g[PACKS][VEC];
       load_row<VEC, PACKS, TPR>(dy, dymap, x, xmap, base + ty, M, N, 0, lane, xv, g);
-      bwd_row<T, W, VEC, PACKS, TPR, RMS, kFullRow, false>(xv, g, weight, mean, rstd, static_cast<const A*>(nullptr),
-                                                            dx, base + ty, M, N, 0, lane, smem, unused, unused);
+      bwd_row<T, W, VEC, PACKS, TPR, RMS, kFullRow, false>(xv, g, weight, row_stats<RMS>(mean, rstd, base + ty, M),
+                                                            static_cast<const A*>(nullptr), dx, base + ty, M, N, 0,
+                                                            lane, smem, unused, unused);
     }
     return;
   }

@@ -83,8 +83,20 @@ __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax)
   }
 }
 
+// Launch bounds of 1024 threads an SM (v45): NVRTC 13.0 (sm_90) gave the forward 56 registers
+// and 16-28 bytes of spills left alone, 64 and none with the bound; bf16 LayerNorm residual
+// forward 0.84-0.89 -> 0.87-0.90 of copy at N = 2048-8192 in two rounds, RMSNorm and FP8 out
+// unchanged (NOTES v45). 0: the block size alone.
+#ifndef CUNORM_FUSED_FWD_THREADS
+#define CUNORM_FUSED_FWD_THREADS 1024
+#endif
+template <int TPR>
+struct FusedFwdOccupancy {
+  static constexpr int min_blocks = CUNORM_FUSED_FWD_THREADS / GroupShape<TPR>::kBlock;
+};
+
 template <typename T, typename R, typename H, typename O, typename W, int VEC, int PACKS, int TPR, bool RMS>
-__global__ void __launch_bounds__(GroupShape<TPR>::kBlock)
+__global__ void __launch_bounds__(GroupShape<TPR>::kBlock, FusedFwdOccupancy<TPR>::min_blocks)
 norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __restrict__ residual,
                CUNORM_ROWMAP_PARAMS(rm), H* __restrict__ h, O* __restrict__ y, const W* __restrict__ weight,
                const W* __restrict__ bias, float* __restrict__ mean, float* __restrict__ rstd,
@@ -208,11 +220,13 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
   zero_tile(db_acc);
 
   // Rows staged through shared memory as norm_bwd's (row_norm.cuh): dynamic shared memory
-  // [2 buffers][h packs in H, dy packs in T][PACKS][block] (_fused.stage_bytes).
+  // [depth buffers][h packs in H, dy packs in T][PACKS][block] (_fused.stage_bytes); the rows'
+  // mean and rstd in `stats` where StagePolicy stages them.
   constexpr bool kStaged = Staged<T, VEC>::value;
-  constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock;
+  constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock, kDepth = StagePolicy<TPR, RMS>::depth;
   constexpr int kBuffer = kSet * int(sizeof(Pack<H, VEC>) + sizeof(Pack<T, VEC>));
   extern __shared__ __align__(16) unsigned char stage_smem[];
+  __shared__ A stats[kDepth * 2 * StatsSlots<TPR, kBlock>::value];  // unreferenced (none) unless staged
   auto h_slots = [&](int buf) { return reinterpret_cast<Pack<H, VEC>*>(stage_smem + buf * kBuffer); };
   auto dy_slots = [&](int buf) {
     return reinterpret_cast<Pack<T, VEC>*>(stage_smem + buf * kBuffer + kSet * int(sizeof(Pack<H, VEC>)));
@@ -223,11 +237,15 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
     const int limit = tile_limit(N, 0, kTile, r < M);
     stage_tile<VEC, PACKS, TPR, kBlock>(h_slots(buf), h + hmap.offset(safe), limit, lane);
     stage_tile<VEC, PACKS, TPR, kBlock>(dy_slots(buf), dy + dymap.offset(safe), limit, lane);
+    stage_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, r, M);
     copies_commit();
   };
   const i64 step = i64(gridDim.x) * kRows;
   int buf = 0;
-  if constexpr (kStaged) stage_row(i64(blockIdx.x) * kRows, buf);
+  if constexpr (kStaged) {
+#pragma unroll
+    for (int d = 0; d < kDepth - 1; ++d) stage_row(i64(blockIdx.x) * kRows + d * step, d);
+  }
 
   for (i64 base = i64(blockIdx.x) * kRows; base < M; base += step) {  // block-uniform
     const i64 row = base + ty;
@@ -235,17 +253,20 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
     const i64 safe_row = row_ok ? row : 0;
     const int limit = tile_limit(N, 0, kTile, row_ok);
     A xv[PACKS][VEC], g[PACKS][VEC];
+    RowStats<A> st;
     if constexpr (kStaged) {
-      stage_row(base + step, buf ^ 1);
-      copies_wait_all_but_one();
+      stage_row(base + (kDepth - 1) * step, buf == 0 ? kDepth - 1 : buf - 1);
+      copies_wait<kDepth - 1>();
       unstage_tile<VEC, PACKS, kBlock>(h_slots(buf), xv);
       unstage_tile<VEC, PACKS, kBlock>(dy_slots(buf), g);
-      buf ^= 1;
+      st = staged_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, row, M);
+      buf = buf == kDepth - 1 ? 0 : buf + 1;
     } else {
       load_tile<VEC, PACKS, TPR>(h + hmap.offset(safe_row), limit, lane, xv);
       load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe_row), limit, lane, g);
+      st = row_stats<RMS>(mean, rstd, row, M);
     }
-    const A mu = RMS ? A(0) : mean[safe_row], r = rstd[safe_row];
+    const A mu = st.mean, r = st.rstd;
     A c1, c2;
     xhat_and_sums_with<VEC, PACKS, TPR>(
         xv, g, [&](int col, bool inside, A (&wv)[VEC]) { load_weight<VEC>(inside ? weight : nullptr, col, weight_offset, wv); },

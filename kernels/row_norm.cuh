@@ -38,6 +38,20 @@ __device__ __forceinline__ void load_tile(const T* tile, int limit, int lane, A 
   }
 }
 
+// A row's saved statistics for the backward (mean 0 for RMSNorm; row 0's for rows past M,
+// whose results are never stored).
+template <typename A>
+struct RowStats {
+  A mean, rstd;
+};
+
+template <bool RMS, typename A>
+__device__ __forceinline__ RowStats<A> row_stats(const A* __restrict__ mean, const A* __restrict__ rstd, i64 row,
+                                                 i64 M) {
+  const i64 safe = row < M ? row : 0;
+  return RowStats<A>{RMS ? A(0) : mean[safe], rstd[safe]};
+}
+
 // Optional affine parameter of one pack: `fill` where absent.
 template <int VEC, typename A, typename W>
 __device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)[VEC]) {
@@ -203,18 +217,49 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool 
 #endif
 }
 
+__device__ __forceinline__ void copy4_async(void* smem, const void* gmem) {
+#if defined(CUNORM_HIP)
+  *static_cast<unsigned*>(smem) = *static_cast<const unsigned*>(gmem);
+#else
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem) : "memory");
+#endif
+}
+
 __device__ __forceinline__ void copies_commit() {
 #if !defined(CUNORM_HIP)
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 
-// Waits until at most one committed group of this thread's copies is still in flight.
-__device__ __forceinline__ void copies_wait_all_but_one() {
+// Waits until at most PENDING committed groups of this thread's copies are still in flight.
+template <int PENDING>
+__device__ __forceinline__ void copies_wait() {
 #if !defined(CUNORM_HIP)
-  asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 #endif
 }
+
+// How a staged backward tile of TPR threads a row stages (v44; the host mirrors the depth in
+// cunorm/_config.py bwd_stage_depth, whose comment holds the measurements of both):
+//   depth: rows in its buffers, the current one and depth - 1 in flight;
+//   stats: each row's mean and rstd staged with its tiles (stage_stats below).
+// CUNORM_BWD_STAGE_DEPTH (2-4) / CUNORM_BWD_STAGE_STATS (0, 1) force one choice for every
+// tile (benchmarks/sweep_bwd_stage.py, with the host's _row_norm.STAGE_DEPTH).
+#ifndef CUNORM_BWD_STAGE_DEPTH
+#define CUNORM_BWD_STAGE_DEPTH 0
+#endif
+#ifndef CUNORM_BWD_STAGE_STATS
+#define CUNORM_BWD_STAGE_STATS -1
+#endif
+template <int TPR, bool RMS>
+struct StagePolicy {
+  static constexpr bool kWarpRows = TPR <= 32, kSmRows = TPR >= 1024;  // a warp a row / a block an SM
+  static constexpr int depth = CUNORM_BWD_STAGE_DEPTH > 0 ? CUNORM_BWD_STAGE_DEPTH
+                               : kWarpRows ? 3 : kSmRows ? (RMS ? 2 : 3) : (RMS ? 3 : 2);
+  static constexpr bool stats = CUNORM_BWD_STAGE_STATS >= 0 ? bool(CUNORM_BWD_STAGE_STATS) : kSmRows;
+  static_assert(depth >= 2, "a staged backward keeps at least the next row in flight");
+};
 
 __device__ __forceinline__ void copies_wait_all() {
 #if !defined(CUNORM_HIP)
@@ -271,6 +316,43 @@ __device__ __forceinline__ void stage_tile(Pack<T, VEC>* slots, const T* tile, i
 #pragma unroll
     for (int c = 0; c < int(sizeof(Pack<T, VEC>)) / 16; ++c) copy16_async(dst + 16 * c, src + 16 * c, inside);
   }
+}
+
+// Where StagePolicy says so, a staged backward copies each row's statistics with its tiles
+// (v44): loaded after the copies had arrived, their latency stands between a row's tiles and
+// its first arithmetic; held in registers across the wait they spilled (one-pack tiles at
+// 64 registers). One thread of each warp (of each row group, for groups narrower than a warp)
+// copies them into its slots: every thread copying the same word measured slower than
+// loading it late (NOTES v44). `stats` holds [depth buffers][mean, rstd][StatsSlots slots].
+
+template <int TPR, int BLOCK>
+struct StatsSlots {
+  static constexpr int kGroup = TPR < kWarp ? TPR : kWarp;  // threads sharing one slot (one row)
+  static constexpr int value = BLOCK / kGroup;
+};
+
+template <bool RMS, int TPR, int BLOCK>
+__device__ __forceinline__ void stage_stats(float* stats, int buf, const float* mean, const float* rstd, i64 row,
+                                            i64 M) {
+  constexpr int kGroup = StatsSlots<TPR, BLOCK>::kGroup, kSlots = StatsSlots<TPR, BLOCK>::value;
+  if (!StagePolicy<TPR, RMS>::stats || threadIdx.x % kGroup) return;
+  const i64 safe = row < M ? row : 0;
+  const int slot = threadIdx.x / kGroup;
+  if (!RMS) copy4_async(stats + (2 * buf) * kSlots + slot, mean + safe);
+  copy4_async(stats + (2 * buf + 1) * kSlots + slot, rstd + safe);
+}
+
+// The statistics of the row staged in `buf`, after this thread's wait for its copies: the
+// warp barrier makes the copying lane's arrived words visible to the others. Without
+// staged statistics, loaded now.
+template <bool RMS, int TPR, int BLOCK>
+__device__ __forceinline__ RowStats<float> staged_stats(const float* stats, int buf, const float* mean,
+                                                        const float* rstd, i64 row, i64 M) {
+  if (!StagePolicy<TPR, RMS>::stats) return row_stats<RMS>(mean, rstd, row, M);
+  constexpr int kGroup = StatsSlots<TPR, BLOCK>::kGroup, kSlots = StatsSlots<TPR, BLOCK>::value;
+  sync_warp();
+  const int slot = threadIdx.x / kGroup;
+  return RowStats<float>{RMS ? 0.0f : stats[(2 * buf) * kSlots + slot], stats[(2 * buf + 1) * kSlots + slot]};
 }
 
 template <int VEC, int PACKS, int BLOCK, typename A, typename T>

@@ -29,16 +29,22 @@ def test_views_partial_row_backward(rng, op, view):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", [d for d in DTYPES if numpy.dtype(d).itemsize == 2],
                          ids=[i for d, i in zip(DTYPES, DTYPE_IDS) if numpy.dtype(d).itemsize == 2])
-@pytest.mark.parametrize("n", [520, 2048, 4096])
+@pytest.mark.parametrize("n", [504, 520, 2048, 4096, 8184])
 def test_staged_partial_row_backward_walks_many_rows(rng, op, dtype, n):
-    """Half-precision rows staged through shared memory (next row copied during this one's
-    reductions): enough rows that every persistent group walks many, including the last
-    step's stage of rows past M. N = 520 (65 packs of 8) leaves the tile's last packs past the
-    row: zero-filled copies."""
+    """Half-precision rows staged through shared memory (the next rows copied during this
+    one's reductions): enough rows that every persistent group walks many, including the last
+    steps' stages of rows past M. Each staging of _config.bwd_stage_depth / StagePolicy: warp
+    rows (N = 504, three buffers), 128-512-thread rows (two or three), 1024-thread rows with
+    their statistics staged (N = 8184, three buffers for LayerNorm). N = 504 / 520 / 8184
+    leave the tile's last packs past the row: zero-filled copies."""
+    from cunorm import _config
     from cunorm.ops import _row_norm
 
     assert _row_norm.STAGE_BACKWARD
-    check(op, rng, (4099, n), dtype)  # H200: 528-1056 resident groups at these N
+    plan = _row_norm.backward_plan((4099, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, op == "rms_norm", 0, 0, 0)
+    cfg = _config.bwd_row_config(n, 8, 2, op == "rms_norm")
+    assert plan.smem == _row_norm.stage_bytes(cfg, 2, 2, op == "rms_norm") > 0, "a staged full-row plan"
+    check(op, rng, (4099, n), dtype)  # H200: 132-1056 resident groups at these N
 
 
 @pytest.mark.parametrize("op", OPS)

@@ -269,10 +269,12 @@ def test_fused_backward_kernel(rng, monkeypatch, op, types, shape, with_dh, offs
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("types", FUSED_BWD_TYPES[::3], ids=lambda t: "-".join(d.name for d in t))
-def test_fused_backward_staged_rows_walk_many(rng, monkeypatch, op, types):
-    # half-precision dy: rows staged through shared memory; 4099 rows, so each persistent
-    # group walks several (about 1056 resident at N = 2048 on the H200)
-    _check_fused_backward(rng, monkeypatch, op, types, (4099, 2048), True, 1.0, True)
+@pytest.mark.parametrize("n", [504, 2048, 8184])
+def test_fused_backward_staged_rows_walk_many(rng, monkeypatch, op, types, n):
+    # half-precision dy: rows staged through shared memory, each staging of StagePolicy (warp
+    # rows, 256-thread rows, 1024-thread rows with their statistics staged); 4099 rows, so
+    # each persistent group walks several (132-1056 resident on the H200)
+    _check_fused_backward(rng, monkeypatch, op, types, (4099, n), True, 1.0, True)
 
 
 def _check_fused_backward(rng, monkeypatch, op, types, shape, with_dh, offset, affine):

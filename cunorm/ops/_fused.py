@@ -186,7 +186,7 @@ def fused_backward_plan(shape: tuple, h_strides: tuple, dy_strides: tuple, dydty
         return None
     kernel = function_ptr(FUSED_FILE, _bwd_name(t, h, x, w, cfg, rms), device)
     reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<float, {c_type(numpy.dtype(grad_dtype).name)}>", device)
-    smem = stage_bytes(cfg, itemsize, numpy.dtype(hdtype).itemsize)
+    smem = stage_bytes(cfg, itemsize, numpy.dtype(hdtype).itemsize, rms)
     blocks = min(-(-m // cfg.rows_per_block), sm_count(device) * blocks_per_sm(kernel, cfg.block, smem))
     return FusedBackwardPlan(kernel, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), hr.args(),
                              m, n, smem)

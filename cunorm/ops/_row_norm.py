@@ -36,6 +36,10 @@ USE_CLUSTER_BACKWARD = False
 # (cp.async) while reducing the current one: kernels/row_norm.cuh ``Staged``, which this
 # mirrors (CUNORM_BWD_STAGE); measured in benchmarks/NOTES.md, v19.
 STAGE_BACKWARD = True
+# Rows a staged backward holds in its buffers: None, _config.bwd_stage_depth's choice a tile
+# (as the kernels' StagePolicy); a number forces it, set by the sweeps together with
+# -DCUNORM_BWD_STAGE_DEPTH (benchmarks/sweep_bwd_stage.py).
+STAGE_DEPTH = None
 # The split backward's persistent grid holds at most the resident blocks: bf16 backward at
 # N = 65536 / 131072 / 262144 0.30 / 0.29 / 0.26 -> 0.38 / 0.35 / 0.31 of copy (LayerNorm),
 # where rounding up ran a second wave (benchmarks/NOTES.md, v27; sweeps set it off).
@@ -294,14 +298,14 @@ def forward(x: View, weight: View | None, bias: View | None, y: int, mean: int, 
     run_forward(plan, x.ptr, y, wp, bp, mean, rstd, alloc, stream)
 
 
-@functools.lru_cache(maxsize=4096)
-def stage_bytes(cfg: _config.TileConfig, dy_itemsize: int, x_itemsize: int) -> int:
-    """Dynamic shared memory of a full-row backward tile: two buffers of the x (or h) and dy
-    packs where the kernel stages rows (``Staged``: 16-byte packs of a half-precision dy),
-    else 0."""
+def stage_bytes(cfg: _config.TileConfig, dy_itemsize: int, x_itemsize: int, rms: bool) -> int:
+    """Dynamic shared memory of a full-row backward tile: a buffer of the x (or h) and dy
+    packs for each row the kernel stages (``Staged``: 16-byte packs of a half-precision dy;
+    as many as _config.bwd_stage_depth says), else 0."""
     if not (STAGE_BACKWARD and dy_itemsize == 2 and cfg.vec * dy_itemsize == 16):
         return 0
-    return 2 * cfg.packs * cfg.block * cfg.vec * (dy_itemsize + x_itemsize)
+    depth = STAGE_DEPTH or _config.bwd_stage_depth(cfg.tpr, rms)
+    return depth * cfg.packs * cfg.block * cfg.vec * (dy_itemsize + x_itemsize)
 
 
 def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
@@ -312,7 +316,7 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
     reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<{_acc_name(t)}, {c_type(gn)}>", device)
     if cfg is not None:
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
-        smem = stage_bytes(cfg, itemsize, itemsize)
+        smem = stage_bytes(cfg, itemsize, itemsize, rms)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
     ccfg = _config.cluster_bwd_config(n, vec) if USE_CLUSTER_BACKWARD and _clusters_serve(t, device) else None
     if ccfg is not None:
