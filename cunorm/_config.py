@@ -261,6 +261,30 @@ def all_cluster_bwd_configs(vec: int) -> list[ClusterConfig]:
     return _cluster_tiles(vec, CLUSTER_BWD_VALUES, CLUSTER_BWD_SHAPES)
 
 
+# Half-precision backward rows past the full-row tile (N > 8192) on sm_90, v46: a cluster of
+# 2, 4 or 8 blocks, each the full-row backward's 1024-thread one-pack tile of 8192 columns
+# staged as that tile is (bwd_stage_depth), the row sums exchanged once (kernels/
+# layer_norm_cluster.cu norm_bwd_cluster_staged); the persistent grid holds the clusters the
+# GPU runs at once (cuOccupancyMaxActiveClusters: 30 of 4 and 15 of 8 blocks on the H200, where
+# the resident blocks over the cluster size, 33 and 16, ran a second wave and read 0.23-0.28
+# of copy instead of 0.39-0.46). Measured in benchmarks/NOTES.md, v46.
+CLUSTER_STAGED_BWD_TILE = TileConfig(8, 1, 1024)
+CLUSTER_STAGED_BWD_SIZES = (2, 4, 8)
+
+
+def cluster_staged_bwd_config(n: int, vec: int, itemsize: int) -> ClusterConfig | None:
+    """The staged backward cluster for a row of ``n`` elements (None: not half precision in
+    16-byte packs, or longer than 8 tiles)."""
+    return _smallest_holding(n, all_cluster_staged_bwd_configs(vec, itemsize))
+
+
+def all_cluster_staged_bwd_configs(vec: int, itemsize: int) -> list[ClusterConfig]:
+    t = CLUSTER_STAGED_BWD_TILE
+    if itemsize != 2 or vec != t.vec:
+        return []
+    return [ClusterConfig(t.vec, t.packs, t.tpr, c) for c in CLUSTER_STAGED_BWD_SIZES]
+
+
 def split_config(vec: int) -> TileConfig:
     """The split backward's tile (and, before v26, the forward's)."""
     return TileConfig(vec, packs_cap(vec, SPLIT_MAX_VALUES), SPLIT_TPR)

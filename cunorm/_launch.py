@@ -153,6 +153,28 @@ def blocks_per_sm(function_ptr: int, block: int, smem: int = 0) -> int:
     return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(function_ptr, block, smem))
 
 
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig (cuda.h), no launch attributes
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
+
+
+@functools.lru_cache(maxsize=None)
+def max_active_clusters(function_ptr: int, block: int, smem: int, cluster: int) -> int | None:
+    """Clusters of a kernel with compile-time cluster dimensions that the GPU runs at once
+    (cuOccupancyMaxActiveClusters: a cluster must fit within one GPC, so this can be fewer
+    than the resident blocks over the cluster size), or None where the driver cannot say.
+    ``smem`` must be allowed first (allow_smem; blocks_per_sm does it)."""
+    try:
+        fn = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters
+    except (OSError, AttributeError):
+        return None
+    config = _LaunchConfig((cluster, 1, 1), (block, 1, 1), smem, None, None, 0)
+    count = ctypes.c_int(0)
+    if fn(ctypes.byref(count), ctypes.c_void_p(function_ptr), ctypes.byref(config)) != 0 or count.value < 1:
+        return None
+    return count.value
+
+
 @functools.lru_cache(maxsize=None)
 def allow_smem(function_ptr: int, smem: int) -> None:
     """Lets a kernel launch with ``smem`` bytes of dynamic shared memory (once a kernel's

@@ -246,3 +246,69 @@ norm_bwd_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* _
   cluster_barrier();  // no block leaves while another may still read its slots
 }
 
+
+// Backward of half-precision rows of 8193 to CLUSTER * 8192 elements (v46): a cluster of
+// CLUSTER 1024-thread blocks a row, each block the full-row backward's one-pack tile of 8192
+// columns (norm_bwd's StagePolicy for 1024-thread rows: three rows in the buffers, each row's
+// mean and rstd staged with it), the two row sums exchanged once through distributed shared
+// memory. norm_bwd_cluster above holds its slice in registers and keeps nothing in flight
+// through the exchange (NOTES v16, v17); here the next two rows' copies are in flight through
+// it. Clusters are persistent and write one dW / dB partial row each, as norm_bwd_cluster's.
+// The arguments are norm_bwd's; row_sums and C are unused.
+template <typename T, typename W, int CLUSTER, bool RMS>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(1024, 1)
+norm_bwd_cluster_staged(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
+                        CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight, const float* __restrict__ mean,
+                        const float* __restrict__ rstd, const float* __restrict__ row_sums, T* __restrict__ dx,
+                        float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N, i64 C) {
+  typedef float A;
+  constexpr int VEC = 8, PACKS = 1, TPB = 1024;
+  static_assert(Staged<T, VEC>::value, "half-precision rows of 16-byte packs");
+  constexpr i64 kSlice = i64(TPB) * PACKS * VEC;
+  constexpr int kSet = PACKS * TPB, kDepth = StagePolicy<TPB, RMS>::depth;
+  __shared__ A smem[2 * kWarp];
+  __shared__ A slots[2][2];  // [exchange][sum w*dy, sum w*dy*xhat]
+  __shared__ A bcast[2];
+  __shared__ A stats[kDepth * 2 * StatsSlots<TPB, TPB>::value];
+  extern __shared__ __align__(16) unsigned char stage_smem[];  // [kDepth][x, dy][block] packs
+  Pack<T, VEC>* const tiles = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
+  const RowMap dymap = CUNORM_ROWMAP(dym), xmap = CUNORM_ROWMAP(xm);
+  const int lane = threadIdx.x;
+  const i64 c0 = i64(cluster_rank()) * kSlice;
+  const i64 group = blockIdx.x / CLUSTER, groups = gridDim.x / CLUSTER;
+  A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
+  zero_tile(dw_acc);
+  zero_tile(db_acc);
+  auto stage_row = [&](i64 r, int buf) {  // rows past M stage zeros, never read
+    const i64 safe = r < M ? r : 0;
+    const int limit = tile_limit(N, c0, kSlice, r < M && N > c0);
+    stage_tile<VEC, PACKS, TPB, TPB>(tiles + 2 * buf * kSet, x + xmap.offset(safe) + c0, limit, lane);
+    stage_tile<VEC, PACKS, TPB, TPB>(tiles + (2 * buf + 1) * kSet, dy + dymap.offset(safe) + c0, limit, lane);
+    stage_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, r, M);
+    copies_commit();
+  };
+#pragma unroll
+  for (int d = 0; d < kDepth - 1; ++d) stage_row(group + d * groups, d);
+  int buf = 0, exchange = 0;
+  for (i64 row = group; row < M; row += groups) {  // uniform over the cluster
+    stage_row(row + (kDepth - 1) * groups, buf == 0 ? kDepth - 1 : buf - 1);
+    copies_wait<kDepth - 1>();
+    A xv[PACKS][VEC], g[PACKS][VEC];
+    unstage_tile<VEC, PACKS, TPB>(tiles + 2 * buf * kSet, xv);
+    unstage_tile<VEC, PACKS, TPB>(tiles + (2 * buf + 1) * kSet, g);
+    const RowStats<A> st = staged_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, row, M);
+    const int limit = tile_limit(N, c0, kSlice, N > c0);
+    A sums[2];
+    xhat_and_sums<VEC, PACKS, TPB>(xv, g, weight, c0, limit, lane, st.mean, st.rstd, sums[0], sums[1]);
+    group_sum2<TPB>(sums[0], sums[1], smem);
+    cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
+    exchange ^= 1;
+    const A inv_n = A(1) / A(N);
+    dx_tile<T, VEC, PACKS, TPB, true>(xv, g, weight, st.rstd, RMS ? A(0) : sums[0] * inv_n, sums[1] * inv_n,
+                                      dx + row * N + c0, c0, limit, lane, dw_acc, db_acc);
+    buf = buf == kDepth - 1 ? 0 : buf + 1;
+  }
+  copies_wait<0>();  // the last stages (rows past M) land before the block's shared memory goes
+  store_partials<VEC, PACKS, TPB>(dw_acc, db_acc, dw_part, db_part, group, N, c0, lane);
+  cluster_barrier();  // no block leaves while another may still read its slots
+}

@@ -51,20 +51,26 @@ def test_staged_partial_row_backward_walks_many_rows(rng, op, dtype, n):
 @pytest.mark.parametrize("dtype", [d for d in DTYPES if numpy.dtype(d).itemsize == 2],
                          ids=[i for d, i in zip(DTYPES, DTYPE_IDS) if numpy.dtype(d).itemsize == 2])
 @pytest.mark.parametrize("view", ["contiguous", "row_stride"])
-def test_split_backward_walks_many_rows_in_one_wave(rng, op, dtype, view):
-    """Rows past the full-row backward tile take the split path, whose persistent grid holds
-    at most the resident blocks (v27): N = 16424 is four full 4096-element tiles and one of
-    40, 300 rows make every row group walk several."""
+def test_split_backward_walks_many_rows_in_one_wave(rng, monkeypatch, op, dtype, view):
+    """Rows past the full-row backward tile take the split path (on sm_90, half-precision
+    rows up to 65536 elements take staged clusters unless switched off, as here), whose
+    persistent grid holds at most the resident blocks (v27): N = 16424 is four full
+    4096-element tiles and one of 40, 300 rows make every row group walk several."""
     from cunorm._launch import blocks_per_sm, sm_count
     from cunorm.ops import _row_norm
 
-    n, m = 16424, 300
-    plan = _row_norm.backward_plan((m, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, op == "rms_norm", 0, 0, 0)
-    assert plan.split is not None, "the split backward"
-    tiles = plan.split[2]
-    assert plan.blocks * tiles <= sm_count(0) * blocks_per_sm(plan.main, plan.block), "one wave"
-    assert m > 2 * plan.blocks, "every row group walks several rows"
-    check(op, rng, (m, n), dtype, view=view)
+    monkeypatch.setattr(_row_norm, "USE_STAGED_CLUSTER_BACKWARD", False)
+    _row_norm.backward_plan.cache_clear()
+    try:
+        n, m = 16424, 300
+        plan = _row_norm.backward_plan((m, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, op == "rms_norm", 0, 0, 0)
+        assert plan.split is not None, "the split backward"
+        tiles = plan.split[2]
+        assert plan.blocks * tiles <= sm_count(0) * blocks_per_sm(plan.main, plan.block), "one wave"
+        assert m > 2 * plan.blocks, "every row group walks several rows"
+        check(op, rng, (m, n), dtype, view=view)
+    finally:
+        _row_norm.backward_plan.cache_clear()  # no split plan outlives the switch
 
 
 @pytest.mark.parametrize("groups", [1, 3, 17, 32, 33, 100])

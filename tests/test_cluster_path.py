@@ -1,8 +1,9 @@
 """Long rows through thread-block clusters (sm_90+, kernels/layer_norm_cluster.cu; on by
-default, the fixture skips below sm_90), forward and backward: LayerNorm and RMSNorm against
+default, the fixtures skip below sm_90), forward and backward: LayerNorm and RMSNorm against
 the float64 reference, rows past the full-row tiles in each cluster shape, with and without
-parameters, strided and offset views, more rows than the grid holds; and the dispatch itself
-(which kernel a plan holds)."""
+parameters, strided and offset views, more rows than the grid holds; the register-held
+cluster backward (off by default) and the staged one (on); and the dispatch itself (which
+kernel a plan holds)."""
 from __future__ import annotations
 
 import numpy
@@ -17,17 +18,23 @@ from norm_cases import check
 def _clear():
     _row_norm._forward_kernels.cache_clear()
     _row_norm.forward_plan.cache_clear()
+    _row_norm.backward_plan.cache_clear()
 
 
-@pytest.fixture
-def clusters(monkeypatch):
+def _skip_before_sm90():
     import cupy
 
     cc = cupy.cuda.Device().compute_capability
     if int(cc) < _config.CLUSTER_MIN_SM:
         pytest.skip(f"thread-block clusters need sm_90 or later; this GPU is sm_{cc}")
+
+
+@pytest.fixture
+def clusters(monkeypatch):
+    _skip_before_sm90()
     monkeypatch.setattr(_row_norm, "USE_CLUSTERS", True)
     monkeypatch.setattr(_row_norm, "USE_CLUSTER_BACKWARD", True)  # off by default (slower), kept correct
+    monkeypatch.setattr(_row_norm, "USE_STAGED_CLUSTER_BACKWARD", False)  # its own tests below
     _clear()
     yield
     _clear()
@@ -86,6 +93,51 @@ def test_cluster_path_many_rows(rng, clusters, monkeypatch):
     check("rms_norm", rng, (37, 40000), BFLOAT16)
 
 
+@pytest.fixture
+def staged_clusters(monkeypatch):
+    _skip_before_sm90()
+    monkeypatch.setattr(_row_norm, "USE_STAGED_CLUSTER_BACKWARD", True)
+    _row_norm.backward_plan.cache_clear()
+    yield
+    _row_norm.backward_plan.cache_clear()
+
+
+# half-precision rows past the 8192-column full-row backward tile, each cluster size (2, 4, 8
+# tiles), rows that leave the last block's slice partly (9000, 20000, 40000) or wholly (8200
+# in a cluster of 2 uses 8 columns of its second block) empty
+STAGED_CASES = [(BFLOAT16, n) for n in (8200, 16384, 20000, 40000, 65536)] + \
+               [(numpy.dtype(numpy.float16), n) for n in (9000, 65536)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype,n", STAGED_CASES, ids=[f"{d.name}-{n}" for d, n in STAGED_CASES])
+@pytest.mark.parametrize("rows", [3, 300])  # 300: every persistent cluster walks several rows
+def test_staged_cluster_backward(rng, staged_clusters, op, dtype, n, rows):
+    cfg = _config.cluster_staged_bwd_config(n, 8, 2)
+    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, op == "rms_norm", 0, 0, 0)
+    assert plan.split is None and plan.block == 1024 and plan.blocks == plan.groups * cfg.cluster and plan.smem > 0, \
+        "the staged cluster backward"
+    check(op, rng, (rows, n), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("view", ["row_stride", "negative_row_stride"])
+def test_staged_cluster_backward_views(rng, staged_clusters, view):
+    check("layer_norm", rng, (300, 20000), BFLOAT16, view=view)
+
+
+def test_staged_cluster_configs():
+    assert _config.cluster_staged_bwd_config(8193, 8, 2) == _config.ClusterConfig(8, 1, 1024, 2)
+    assert _config.cluster_staged_bwd_config(65536, 8, 2).capacity == 65536
+    assert _config.cluster_staged_bwd_config(65537, 8, 2) is None, "past 8 tiles: the split path"
+    assert _config.cluster_staged_bwd_config(16384, 4, 4) is None, "float32 rows are not staged"
+    assert _config.bwd_row_config(8192, 8, 2, False).tpr == _config.CLUSTER_STAGED_BWD_TILE.tpr
+    for cfg in _config.all_cluster_staged_bwd_configs(8, 2):
+        assert cfg.cluster <= 8, "portable cluster sizes only"
+        assert _row_norm._staged_cluster_name("bfloat16", "float32", cfg, True) in _row_norm.cluster_instantiations()
+
+
 def test_cluster_configs():
     assert _config.cluster_config(65536, 8) == _config.ClusterConfig(8, 4, 256, 8)
     assert _config.cluster_config(65537, 8) == _config.ClusterConfig(8, 4, 512, 8)
@@ -104,6 +156,10 @@ def test_cluster_configs():
                 assert cfg.block <= 1024 and cfg.cluster <= 8, "portable cluster sizes only"
                 assert _row_norm._cluster_name(kernel, "float32" if vec == 4 else "bfloat16", "float32", cfg,
                                                False) in _row_norm.cluster_instantiations()
+
+
+def test_staged_cluster_backward_on_by_default():
+    assert _row_norm.USE_STAGED_CLUSTER_BACKWARD is True, "measured faster than the split path (NOTES v46)"
 
 
 def test_clusters_on_by_default():

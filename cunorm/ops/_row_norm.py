@@ -21,8 +21,8 @@ import numpy
 from .. import _config
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import (View, allow_smem, blocks_per_sm, launch, make_current, pick_vec, row_layout, scalar_bits,
-                       sm_count)
+from .._launch import (View, allow_smem, blocks_per_sm, launch, make_current, max_active_clusters, pick_vec,
+                       row_layout, scalar_bits, sm_count)
 
 KERNEL_FILE = "layer_norm.cu"
 CLUSTER_FILE = "layer_norm_cluster.cu"  # sm_90+ only
@@ -32,6 +32,13 @@ USE_CLUSTERS = True
 # The cluster backward is correct (tests/test_cluster_path.py turns it on) but slower than the
 # split path: bf16 0.14-0.22 of copy against 0.30-0.42, fp32 0.36-0.43 against 0.46-0.54 (v16).
 USE_CLUSTER_BACKWARD = False
+# Half-precision rows of 8193-65536 elements through norm_bwd_cluster_staged (sm_90+, v46):
+# the 1024-thread full-row tile, staged, each block of a cluster 8192 columns, against the
+# split path in two rounds (results/sweep-cluster-bwd-staged-occupancy-h200.txt, backward of
+# copy): bf16 LayerNorm N = 16384 / 32768 / 65536 0.40 / 0.39 / 0.39 -> 0.47 / 0.41-0.43 /
+# 0.41-0.42, RMSNorm 0.41-0.42 / 0.39-0.41 / 0.40 -> 0.44-0.45 / 0.39-0.40 / 0.40-0.42; fp16
+# +0.02-0.09. It serves before USE_CLUSTER_BACKWARD's kernel.
+USE_STAGED_CLUSTER_BACKWARD = True
 # Full-row backward tiles of 16-byte half-precision packs copy the next row into shared memory
 # (cp.async) while reducing the current one: kernels/row_norm.cuh ``Staged``, which this
 # mirrors (CUNORM_BWD_STAGE); measured in benchmarks/NOTES.md, v19.
@@ -132,7 +139,13 @@ def cluster_instantiations() -> list[str]:
             for cfg in configs:
                 for rms in (False, True):
                     names.append(_cluster_name(kernel, t, w, cfg, rms))
+        for cfg in _config.all_cluster_staged_bwd_configs(vec, numpy.dtype(_np_name(t)).itemsize):
+            names += [_staged_cluster_name(t, w, cfg, rms) for rms in (False, True)]
     return names
+
+
+def _staged_cluster_name(t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
+    return f"norm_bwd_cluster_staged<{c_type(t)}, {c_type(w)}, {cfg.cluster}, {_b(rms)}>"
 
 
 def _cluster_name(kernel: str, t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
@@ -318,6 +331,12 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
         smem = stage_bytes(cfg, itemsize, itemsize, rms)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
+    scfg = _config.cluster_staged_bwd_config(n, vec, itemsize) \
+        if USE_STAGED_CLUSTER_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device) else None
+    if scfg is not None:
+        main = function_ptr(CLUSTER_FILE, _staged_cluster_name(t, wn, scfg, rms), device)
+        smem = stage_bytes(_config.CLUSTER_STAGED_BWD_TILE, itemsize, itemsize, rms)
+        return scfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, scfg.block, smem), smem
     ccfg = _config.cluster_bwd_config(n, vec) if USE_CLUSTER_BACKWARD and _clusters_serve(t, device) else None
     if ccfg is not None:
         main = function_ptr(CLUSTER_FILE, _cluster_name("norm_bwd_cluster", t, wn, ccfg, rms), device)
@@ -380,9 +399,11 @@ def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdty
     cfg, main, sums, finalize, reduce, resident, smem = _backward_kernels(
         dtype.name, wdtype.name, numpy.dtype(grad_dtype).name, n, vec, rms, device)
     if isinstance(cfg, _config.ClusterConfig):  # persistent clusters, one partial row each
-        clusters = max(1, min(m, resident // cfg.cluster))
+        # as many as run at once: more ran a second wave at 4 and 8 blocks a cluster (v46)
+        active = max_active_clusters(main, cfg.block, smem, cfg.cluster) or resident // cfg.cluster
+        clusters = max(1, min(m, active))
         return BackwardPlan(main, clusters * cfg.cluster, cfg.block, clusters, reduce, dyr.args(), xr.args(), m, n,
-                            None, acc, 0)
+                            None, acc, 0, smem)
     if sums is None:
         blocks = min(-(-m // cfg.rows_per_block), resident)
         return BackwardPlan(main, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), xr.args(),
