@@ -140,3 +140,27 @@ def test_column_lanes_agree_with_the_kernel():
     # the dispatcher sizes the column blocks' grid with the lane count the kernel uses
     src = _compile.kernel_source(_row_norm.KERNEL_FILE)
     assert re.search(r"constexpr int kColLanes = (\d+);", src).group(1) == str(_config.COLUMN_LANES)
+
+
+def test_stage_policy_matches_the_host(nvrtc_ready):
+    """The staged backward kernels size their row buffers by StagePolicy (kernels/row_norm.cuh)
+    and the host sizes their dynamic shared memory by _config.bwd_stage_depth: a kernel that
+    staged more rows than the host allowed for would write past its shared memory. NVRTC
+    checks the two agree for every staged tile the dispatcher can pick."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    tiles = {c.tpr for c in _config.all_tile_configs(8, lambda n, v: _config.bwd_row_config(n, v, 2, False))}
+    tiles |= {c.tpr for c in _config.all_tile_configs(8, lambda n, v: _config.bwd_row_config(n, v, 2, True))}
+    tiles.add(_config.CLUSTER_STAGED_BWD_TILE.tpr)
+    checks = "\n".join(f"static_assert(cunorm::StagePolicy<{tpr}, {str(rms).lower()}>::depth == "
+                       f"{_config.bwd_stage_depth(tpr, rms)}, \"tpr {tpr} rms {rms}\");"
+                       for tpr in sorted(tiles) for rms in (False, True))
+    prog = nvrtc.createProgram(_compile.kernel_source("row_norm.cuh") + "\n" + checks + "\n", "policy.cu", [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS])
+        except nvrtc.NVRTCError as err:
+            pytest.fail(f"StagePolicy and _config.bwd_stage_depth disagree: {err}\n{nvrtc.getProgramLog(prog)}")
+    finally:
+        nvrtc.destroyProgram(prog)
+    assert len(tiles) >= 5, "warp rows, block rows and the 1024-thread rows are all covered"
