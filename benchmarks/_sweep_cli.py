@@ -16,6 +16,20 @@ def row_norm_cases(row_lengths):
     return itertools.product(("layer_norm", "rms_norm"), (BFLOAT16, numpy.dtype(numpy.float32)), row_lengths)
 
 
+def rebuild_row_norms(options) -> None:
+    """Compile the row-norm and fused kernels anew with these NVRTC options: drops the loaded
+    modules and every cache that holds one of their kernel pointers (a stale one would time
+    the previous build)."""
+    from cunorm import _compile
+    from cunorm.ops import _fused, _row_norm
+
+    _compile.COMPILE_OPTIONS = tuple(options)
+    _compile._modules.clear()
+    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan,
+                  _fused.fused_forward_plan, _fused.fused_backward_plan):
+        cache.cache_clear()
+
+
 def main(sweep, doc: str) -> None:
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", help="also write the rows here")

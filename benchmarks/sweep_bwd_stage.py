@@ -15,7 +15,8 @@ import numpy
 
 from cunorm import _bench, _bench_fused, _compile
 from cunorm._checks import BFLOAT16
-from cunorm.ops import _fused, _row_norm
+from cunorm.ops import _row_norm
+from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
 
 # name: (compile options, rows in the buffers)
 # (the first run, results/sweep-bwd-stage-h200.txt, had no v44_policy: the policy was read off it)
@@ -33,12 +34,8 @@ FUSED_ROW_LENGTHS = (2048, 4096, 8192)
 
 
 def _use(options, depth: int | None) -> None:
-    _compile.COMPILE_OPTIONS = tuple(options)
     _row_norm.STAGE_DEPTH = depth
-    _compile._modules.clear()  # every cached plan holds kernel pointers of the modules dropped here
-    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan,
-                  _row_norm.backward_plan, _fused.fused_forward_plan, _fused.fused_backward_plan):
-        cache.cache_clear()
+    rebuild_row_norms(options)
 
 
 def _grads(op: str, dtype, n: int, m: int = 300):

@@ -19,8 +19,8 @@ import numpy
 
 from cunorm import _bench, _bench_fused, _compile, _config, reference
 from cunorm._checks import BFLOAT16
-from cunorm.ops import _fused, _row_norm
-from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
+from cunorm.ops import _row_norm
+from _sweep_cli import rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
 
 SMEM_DEFAULT = dict(_config.SMEM_FWD_FROM)
 SMEM_HALF_ONLY = {2: SMEM_DEFAULT[2]}
@@ -44,14 +44,9 @@ FUSED_CONTROL = False
 
 
 def _use(options, smem: bool, tiles: dict) -> None:
-    _compile.COMPILE_OPTIONS = tuple(options)
     _row_norm.HOLD_ROWS_IN_SMEM = smem
     _config.SMEM_FWD_FROM = tiles
-    _compile._modules.clear()
-    # every cache that holds a kernel pointer: a stale one would time the previous variant
-    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan,
-                  _fused.fused_forward_plan, _fused.fused_backward_plan):
-        cache.cache_clear()
+    rebuild_row_norms(options)
 
 
 def _max_error(offset: float, dtype=numpy.float32, n: int = 4096) -> float:

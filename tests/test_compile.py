@@ -149,8 +149,8 @@ def test_stage_policy_matches_the_host(nvrtc_ready):
     checks the two agree for every staged tile the dispatcher can pick."""
     from cupy_backends.cuda.libs import nvrtc
 
-    tiles = {c.tpr for c in _config.all_tile_configs(8, lambda n, v: _config.bwd_row_config(n, v, 2, False))}
-    tiles |= {c.tpr for c in _config.all_tile_configs(8, lambda n, v: _config.bwd_row_config(n, v, 2, True))}
+    tiles = {c.tpr for rms in (False, True)
+             for c in _config.all_tile_configs(8, lambda n, v, rms=rms: _config.bwd_row_config(n, v, 2, rms))}
     tiles.add(_config.CLUSTER_STAGED_BWD_TILE.tpr)
     checks = "\n".join(f"static_assert(cunorm::StagePolicy<{tpr}, {str(rms).lower()}>::depth == "
                        f"{_config.bwd_stage_depth(tpr, rms)}, \"tpr {tpr} rms {rms}\");"
