@@ -183,10 +183,10 @@ def print_summary(record: dict) -> None:
                        f"{r['bwd_of_copy']}; x{r.get('fwd_speedup_vs_best')} / x{r.get('bwd_speedup_vs_best')}; "
                        f"{r.get('host_us_fwd')} / {r.get('host_us_bwd')}")
     _section("fused residual add (bf16), fraction of copy fwd / bwd, x torch eager's h = x + r; norm(h) fwd / "
-             "fwd+bwd; FP8 out fwd:", record.get("fused"),
+             "fwd+bwd; FP8 out fwd (host us a call):", record.get("fused"),
              lambda r: f"{r['op']:10s} N={r['N']:<5d} {r['residual_fwd_of_copy']} / {r['residual_bwd_of_copy']}, "
                        f"x{r.get('residual_fwd_speedup_vs_torch')} / x{r.get('residual_fwdbwd_speedup_vs_torch')}; "
-                       f"FP8 {r['fp8_fwd_of_copy']}")
+                       f"FP8 {r['fp8_fwd_of_copy']} ({r.get('fp8_host_us')})")
     for r in record.get("sanitizer") or []:
         print(f"compute-sanitizer {r['tool']}: " + (f"{r['errors']} errors" if r["ran"] else f"not run ({r['reason']})"))
 

@@ -166,6 +166,40 @@ __device__ __forceinline__ void store_pack(T* p, const A (&in)[VEC]) {
   *reinterpret_cast<Pack<T, VEC>*>(p) = pk;
 }
 
+// One 16-byte global store as one instruction (v47). NVVM split some kernels' pack stores:
+// the backwards' dx packs into four 4-byte stores (st.global.v2.u16 in the PTX), the cluster
+// forward's y packs into 2-byte ones, half of each dW / dB partial pack into 4-byte ones;
+// four to eight store instructions a pack. Used only there: in the forwards held to 32-40
+// registers (norm_fwd_smem, float32 norm_fwd), whose stores stayed whole, it made NVRTC
+// spill 8-216 bytes. Measured in benchmarks/NOTES.md, v47 (float32 backward N = 8192
+// 0.80 -> 0.89-0.92 of copy). CUNORM_STORE16=0: the plain store (benchmarks/sweep_store16.py).
+#ifndef CUNORM_STORE16
+#define CUNORM_STORE16 1
+#endif
+__device__ __forceinline__ void store16_global(void* p, uint4 v) {
+#if defined(CUNORM_HIP)
+  *static_cast<uint4*>(p) = v;
+#else  // the memory clobber keeps other accesses on their side (without it: the same speed, v47)
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+#endif
+}
+
+// store_pack to global memory in whole 16-byte chunks where the pack is made of them.
+template <typename T, typename A, int VEC>
+__device__ __forceinline__ void store_pack_whole(T* p, const A (&in)[VEC]) {
+  if constexpr (CUNORM_STORE16 && sizeof(Pack<T, VEC>) % 16 == 0) {  // Pack's alignment is 16 here
+    Pack<T, VEC> pk;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) pk.v[k] = cvt<T>(in[k]);
+#pragma unroll
+    for (int c = 0; c < int(sizeof(pk)) / 16; ++c)
+      store16_global(reinterpret_cast<uint4*>(p) + c, reinterpret_cast<const uint4*>(&pk)[c]);
+  } else {
+    store_pack<T>(p, in);
+  }
+}
+
 // A compile-time branch taken by a generic lambda (``if constexpr (decltype(flag)::value)``).
 template <bool B> struct Flag { static constexpr bool value = B; };
 

@@ -48,11 +48,32 @@ template <> struct IsFp8<__nv_fp8_e5m2> {
 
 using namespace cunorm;
 
+// FP8 packs of 4 or 8 values assembled as 32-bit words (v48) instead of byte by byte into the
+// pack: the byte stores into the pack compiled to PRMT / LOP3 shuffles. 0: byte by byte.
+#ifndef CUNORM_FP8_WORDS
+#define CUNORM_FP8_WORDS 1
+#endif
+
 // One pack of y: FP8 two values a conversion (sm_89+ converts a pair in one instruction, the
 // same rounding as one at a time), other dtypes as store_pack.
 template <typename O, int VEC>
 __device__ __forceinline__ void store_y(O* p, const float (&v)[VEC]) {
-  if constexpr (IsFp8<O>::value && VEC % 2 == 0) {
+  if constexpr (IsFp8<O>::value && VEC % 4 == 0 && CUNORM_FP8_WORDS) {
+    // two pairs a 32-bit word, the first value in the low byte (little-endian memory order)
+    unsigned words[VEC / 4];
+#pragma unroll
+    for (int k = 0; k < VEC; k += 4) {
+      const unsigned lo = __nv_cvt_float2_to_fp8x2(make_float2(v[k], v[k + 1]), __NV_SATFINITE, IsFp8<O>::kind);
+      const unsigned hi = __nv_cvt_float2_to_fp8x2(make_float2(v[k + 2], v[k + 3]), __NV_SATFINITE, IsFp8<O>::kind);
+      words[k / 4] = lo | (hi << 16);
+    }
+    if constexpr (VEC == 8) {
+      *reinterpret_cast<uint2*>(p) = make_uint2(words[0], words[1]);
+    } else {
+#pragma unroll
+      for (int c = 0; c < VEC / 4; ++c) reinterpret_cast<unsigned*>(p)[c] = words[c];
+    }
+  } else if constexpr (IsFp8<O>::value && VEC % 2 == 0) {
     Pack<O, VEC> pk;
 #pragma unroll
     for (int k = 0; k < VEC; k += 2) {

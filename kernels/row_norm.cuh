@@ -129,7 +129,7 @@ __device__ __forceinline__ void dx_tile(const A (&xv)[PACKS][VEC], const A (&g)[
         db_acc[p][k] += g[p][k];
       }
     }
-    store_pack<T>(dxtile + col, out);
+    store_pack_whole<T>(dxtile + col, out);
   }
 }
 
@@ -178,8 +178,8 @@ __device__ __forceinline__ void store_partials(const A (&dw_acc)[PACKS][VEC], co
   for (int p = 0; p < PACKS; ++p) {
     const i64 col = c0 + pack_col<VEC, TPR>(p, lane);
     if (col >= N) continue;
-    if (dw_part) store_pack<A>(dw_part + group * N + col, dw_acc[p]);
-    if (db_part) store_pack<A>(db_part + group * N + col, db_acc[p]);
+    if (dw_part) store_pack_whole<A>(dw_part + group * N + col, dw_acc[p]);
+    if (db_part) store_pack_whole<A>(db_part + group * N + col, db_acc[p]);
   }
 }
 
