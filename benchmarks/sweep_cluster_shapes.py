@@ -1,0 +1,99 @@
+"""The cluster forward's shapes (threads a block × blocks a cluster) in variants: the
+committed CLUSTER_SHAPES against clusters of 512- and of 1024-thread blocks, which cover the
+same rows with fewer blocks a cluster (fewer partial sums to exchange, fewer blocks an SM).
+1024-thread blocks in clusters of 8 also take bf16 rows of 262144, which the split path
+serves today. Forward only (the backward's clusters have their own shapes); builds
+alternate ROUNDS times in one process. A different partition sums a row in another order,
+so each variant's y is compared with the committed shapes' y by its largest difference
+instead of bit for bit.
+
+    python benchmarks/sweep_cluster_shapes.py [--json out.json]
+"""
+from __future__ import annotations
+
+import numpy
+
+from cunorm import _bench, _config
+from cunorm._checks import BFLOAT16
+from cunorm.ops import _row_norm
+from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
+
+VARIANTS = {"committed": _config.CLUSTER_SHAPES,
+            "blocks512": ((512, 2), (512, 4), (512, 8)),
+            "blocks1024": ((1024, 2), (1024, 4), (1024, 8))}
+ROUNDS = 2
+ROW_LENGTHS = (32768, 65536, 131072, 262144)
+
+
+def _use(shapes) -> None:
+    _config.CLUSTER_SHAPES = shapes
+    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan):
+        cache.cache_clear()
+
+
+def _path(dtype, n: int) -> str:
+    """The forward path of a row of n (16-byte packs), in _row_norm._forward_kernels' order."""
+    itemsize = numpy.dtype(dtype).itemsize
+    vec = _config.max_vec(itemsize)
+    if _row_norm.smem_row_config(n, vec, itemsize) is not None:
+        return "smem row"
+    if _config.row_config(n, vec, _config.FWD) is not None:
+        return "register row"
+    cfg = _config.cluster_config(n, vec)
+    return f"cluster {cfg.tpb}x{cfg.cluster}" if cfg is not None else "split"
+
+
+def _y(op: str, dtype, n: int, m: int = 40):
+    import cupy
+
+    import cunorm
+
+    rng = cupy.random.default_rng(4)
+    x = (rng.standard_normal((m, n), dtype=numpy.float32) + 2).astype(dtype)
+    w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(dtype)
+    y = cunorm.layer_norm(x, w, cupy.zeros(n, dtype)) if op == "layer_norm" else cunorm.rms_norm(x, w)
+    return y.astype(numpy.float32).get()
+
+
+def sweep(log=print) -> list[dict]:
+    default = _config.CLUSTER_SHAPES
+    rows, reference = [], {}
+    copy = _bench.copy_gbps()
+    _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
+    try:
+        for round_ in range(ROUNDS):
+            for name, shapes in VARIANTS.items():
+                _use(shapes)
+                for op, dtype, n in row_norm_cases(ROW_LENGTHS):
+                    y = _y(op, dtype, n)
+                    diff = float(numpy.abs(y - reference.setdefault((op, dtype.name, n), y)).max())
+                    r = _bench.bench_row_norm(op, dtype, n)
+                    row = {"variant": name, "round": round_ + 1, "op": op, "dtype": dtype.name, "N": n,
+                           "cluster": _path(dtype, n), "fwd_of_copy": round(r["fwd_GBps"] / copy, 3),
+                           "max_diff_vs_committed": diff}
+                    log(f"{name:10s} {op:10s} {dtype.name:8s} N={n:<6d} {row['cluster']:18s} fwd "
+                        f"{row['fwd_of_copy']:.3f} of copy, |y - committed's| <= {diff:.3g}")
+                    rows.append(row)
+    finally:
+        _use(default)
+    log(table(rows))
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    """Each case's best forward of its rounds, a column a variant (with its cluster shape)."""
+    best: dict = {}
+    for r in rows:
+        cell = best.setdefault((r["op"], r["dtype"], r["N"]), {})
+        old = cell.get(r["variant"], (0.0, ""))
+        cell[r["variant"]] = (max(old[0], r["fwd_of_copy"]), r["cluster"])
+    lines = ["op dtype N | " + " | ".join(VARIANTS)]
+    for (op, dt, n), cell in best.items():
+        lines.append(f"{op} {dt} {n} | " + " | ".join(f"{cell[v][0]:.3f} ({cell[v][1]})" for v in VARIANTS if v in cell))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    from _sweep_cli import main
+
+    main(sweep, __doc__)
