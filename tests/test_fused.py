@@ -161,6 +161,18 @@ def test_fused_kernel_fp8(rng, op, fp8, scale):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("fp8", [E4M3, E5M2], ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("dtype, n", [(numpy.dtype(numpy.float32), 1532), (numpy.dtype(numpy.float16), 1528),
+                                      (BFLOAT16, 8)], ids=["fp32-1532", "fp16-1528", "bf16-8"])
+def test_fused_kernel_fp8_word_stores(rng, op, fp8, dtype, n):
+    # FP8 packs go out as 32-bit words (v48): one word a pack of float32 x (4 values), two of
+    # half x (8), at odd row counts and lengths whose last pack ends the row
+    _check_fused(op, rng, (7, n), dtype, out_dtype=fp8, scale=16.0, expect_fused=True)
+    _check_fused(op, rng, (1, n), dtype, r_dtype=dtype, out_dtype=fp8, scale=0.5, expect_fused=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("shape", [(5, 7), (3, 65536), (2, 1 << 17)])
 def test_composed_path(rng, op, shape):
     # odd N (pack width one) and rows past the full-row tile: the plain kernels composed
