@@ -88,6 +88,18 @@ def _fused_bwd_of_copy(op: str, n: int, copy: float) -> float:
     return round(5 * m * n * x.itemsize / ms / 1e6 / copy, 3)
 
 
+def fused_bwd_row(variant: str, round_: int, op: str, n: int, copy: float, reference: dict, log) -> dict:
+    """One build's fused residual backward at n: its gradients checked bit for bit against
+    the first build's (kept in ``reference``) and its bandwidth, logged and returned."""
+    got = _fused_grads(op, n)
+    same = _same(got, reference.setdefault((op, "fused", n), got))
+    row = {"variant": variant, "round": round_, "op": op, "dtype": "bfloat16", "N": n,
+           "fused_residual_bwd_of_copy": _fused_bwd_of_copy(op, n, copy), "same_bits": same}
+    log(f"{variant:20s} {op:10s} fused residual bf16 N={n:<5d} bwd {row['fused_residual_bwd_of_copy']:.3f} of copy"
+        + ("" if same else "  RESULTS DIFFER from the first variant"))
+    return row
+
+
 def sweep(log=print) -> list[dict]:
     default = (_compile.COMPILE_OPTIONS, _row_norm.STAGE_DEPTH)
     rows, reference = [], {}
@@ -110,14 +122,7 @@ def sweep(log=print) -> list[dict]:
                                 + ("" if same else "  RESULTS DIFFER from the first variant"))
                             rows.append(row)
                     for n in FUSED_ROW_LENGTHS:
-                        got = _fused_grads(op, n)
-                        same = _same(got, reference.setdefault((op, "fused", n), got))
-                        row = {"variant": name, "round": round_ + 1, "op": op, "dtype": "bfloat16", "N": n,
-                               "fused_residual_bwd_of_copy": _fused_bwd_of_copy(op, n, copy), "same_bits": same}
-                        log(f"{name:20s} {op:10s} fused residual bf16 N={n:<5d} bwd "
-                            f"{row['fused_residual_bwd_of_copy']:.3f} of copy"
-                            + ("" if same else "  RESULTS DIFFER from the first variant"))
-                        rows.append(row)
+                        rows.append(fused_bwd_row(name, round_ + 1, op, n, copy, reference, log))
     finally:
         _use(*default)
     return rows

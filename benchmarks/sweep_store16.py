@@ -20,7 +20,7 @@ import numpy
 from cunorm import _bench, _bench_fused, _compile
 from cunorm._checks import BFLOAT16
 from _sweep_cli import rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
-from sweep_bwd_stage import _fused_bwd_of_copy, _fused_grads, _grads, _same
+from sweep_bwd_stage import _grads, _same, fused_bwd_row
 
 VARIANTS = {"v46_base": ("-DCUNORM_STORE16=0", "-DCUNORM_FP8_WORDS=0"),
             "v47_store16": ("-DCUNORM_FP8_WORDS=0",),
@@ -80,13 +80,7 @@ def sweep(log=print) -> list[dict]:
                     rows.append(row)
                 for op in ("layer_norm", "rms_norm"):
                     for n in FUSED_ROW_LENGTHS:
-                        got = _fused_grads(op, n)
-                        same = _same(got, reference.setdefault((op, "fused", n), got))
-                        row = {"variant": name, "round": round_ + 1, "op": op, "dtype": "bfloat16", "N": n,
-                               "fused_residual_bwd_of_copy": _fused_bwd_of_copy(op, n, copy), "same_bits": same}
-                        log(f"{name:18s} {op:10s} fused residual bf16 N={n:<5d} bwd "
-                            f"{row['fused_residual_bwd_of_copy']:.3f} of copy" + ("" if same else "  RESULTS DIFFER"))
-                        rows.append(row)
+                        rows.append(fused_bwd_row(name, round_ + 1, op, n, copy, reference, log))
                         got, frac = _fp8(op, n, copy)
                         same = _same(got, reference.setdefault((op, "fp8", n), got))
                         row = {"variant": name, "round": round_ + 1, "op": op, "dtype": "bfloat16", "N": n,
