@@ -19,7 +19,7 @@ import numpy
 
 from cunorm import _bench, _bench_fused, _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
+from _sweep_cli import best_table, rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
 from sweep_bwd_stage import _grads, _same, fused_bwd_row
 
 VARIANTS = {"v46_base": ("-DCUNORM_STORE16=0", "-DCUNORM_FP8_WORDS=0"),
@@ -90,24 +90,8 @@ def sweep(log=print) -> list[dict]:
                         rows.append(row)
     finally:
         rebuild_row_norms(default)
-    log(table(rows))
+    log(best_table(rows, VARIANTS, ("fwd_of_copy", "bwd_of_copy", "fused_residual_bwd_of_copy", "fp8_fwd_of_copy")))
     return rows
-
-
-def table(rows: list[dict]) -> str:
-    """Each case's best of its rounds, fraction of copy, a column a variant."""
-    keys = ("fwd_of_copy", "bwd_of_copy", "fused_residual_bwd_of_copy", "fp8_fwd_of_copy")
-    best: dict = {}
-    for r in rows:
-        for k in keys:
-            if k in r:
-                case = (r["op"], r["dtype"], str(r["N"]), k.replace("_of_copy", ""))
-                cell = best.setdefault(case, {})
-                cell[r["variant"]] = max(cell.get(r["variant"], 0.0), r[k])
-    lines = ["op dtype N pass | " + " | ".join(VARIANTS)]
-    for case, cell in best.items():
-        lines.append(" ".join(case) + " | " + " | ".join(f"{cell.get(v, float('nan')):.3f}" for v in VARIANTS))
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

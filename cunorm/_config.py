@@ -224,6 +224,28 @@ CLUSTER_SHAPES = ((256, 2), (256, 4), (256, 8), (512, 8))  # (threads a block, b
 CLUSTER_MIN_SM = 90
 
 
+# v49: the cluster forward copies its next rows' slices into shared memory (cp.async) while it
+# reduces and writes the current one; its clusters are then persistent (as many as run at
+# once). Rows staged ahead, a policy a tile that mirrors kernels/layer_norm_cluster.cu
+# ClusterFwdStage, whose comment holds the measurements (benchmarks/NOTES.md v49): one for
+# half precision and for float32 LayerNorm in 512-thread blocks, none (v48: a cluster a row,
+# loaded straight into registers) for the other float32 tiles. An int here forces a count on
+# every tile; the sweep sets it with the kernels' CUNORM_CLUSTER_FWD_STAGE.
+CLUSTER_FWD_STAGE_ROWS: int | None = None
+
+
+def cluster_fwd_stage_rows(cfg: ClusterConfig, itemsize: int, rms: bool) -> int:
+    if CLUSTER_FWD_STAGE_ROWS is not None:
+        return CLUSTER_FWD_STAGE_ROWS
+    return 1 if itemsize == 2 or (not rms and cfg.tpb >= 512) else 0
+
+
+def cluster_fwd_stage_bytes(cfg: ClusterConfig, itemsize: int, rms: bool) -> int:
+    """Dynamic shared memory a block of the cluster forward takes for its staged rows (0: the
+    v48 kernel, a cluster a row)."""
+    return cluster_fwd_stage_rows(cfg, itemsize, rms) * cfg.tpb * cfg.packs * cfg.vec * itemsize
+
+
 def cluster_config(n: int, vec: int) -> ClusterConfig | None:
     """The cluster tile for a row of ``n`` elements in packs of ``vec`` (None: too long, or
     scalar packs, which would need too many registers; the split path serves them)."""

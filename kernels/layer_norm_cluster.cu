@@ -120,6 +120,42 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
   }
 }
 
+// v49: the forward's clusters are persistent (the host starts as many as run at once) and each
+// copies the slices of its next rows into shared memory with cp.async while it reduces and
+// writes the current one, held in registers as before. Before v49 a cluster loaded its row
+// only after the previous one was written, so nothing was in flight through the two
+// reductions and the cluster barrier (ncu: long scoreboard and barrier stalls, 1.1 warps
+// eligible; NOTES, "Warp stalls of two weak kernels"). Rows staged ahead, measured by
+// benchmarks/sweep_cluster_fwd_stage.py (NOTES v49; the host mirrors this in
+// _config.cluster_fwd_stage_rows):
+//   half precision: one (bf16 RMSNorm N = 65536 / 131072 0.62 -> 0.71 / 0.70 of copy,
+//     LayerNorm 0.55 / 0.50 -> 0.58 / 0.56; two rows gained nothing more);
+//   float32 LayerNorm of 512-thread blocks (N > 65536): one (0.69 -> 0.75);
+//   other float32 tiles: none, v48's grid (RMSNorm lost 0.06-0.11 staged, LayerNorm at
+//     256-thread blocks -0.02 to +0.01).
+// CUNORM_CLUSTER_FWD_STAGE >= 0 forces that count on every tile (0: the v48 kernel).
+#ifndef CUNORM_CLUSTER_FWD_STAGE
+#define CUNORM_CLUSTER_FWD_STAGE -1
+#endif
+// v50: half-precision LayerNorm statistics in one pass where that is safe. The shifted sums of
+// d = x - pivot and d^2 (the pivot the row's first element) go through one block reduction
+// and one cluster exchange, var = E[d^2] - E[d]^2; the two-pass statistics take a second
+// pass over the slice and two more reductions. The cancellation costs a relative error of
+// about eps * (1 + (mean - pivot)^2 / var) in var, so a row whose (mean - pivot)^2 exceeds
+// 64 var (its first element an outlier, or a constant row) takes the two passes after all,
+// with v48's bits: under 1e-5 relative in var otherwise, against bf16's 4e-3. bf16
+// LayerNorm N = 65536 / 131072: 0.58 / 0.56 -> 0.63 / 0.61 of copy (NOTES v50). float32
+// rows keep the two passes. CUNORM_CLUSTER_FWD_ONE_PASS=0: always two.
+#ifndef CUNORM_CLUSTER_FWD_ONE_PASS
+#define CUNORM_CLUSTER_FWD_ONE_PASS 1
+#endif
+
+template <typename T, int TPB, bool RMS>
+struct ClusterFwdStage {
+  static constexpr int rows = CUNORM_CLUSTER_FWD_STAGE >= 0 ? CUNORM_CLUSTER_FWD_STAGE
+                              : sizeof(T) == 2 ? 1 : (!RMS && TPB >= 512) ? 1 : 0;
+};
+
 template <typename T, typename W, int VEC, int PACKS, int TPB, int CLUSTER, bool RMS>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TPB, 1024 / TPB)
 norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
@@ -137,20 +173,101 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   const i64 c0 = i64(rank) * kSlice;
   const int limit = N <= c0 ? 0 : int(N - c0 < kSlice ? N - c0 : kSlice);
   const RowMap xmap = CUNORM_ROWMAP(xm);
-  const i64 clusters = gridDim.x / CLUSTER;
+  const i64 clusters = gridDim.x / CLUSTER, first = blockIdx.x / CLUSTER;
   int exchange = 0;
-
-  for (i64 row = blockIdx.x / CLUSTER; row < M; row += clusters) {  // uniform over the cluster
-    const T* xrow = x + xmap.offset(row);
-    Pack<T, VEC> raw[PACKS];  // the slice stays in its own width: half the registers for bf16
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      const int col = pack_col<VEC, TPB>(p, threadIdx.x);
-      if (col < limit) raw[p] = load_raw<VEC>(xrow + c0 + col);
+  static_assert(sizeof(Pack<T, VEC>) == 16, "cluster tiles are 16-byte packs (scalar packs take the split path)");
+  constexpr int kStage = ClusterFwdStage<T, TPB, RMS>::rows, kSet = PACKS * TPB;
+  constexpr bool kOnePass = !RMS && sizeof(T) == 2 && CUNORM_CLUSTER_FWD_ONE_PASS;
+  constexpr int kOnePassTrust = 64;  // (mean - pivot)^2 / var up to which one pass serves
+  extern __shared__ __align__(16) unsigned char stage_smem[];  // [kStage][this block's slice] packs
+  Pack<T, VEC>* const staged = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
+  // The pivots of the staged rows ride in registers (plain loads, used kStage rows later).
+  A pivots[kStage > 0 ? kStage : 1] = {};
+  auto stage_row = [&](i64 r, int buf) {  // rows past M copy nothing; their slot is never read
+    if constexpr (kStage > 0) {
+      if (r >= M) return;
+      const T* xr = x + xmap.offset(r);
+      stage_tile<VEC, PACKS, TPB, TPB>(staged + buf * kSet, xr + c0, limit, threadIdx.x);
+      if constexpr (!RMS) pivots[kStage - 1] = cvt<A>(xr[0]);
     }
-    A pivot = A(0), slice_sum = A(0), slice_mu = A(0), q = A(0);
+  };
+  if constexpr (kStage > 0) {
+#pragma unroll
+    for (int s = 0; s < kStage; ++s) {
+#pragma unroll
+      for (int k = 0; k + 1 < kStage; ++k) pivots[k] = pivots[k + 1];
+      stage_row(first + s * clusters, s);
+      copies_commit();  // a group a row, empty past M
+    }
+  }
+  int buf = 0;
+  // y of one row from its slice and statistics (the mean as pivot + mu; both 0 for RMSNorm),
+  // and the row's mean and rstd from one thread of the cluster
+  auto write_y = [&](i64 row, A pivot, A mu, A r, const Pack<T, VEC>(&raw)[PACKS]) {
+    if (threadIdx.x == 0 && rank == 0 && rstd) {  // inference callers may skip them
+      if (!RMS) mean[row] = pivot + mu;
+      rstd[row] = r;
+    }
+    T* yrow = y + row * N + c0;
+    for_slice_packs<A, TPB>(raw, limit, [&](int col, const A(&v)[VEC]) {
+      A wv[VEC], bv[VEC], out[VEC];
+      load_param<VEC>(weight, c0 + col, A(1), wv);
+      load_param<VEC>(bias, c0 + col, A(0), bv);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) out[k] = (v[k] - pivot - mu) * r * wv[k] + bv[k];
+      // whole 16-byte stores: bf16 +0.01-0.03, float32 LayerNorm +0.02-0.05 of copy; float32
+      // RMSNorm lost 0.03-0.04 with them (NOTES v47) and keeps the plain store
+      if constexpr (RMS && sizeof(T) == 4) store_pack<T>(yrow + col, out);
+      else store_pack_whole<T>(yrow + col, out);
+    });
+  };
+
+  for (i64 row = first; row < M; row += clusters) {  // uniform over the cluster
+    Pack<T, VEC> raw[PACKS];  // the slice stays in its own width: half the registers for bf16
+    A pivot = A(0);
+    if constexpr (kStage > 0) {
+      copies_wait<kStage - 1>();  // this thread's copies of this row; it reads only its own
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) raw[p] = read_slot(staged + buf * kSet + p * TPB + threadIdx.x);
+      if constexpr (!RMS) pivot = pivots[0];
+#pragma unroll
+      for (int k = 0; k + 1 < kStage; ++k) pivots[k] = pivots[k + 1];
+      stage_row(row + kStage * clusters, buf);  // into the slot just read
+      copies_commit();
+      buf = buf + 1 == kStage ? 0 : buf + 1;
+    } else {
+      const T* xrow = x + xmap.offset(row);
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p) {
+        const int col = pack_col<VEC, TPB>(p, threadIdx.x);
+        if (col < limit) raw[p] = load_raw<VEC>(xrow + c0 + col);
+      }
+      if constexpr (!RMS) pivot = cvt<A>(xrow[0]);
+    }
+    if constexpr (kOnePass) {
+      A sums[2] = {A(0), A(0)};  // of d = x - pivot and d^2
+      for_slice_packs<A, TPB>(raw, limit, [&](int, const A(&v)[VEC]) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const A d = v[k] - pivot;
+          sums[0] += d;
+          sums[1] += d * d;
+        }
+      });
+      group_sum2<TPB>(sums[0], sums[1], smem);
+      cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
+      exchange ^= 1;
+      const A mu = sums[0] / A(N), var = sums[1] / A(N) - mu * mu;
+      // uniform over the cluster (every block holds the same bits): rows whose pivot lies
+      // far from their mean, and constant rows, take the two passes below (nothing of this
+      // pass is kept for them)
+      if (mu * mu <= A(kOnePassTrust) * var) {
+        write_y(row, pivot, mu, rsqrt_acc(var + eps), raw);
+        continue;
+      }
+    }
+    A slice_sum = A(0), slice_mu = A(0), q = A(0);
     if constexpr (!RMS) {
-      pivot = cvt<A>(xrow[0]);
       A s = A(0);
       for_slice_packs<A, TPB>(raw, limit, [&](int, const A(&v)[VEC]) {
 #pragma unroll
@@ -177,25 +294,10 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       cluster_mean_m2<CLUSTER>(slice_sum, q, slots[exchange], bcast, N, kSlice, mu, m2);
       var = m2 / A(N);
     }
-    const A r = rsqrt_acc(var + eps);
     exchange ^= 1;
-    if (threadIdx.x == 0 && rank == 0 && rstd) {  // inference callers may skip them
-      if (!RMS) mean[row] = pivot + mu;
-      rstd[row] = r;
-    }
-    T* yrow = y + row * N + c0;
-    for_slice_packs<A, TPB>(raw, limit, [&](int col, const A(&v)[VEC]) {
-      A wv[VEC], bv[VEC], out[VEC];
-      load_param<VEC>(weight, c0 + col, A(1), wv);
-      load_param<VEC>(bias, c0 + col, A(0), bv);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) out[k] = (v[k] - pivot - mu) * r * wv[k] + bv[k];
-      // whole 16-byte stores: bf16 +0.01-0.03, float32 LayerNorm +0.02-0.05 of copy; float32
-      // RMSNorm lost 0.03-0.04 with them (NOTES v47) and keeps the plain store
-      if constexpr (RMS && sizeof(T) == 4) store_pack<T>(yrow + col, out);
-      else store_pack_whole<T>(yrow + col, out);
-    });
+    write_y(row, pivot, mu, rsqrt_acc(var + eps), raw);
   }
+  if constexpr (kStage > 0) copies_wait<0>();  // no copy outlives the block's shared memory
   cluster_barrier();  // no block leaves while another may still read its slots
 }
 

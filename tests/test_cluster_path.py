@@ -93,6 +93,65 @@ def test_cluster_path_many_rows(rng, clusters, monkeypatch):
     check("rms_norm", rng, (37, 40000), BFLOAT16)
 
 
+# v49: the next row's slice staged in shared memory, clusters persistent; 300 rows make every
+# cluster walk several rows (its slots refilled each row)
+STAGED_FWD_CASES = [(BFLOAT16, n) for n in (40000, 65536, 131072)] + \
+                   [(numpy.dtype(numpy.float32), n) for n in (20000, 131072)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype,n", STAGED_FWD_CASES, ids=[f"{d.name}-{n}" for d, n in STAGED_FWD_CASES])
+def test_cluster_forward_staged_rows(rng, clusters, op, dtype, n):
+    rows = 300
+    cfg = _config.cluster_config(n, 16 // dtype.itemsize)
+    plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, dtype, 1, op == "rms_norm", 1e-5, 0, 0, 0)
+    assert plan.tiles == 1 and plan.block == cfg.tpb, "the cluster forward"
+    assert plan.smem == _config.cluster_fwd_stage_bytes(cfg, dtype.itemsize, op == "rms_norm")
+    if plan.smem:
+        assert plan.grid < rows * cfg.cluster and plan.grid % cfg.cluster == 0, "persistent clusters"
+    else:
+        assert plan.grid == rows * cfg.cluster, "a cluster a row"
+    check(op, rng, (rows, n), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
+def test_cluster_forward_one_pass_falls_back(rng, clusters, dtype):
+    """Half-precision LayerNorm cluster rows take their statistics in one pass about the
+    row's first element (v50) unless that pivot lies far from the mean: an outlier first
+    element (one pass would lose ~20 bits of the variance to cancellation), a constant row,
+    rows at an offset, and ordinary rows, in one batch, against the float64 reference."""
+    import cupy
+
+    import cunorm
+    from cunorm import reference
+    from tolerances import assert_close, stats_tol, tol
+
+    n = 65536
+    hx = rng.standard_normal((6, n)).astype(numpy.float32)
+    hx[0, 0] = 1000.0 if dtype == BFLOAT16 else 600.0  # the pivot ~1e3 sigma from the mean
+    hx[1] = 3.0  # constant: var 0
+    hx[2] += 50.0  # an offset the pivot absorbs: one pass
+    hx[3, 0] = 6.0  # 6 sigma: (mean - pivot)^2 / var = 36, one pass
+    hx = hx.astype(dtype)
+    hw = (1 + 0.1 * rng.standard_normal(n)).astype(dtype)
+    hb = (0.1 * rng.standard_normal(n)).astype(dtype)
+    y, mean, rstd = cunorm.layer_norm(cupy.asarray(hx), cupy.asarray(hw), cupy.asarray(hb), return_stats=True)
+    ry, rmean, rrstd = reference.layer_norm(hx, hw, hb, return_stats=True)
+    st = stats_tol(dtype)
+    assert_close("rstd", rstd, rrstd, st, st)
+    assert_close("mean", mean, rmean, st, st * 50)
+    assert_close("y", y, ry, *tol(dtype))
+
+
+@pytest.mark.gpu
+def test_cluster_forward_staged_views(rng, clusters):
+    # row strides and a reversed row order through the staged copies
+    check("layer_norm", rng, (200, 65536), BFLOAT16, view="row_stride")
+    check("rms_norm", rng, (200, 40000), numpy.float32, view="negative_row_stride")
+
+
 @pytest.fixture
 def staged_clusters(monkeypatch):
     _skip_before_sm90()
@@ -136,6 +195,22 @@ def test_staged_cluster_configs():
     for cfg in _config.all_cluster_staged_bwd_configs(8, 2):
         assert cfg.cluster <= 8, "portable cluster sizes only"
         assert _row_norm._staged_cluster_name("bfloat16", "float32", cfg, True) in _row_norm.cluster_instantiations()
+
+
+def test_cluster_fwd_stage_bytes():
+    # a block's slice of each staged row (threads x packs x 16 bytes), by the v49 policy
+    half, f32_256, f32_512 = _config.ClusterConfig(8, 4, 256, 8), _config.ClusterConfig(4, 8, 256, 8), \
+        _config.ClusterConfig(4, 8, 512, 8)
+    assert _config.cluster_fwd_stage_bytes(half, 2, rms=True) == 16384
+    assert _config.cluster_fwd_stage_bytes(half, 2, rms=False) == 16384
+    assert _config.cluster_fwd_stage_bytes(f32_512, 4, rms=False) == 65536
+    assert _config.cluster_fwd_stage_bytes(f32_512, 4, rms=True) == 0, "float32 RMSNorm: v48's kernel"
+    assert _config.cluster_fwd_stage_bytes(f32_256, 4, rms=False) == 0
+
+
+def test_cluster_fwd_stage_forced(monkeypatch):
+    monkeypatch.setattr(_config, "CLUSTER_FWD_STAGE_ROWS", 2)
+    assert _config.cluster_fwd_stage_bytes(_config.ClusterConfig(4, 8, 256, 8), 4, rms=True) == 65536
 
 
 def test_cluster_configs():

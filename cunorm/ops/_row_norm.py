@@ -201,7 +201,8 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
         return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),), 0
     ccfg = _config.cluster_config(n, vec) if _clusters_serve(t, device) else None
     if ccfg is not None:
-        return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, ccfg, rms), device),), 0
+        return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, ccfg, rms), device),), \
+            _config.cluster_fwd_stage_bytes(ccfg, numpy.dtype(_np_name(t)).itemsize, rms)
     cfg = _config.split_fwd_config(vec)
     return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS), device),
                  function_ptr(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>", device),
@@ -247,9 +248,16 @@ def forward_plan(shape: tuple, strides: tuple, dtype, wdtype, nd: int, rms: bool
     cfg, kernels, smem = _forward_kernels(dtype.name, wdtype.name, n, vec, rms, device)
     acc = acc_dtype(dtype)
     eps_bits = scalar_bits(eps, acc)
-    if isinstance(cfg, _config.ClusterConfig):  # a cluster a row, looping when rows outnumber the grid
-        grid, tiles = min(m, _config.MAX_GRID // cfg.cluster) * cfg.cluster, 1
-    elif len(kernels) == 1:
+    if isinstance(cfg, _config.ClusterConfig):
+        clusters = min(m, _config.MAX_GRID // cfg.cluster)  # a cluster a row, looping past the grid
+        if smem:  # rows staged ahead (v49): persistent, as many clusters as run at once
+            allow_smem(kernels[0], smem)
+            active = max_active_clusters(kernels[0], cfg.block, smem, cfg.cluster) or \
+                blocks_per_sm(kernels[0], cfg.block, smem) * sm_count(device) // cfg.cluster
+            clusters = max(1, min(clusters, active))
+        return ForwardPlan(kernels, clusters * cfg.cluster, cfg.block, rows.args(), (0, 0, m, n, 1, eps_bits), m, n,
+                           1, cfg.tile, rms, eps_bits, acc, smem)
+    if len(kernels) == 1:
         grid, tiles = min(-(-m // cfg.rows_per_block), _config.MAX_GRID), 1
         if smem:
             allow_smem(kernels[0], smem)
