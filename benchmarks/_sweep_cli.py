@@ -46,11 +46,20 @@ def best_table(rows: list[dict], variants, keys=("fwd_of_copy",)) -> str:
     return "\n".join(lines)
 
 
-def main(sweep, doc: str) -> None:
+def main(sweep, doc: str, variants=None) -> None:
+    """Runs ``sweep()``; with ``variants`` (the sweep's names) ``--variants a,b`` runs a subset,
+    as ``sweep(names=[...])``."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", help="also write the rows here")
+    if variants:
+        ap.add_argument("--variants", help="comma-separated subset of: " + ", ".join(variants))
     args = ap.parse_args()
-    rows = sweep()
+    names = getattr(args, "variants", None)
+    if names:
+        unknown = set(names.split(",")) - set(variants)
+        if unknown:
+            ap.error(f"--variants: unknown {sorted(unknown)}")
+    rows = sweep(names=names.split(",")) if names else sweep()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

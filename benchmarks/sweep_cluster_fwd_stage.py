@@ -7,13 +7,15 @@ for bit (only where the row's values wait differs):
 - v48_persistent: the same kernel on v49's persistent grid (as many clusters as run at
   once), to tell the grid's share from the staging's;
 - v49_stage1: persistent clusters, the next row's slice copied into shared memory (cp.async)
-  while the current one is reduced and written (the default build);
+  while the current one is reduced and written (forced on every tile);
 - v49_stage2: the same with two rows in flight (twice the shared memory);
 - v49_policy: the default build, a count a tile (one for half precision and float32
   LayerNorm in 512-thread blocks, none for the other float32 tiles);
 - v50_one_pass: the default build, v49_policy with half-precision LayerNorm statistics in
   one pass (``CUNORM_CLUSTER_FWD_ONE_PASS``; the others set it to 0): other bits, so its
-  largest difference from the first build is recorded instead.
+  largest difference from the first build is recorded instead;
+- v51_warp_exchange: v50 with the row sums of RMSNorm and of the one-pass LayerNorm taken
+  in one exchange of every warp's sums (``CUNORM_CLUSTER_WARP_EXCHANGE=1``): other bits.
 
 bf16 LayerNorm with float32 parameters rides along at the longest rows (its v50 kernel
 spills 24 bytes, the bf16-parameter one none).
@@ -21,7 +23,7 @@ spills 24 bytes, the bf16-parameter one none).
 Row lengths the cluster forward does not serve (bf16 N = 20000 and 32768 take the full-row
 kernels) ride along as a measure of the run's drift.
 
-    python benchmarks/sweep_cluster_fwd_stage.py [--json out.json]
+    python benchmarks/sweep_cluster_fwd_stage.py [--variants v48_loaded,v50_one_pass] [--json out.json]
 """
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ from sweep_store16 import _forward
 TWO_PASS = ("-DCUNORM_CLUSTER_FWD_ONE_PASS=0",)
 VARIANTS = {"v48_loaded": (0, False, TWO_PASS), "v48_persistent": (0, True, TWO_PASS),
             "v49_stage1": (1, False, TWO_PASS), "v49_stage2": (2, False, TWO_PASS),
-            "v49_policy": (None, False, TWO_PASS), "v50_one_pass": (None, False, ())}
+            "v49_policy": (None, False, TWO_PASS), "v50_one_pass": (None, False, ()),
+            "v51_warp_exchange": (None, False, ("-DCUNORM_CLUSTER_WARP_EXCHANGE=1",))}
 EXACT = ("v48_loaded", "v48_persistent", "v49_stage1", "v49_stage2", "v49_policy")  # must keep v48's bits
 ROUNDS = 2
 ROW_LENGTHS = (20000, 32768, 65536, 131072)
@@ -92,14 +95,16 @@ def _max_diff(a: list, b: list) -> float:
     return max(float(numpy.max(numpy.abs(p.astype(numpy.float64) - q.astype(numpy.float64)))) for p, q in zip(a, b))
 
 
-def sweep(log=print) -> list[dict]:
+def sweep(log=print, names=None) -> list[dict]:
+    """The variants in ``names`` (default all), the first of them the bits' reference."""
+    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
     default_options, default_rows = _compile.COMPILE_OPTIONS, _config.CLUSTER_FWD_STAGE_ROWS
     rows, reference = [], {}
     copy = _bench.copy_gbps()
     _forward_of_copy("layer_norm", BFLOAT16, 65536, copy)  # clocks up first
     try:
         for round_ in range(ROUNDS):
-            for name, (staged, persistent, options) in VARIANTS.items():
+            for name, (staged, persistent, options) in variants.items():
                 _use(staged, persistent, options)
                 log(f"-- {name} (round {round_ + 1})")
                 for op, dtype, n in row_norm_cases(ROW_LENGTHS):
@@ -120,11 +125,11 @@ def sweep(log=print) -> list[dict]:
         _config.CLUSTER_FWD_STAGE_ROWS = default_rows
         _row_norm.forward_plan = _planned
         rebuild_row_norms(default_options)
-    log(best_table(rows, VARIANTS))
+    log(best_table(rows, variants))
     return rows
 
 
 if __name__ == "__main__":
     from _sweep_cli import main
 
-    main(sweep, __doc__)
+    main(sweep, __doc__, VARIANTS)

@@ -158,12 +158,18 @@ __device__ __forceinline__ Pack<T, VEC> load_raw(const T* p) {
   return *reinterpret_cast<const Pack<T, VEC>*>(p);
 }
 
+// VEC values rounded to T, as one pack.
 template <typename T, typename A, int VEC>
-__device__ __forceinline__ void store_pack(T* p, const A (&in)[VEC]) {
+__device__ __forceinline__ Pack<T, VEC> convert_pack(const A (&in)[VEC]) {
   Pack<T, VEC> pk;
 #pragma unroll
   for (int k = 0; k < VEC; ++k) pk.v[k] = cvt<T>(in[k]);
-  *reinterpret_cast<Pack<T, VEC>*>(p) = pk;
+  return pk;
+}
+
+template <typename T, typename A, int VEC>
+__device__ __forceinline__ void store_pack(T* p, const A (&in)[VEC]) {
+  *reinterpret_cast<Pack<T, VEC>*>(p) = convert_pack<T>(in);
 }
 
 // One 16-byte global store as one instruction (v47). NVVM split some kernels' pack stores:
@@ -189,9 +195,7 @@ __device__ __forceinline__ void store16_global(void* p, uint4 v) {
 template <typename T, typename A, int VEC>
 __device__ __forceinline__ void store_pack_whole(T* p, const A (&in)[VEC]) {
   if constexpr (CUNORM_STORE16 && sizeof(Pack<T, VEC>) % 16 == 0) {  // Pack's alignment is 16 here
-    Pack<T, VEC> pk;
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) pk.v[k] = cvt<T>(in[k]);
+    const Pack<T, VEC> pk = convert_pack<T>(in);
 #pragma unroll
     for (int c = 0; c < int(sizeof(pk)) / 16; ++c)
       store16_global(reinterpret_cast<uint4*>(p) + c, reinterpret_cast<const uint4*>(&pk)[c]);

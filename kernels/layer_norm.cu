@@ -83,7 +83,7 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
     stage_tile<VEC, PACKS, TPR, kBlock>(slots, xrow, limit, lane);
     copies_commit();
     const A pivot = RMS ? A(0) : cvt<A>(xrow[0]);  // as norm_fwd: sums of x - pivot
-    copies_wait_all();
+    copies_wait<0>();
 
     // v42: a half-precision LayerNorm row that fills the tile (the usual case) takes every pass
     // without a bounds test a pack; one past M or of a shorter N keeps them. (RMSNorm lost
@@ -403,19 +403,18 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
       stage_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, r, M);
       copies_commit();
     };
-#pragma unroll
-    for (int d = 0; d < kDepth - 1; ++d) stage_row(group_block * kRows + d * stride, d);
-    int buf = 0;
+    StageRing<kDepth> ring;
+    ring.fill([&](int ahead, int b) { stage_row(group_block * kRows + ahead * stride, b); });
     for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
-      stage_row(base + (kDepth - 1) * stride, buf == 0 ? kDepth - 1 : buf - 1);
-      copies_wait<kDepth - 1>();
+      ring.refill_and_wait([&](int ahead, int b) { stage_row(base + ahead * stride, b); });
+      const int buf = ring.buf;
       A xv[PACKS][VEC], g[PACKS][VEC];
       unstage_tile<VEC, PACKS, kBlock>(slots + 2 * buf * kSet, xv);
       unstage_tile<VEC, PACKS, kBlock>(slots + (2 * buf + 1) * kSet, g);
       bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight,
                                                        staged_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, base + ty, M),
                                                        row_sums, dx, base + ty, M, N, c0, lane, smem, dw_acc, db_acc);
-      buf = buf == kDepth - 1 ? 0 : buf + 1;
+      ring.advance();
     }
   } else {
     for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform

@@ -80,6 +80,42 @@ __device__ __forceinline__ void cluster_sums(float (&v)[K], float* slot, float* 
   for (int k = 0; k < K; ++k) v[k] = bcast[k];
 }
 
+// v51 (prepared, off; benchmarks/sweep_cluster_fwd_stage.py measures it): the sums of K
+// values a thread over every thread of the cluster in one exchange. Each warp publishes its
+// warp sum, and warp 0 of every block folds all CLUSTER * TPB / 32 warp sums in one fixed
+// order (rank-major), so every block holds the same bits. group_sum then cluster_sums take
+// three block barriers and a cluster barrier; this takes the cluster barrier and one block
+// barrier. `slot` holds K * TPB / 32 words (alternate two, as cluster_gather's).
+#ifndef CUNORM_CLUSTER_WARP_EXCHANGE
+#define CUNORM_CLUSTER_WARP_EXCHANGE 0
+#endif
+template <int TPB, int CLUSTER, int K>
+__device__ __forceinline__ void cluster_thread_sums(float (&v)[K], float* slot, float* bcast) {
+  constexpr int kWarps = TPB / kWarp, kParts = CLUSTER * kWarps;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = group_warp_sum<kWarp>(v[k]);
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) slot[k * kWarps + warp] = v[k];
+    cluster_fence();
+  }
+  cluster_barrier();  // every warp's sums written (and the previous use of bcast read)
+  if (warp == 0) {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      float t = 0.0f;
+#pragma unroll
+      for (int e = lane; e < kParts; e += kWarp) t += load_cluster(slot + k * kWarps + e % kWarps, e / kWarps);
+      t = group_warp_sum<kWarp>(t);
+      if (lane == 0) bcast[k] = t;
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = bcast[k];
+}
+
 // The row's mean (relative to the pivot) and M2 from each block's slice sum and slice M2
 // (about the slice's own mean), merged in rank order by Chan's formula: the same bits in
 // every block. A rank's element count follows from its rank, the row length and the slice.
@@ -128,10 +164,10 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 // eligible; NOTES, "Warp stalls of two weak kernels"). Rows staged ahead, measured by
 // benchmarks/sweep_cluster_fwd_stage.py (NOTES v49; the host mirrors this in
 // _config.cluster_fwd_stage_rows):
-//   half precision: one (bf16 RMSNorm N = 65536 / 131072 0.62 -> 0.71 / 0.70 of copy,
+//   half precision: one (bf16 RMSNorm N = 65536 / 131072 0.65 / 0.62 -> 0.71 / 0.70 of copy,
 //     LayerNorm 0.55 / 0.50 -> 0.58 / 0.56; two rows gained nothing more);
-//   float32 LayerNorm of 512-thread blocks (N > 65536): one (0.69 -> 0.75);
-//   other float32 tiles: none, v48's grid (RMSNorm lost 0.06-0.11 staged, LayerNorm at
+//   float32 LayerNorm of 512-thread blocks (N > 65536): one (0.70 -> 0.74);
+//   other float32 tiles: none, v48's grid (RMSNorm lost 0.08-0.12 staged, LayerNorm at
 //     256-thread blocks -0.02 to +0.01).
 // CUNORM_CLUSTER_FWD_STAGE >= 0 forces that count on every tile (0: the v48 kernel).
 #ifndef CUNORM_CLUSTER_FWD_STAGE
@@ -143,7 +179,8 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 // pass over the slice and two more reductions. The cancellation costs a relative error of
 // about eps * (1 + (mean - pivot)^2 / var) in var, so a row whose (mean - pivot)^2 exceeds
 // 64 var (its first element an outlier, or a constant row) takes the two passes after all,
-// with v48's bits: under 1e-5 relative in var otherwise, against bf16's 4e-3. bf16
+// with v48's bits. Below that the one pass loses at most ~6 bits of var more than the two
+// passes (1e-4 relative at worst), against bf16's 4e-3 spacing. bf16
 // LayerNorm N = 65536 / 131072: 0.58 / 0.56 -> 0.63 / 0.61 of copy (NOTES v50). float32
 // rows keep the two passes. CUNORM_CLUSTER_FWD_ONE_PASS=0: always two.
 #ifndef CUNORM_CLUSTER_FWD_ONE_PASS
@@ -168,6 +205,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   __shared__ A smem[2 * kWarp];
   __shared__ A slots[2][2];  // [exchange][sum, M2]
   __shared__ A bcast[2];
+  constexpr bool kWarpExchange = CUNORM_CLUSTER_WARP_EXCHANGE;
+  __shared__ A warp_slots[2][kWarpExchange ? 2 * TPB / kWarp : 1];  // [exchange][K][warp] (v51)
   static_assert(sizeof(A) == 4, "clusters serve float accumulation (float64 takes the split path)");
   const unsigned rank = cluster_rank();
   const i64 c0 = i64(rank) * kSlice;
@@ -254,8 +293,12 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
           sums[1] += d * d;
         }
       });
-      group_sum2<TPB>(sums[0], sums[1], smem);
-      cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
+      if constexpr (kWarpExchange) {
+        cluster_thread_sums<TPB, CLUSTER>(sums, warp_slots[exchange], bcast);
+      } else {
+        group_sum2<TPB>(sums[0], sums[1], smem);
+        cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
+      }
       exchange ^= 1;
       const A mu = sums[0] / A(N), var = sums[1] / A(N) - mu * mu;
       // uniform over the cluster (every block holds the same bits): rows whose pivot lies
@@ -283,13 +326,18 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
         q += d * d;
       }
     });
-    q = group_sum<TPB>(q, smem);
     A mu = A(0), var;  // mu: the row's mean less the pivot
     if constexpr (RMS) {
       A sum_sq[1] = {q};
-      cluster_sums<CLUSTER>(sum_sq, slots[exchange], bcast);
+      if constexpr (kWarpExchange) {
+        cluster_thread_sums<TPB, CLUSTER>(sum_sq, warp_slots[exchange], bcast);
+      } else {
+        sum_sq[0] = group_sum<TPB>(sum_sq[0], smem);
+        cluster_sums<CLUSTER>(sum_sq, slots[exchange], bcast);
+      }
       var = sum_sq[0] / A(N);
     } else {
+      q = group_sum<TPB>(q, smem);
       A m2;
       cluster_mean_m2<CLUSTER>(slice_sum, q, slots[exchange], bcast, N, kSlice, mu, m2);
       var = m2 / A(N);
@@ -392,12 +440,12 @@ norm_bwd_cluster_staged(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), con
     stage_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, r, M);
     copies_commit();
   };
-#pragma unroll
-  for (int d = 0; d < kDepth - 1; ++d) stage_row(group + d * groups, d);
-  int buf = 0, exchange = 0;
+  StageRing<kDepth> ring;
+  ring.fill([&](int ahead, int b) { stage_row(group + ahead * groups, b); });
+  int exchange = 0;
   for (i64 row = group; row < M; row += groups) {  // uniform over the cluster
-    stage_row(row + (kDepth - 1) * groups, buf == 0 ? kDepth - 1 : buf - 1);
-    copies_wait<kDepth - 1>();
+    ring.refill_and_wait([&](int ahead, int b) { stage_row(row + ahead * groups, b); });
+    const int buf = ring.buf;
     A xv[PACKS][VEC], g[PACKS][VEC];
     unstage_tile<VEC, PACKS, TPB>(tiles + 2 * buf * kSet, xv);
     unstage_tile<VEC, PACKS, TPB>(tiles + (2 * buf + 1) * kSet, g);
@@ -411,7 +459,7 @@ norm_bwd_cluster_staged(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), con
     const A inv_n = A(1) / A(N);
     dx_tile<T, VEC, PACKS, TPB, true>(xv, g, weight, st.rstd, RMS ? A(0) : sums[0] * inv_n, sums[1] * inv_n,
                                       dx + row * N + c0, c0, limit, lane, dw_acc, db_acc);
-    buf = buf == kDepth - 1 ? 0 : buf + 1;
+    ring.advance();
   }
   copies_wait<0>();  // the last stages (rows past M) land before the block's shared memory goes
   store_partials<VEC, PACKS, TPB>(dw_acc, db_acc, dw_part, db_part, group, N, c0, lane);

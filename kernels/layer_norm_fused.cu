@@ -262,11 +262,8 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
     copies_commit();
   };
   const i64 step = i64(gridDim.x) * kRows;
-  int buf = 0;
-  if constexpr (kStaged) {
-#pragma unroll
-    for (int d = 0; d < kDepth - 1; ++d) stage_row(i64(blockIdx.x) * kRows + d * step, d);
-  }
+  StageRing<kDepth> ring;
+  if constexpr (kStaged) ring.fill([&](int ahead, int b) { stage_row(i64(blockIdx.x) * kRows + ahead * step, b); });
 
   for (i64 base = i64(blockIdx.x) * kRows; base < M; base += step) {  // block-uniform
     const i64 row = base + ty;
@@ -276,12 +273,11 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
     A xv[PACKS][VEC], g[PACKS][VEC];
     RowStats<A> st;
     if constexpr (kStaged) {
-      stage_row(base + (kDepth - 1) * step, buf == 0 ? kDepth - 1 : buf - 1);
-      copies_wait<kDepth - 1>();
-      unstage_tile<VEC, PACKS, kBlock>(h_slots(buf), xv);
-      unstage_tile<VEC, PACKS, kBlock>(dy_slots(buf), g);
-      st = staged_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, row, M);
-      buf = buf == kDepth - 1 ? 0 : buf + 1;
+      ring.refill_and_wait([&](int ahead, int b) { stage_row(base + ahead * step, b); });
+      unstage_tile<VEC, PACKS, kBlock>(h_slots(ring.buf), xv);
+      unstage_tile<VEC, PACKS, kBlock>(dy_slots(ring.buf), g);
+      st = staged_stats<RMS, TPR, kBlock>(stats, ring.buf, mean, rstd, row, M);
+      ring.advance();
     } else {
       load_tile<VEC, PACKS, TPR>(h + hmap.offset(safe_row), limit, lane, xv);
       load_tile<VEC, PACKS, TPR>(dy + dymap.offset(safe_row), limit, lane, g);

@@ -261,11 +261,27 @@ struct StagePolicy {
   static_assert(depth >= 2, "a staged backward keeps at least the next row in flight");
 };
 
-__device__ __forceinline__ void copies_wait_all() {
-#if !defined(CUNORM_HIP)
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#endif
-}
+// The buffer ring of a staged backward loop: DEPTH buffers, the current row's in `buf` and
+// the next DEPTH - 1 rows' copies in flight behind it. `stage(ahead, b)` copies the row
+// `ahead` row steps past the loop's current one into buffer b and commits them.
+template <int DEPTH>
+struct StageRing {
+  int buf = 0;
+  // Before the loop: the first DEPTH - 1 rows (steps 0 .. DEPTH - 2 from the first row).
+  template <typename F>
+  __device__ __forceinline__ void fill(F&& stage) {
+#pragma unroll
+    for (int d = 0; d < DEPTH - 1; ++d) stage(d, d);
+  }
+  // At the top of a row step: the row DEPTH - 1 steps ahead into the buffer the previous step
+  // read, then wait until this step's row has arrived.
+  template <typename F>
+  __device__ __forceinline__ void refill_and_wait(F&& stage) {
+    stage(DEPTH - 1, buf == 0 ? DEPTH - 1 : buf - 1);
+    copies_wait<DEPTH - 1>();
+  }
+  __device__ __forceinline__ void advance() { buf = buf == DEPTH - 1 ? 0 : buf + 1; }
+};
 
 // One 16-byte slot of shared memory, read anew at every call: a plain load would let the
 // compiler keep the values of one pass in registers for the next (the registers the
