@@ -30,19 +30,22 @@ def rebuild_row_norms(options) -> None:
         cache.cache_clear()
 
 
-def best_table(rows: list[dict], variants, keys=("fwd_of_copy",)) -> str:
+def best_table(rows: list[dict], variants, keys=("fwd_of_copy",), label: str | None = None) -> str:
     """Each (op, dtype, N) case's best of its rounds, fraction of copy, a column a variant;
-    with several keys (passes: fwd_of_copy, bwd_of_copy, ...) a line a case and key."""
+    with several keys (passes: fwd_of_copy, bwd_of_copy, ...) a line a case and key; with
+    ``label``, each cell also shows that field of the variant's row (e.g. its kernel path)."""
     best: dict = {}
     for r in rows:
         for k in keys:
             if k in r:
                 case = (r["op"], r["dtype"], str(r["N"])) + ((k.replace("_of_copy", ""),) if len(keys) > 1 else ())
                 cell = best.setdefault(case, {})
-                cell[r["variant"]] = max(cell.get(r["variant"], 0.0), r[k])
+                old = cell.get(r["variant"], (0.0, ""))
+                cell[r["variant"]] = (max(old[0], r[k]), f" ({r[label]})" if label else "")
     lines = ["op dtype N" + (" pass" if len(keys) > 1 else "") + " | " + " | ".join(variants)]
     for case, cell in best.items():
-        lines.append(" ".join(case) + " | " + " | ".join(f"{cell.get(v, float('nan')):.3f}" for v in variants))
+        lines.append(" ".join(case) + " | " + " | ".join(
+            f"{cell[v][0]:.3f}{cell[v][1]}" if v in cell else "nan" for v in variants))
     return "\n".join(lines)
 
 

@@ -56,15 +56,18 @@ _planned = _row_norm.forward_plan
 
 def _persistent(plan):
     """A cluster forward plan of v48 (a cluster a row) on as many clusters as run at once."""
-    if plan is None or plan.tiles != 1 or plan.smem or not _is_cluster_forward(plan.kernels[0]):
+    cluster = None if plan is None or plan.tiles != 1 or plan.smem else _cluster_forward_size(plan.kernels[0])
+    if cluster is None:
         return plan
-    cluster = plan.grid // min(plan.m, _config.MAX_GRID // 8)
     active = _launch.max_active_clusters(plan.kernels[0], plan.block, 0, cluster)
     return plan._replace(grid=min(plan.grid // cluster, active) * cluster)
 
 
-def _is_cluster_forward(ptr: int) -> bool:
-    return any(key[1].startswith("norm_fwd_cluster") for key, fn in _compile._modules.items() if fn[1] == ptr)
+def _cluster_forward_size(ptr: int) -> int | None:
+    """Blocks a cluster of the loaded kernel at ``ptr`` if it is norm_fwd_cluster (its sixth
+    template argument, _row_norm._cluster_name), else None."""
+    name = next((key[1] for key, fn in _compile._modules.items() if fn[1] == ptr), "")
+    return int(name.split(",")[5]) if name.startswith("norm_fwd_cluster<") else None
 
 
 def _use(staged: int | None, persistent: bool, options: tuple) -> None:

@@ -16,7 +16,7 @@ import numpy
 from cunorm import _bench, _config
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import row_norm_cases  # benchmarks/ is the script's directory
+from _sweep_cli import best_table, row_norm_cases  # benchmarks/ is the script's directory
 
 VARIANTS = {"committed": _config.CLUSTER_SHAPES,
             "blocks512": ((512, 2), (512, 4), (512, 8)),
@@ -76,21 +76,8 @@ def sweep(log=print) -> list[dict]:
                     rows.append(row)
     finally:
         _use(default)
-    log(table(rows))
+    log(best_table(rows, VARIANTS, label="cluster"))
     return rows
-
-
-def table(rows: list[dict]) -> str:
-    """Each case's best forward of its rounds, a column a variant (with its cluster shape)."""
-    best: dict = {}
-    for r in rows:
-        cell = best.setdefault((r["op"], r["dtype"], r["N"]), {})
-        old = cell.get(r["variant"], (0.0, ""))
-        cell[r["variant"]] = (max(old[0], r["fwd_of_copy"]), r["cluster"])
-    lines = ["op dtype N | " + " | ".join(VARIANTS)]
-    for (op, dt, n), cell in best.items():
-        lines.append(f"{op} {dt} {n} | " + " | ".join(f"{cell[v][0]:.3f} ({cell[v][1]})" for v in VARIANTS if v in cell))
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
