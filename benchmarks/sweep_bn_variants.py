@@ -1,8 +1,9 @@
-"""BatchNorm kernel variants compiled side by side at issue 5's shapes: the statistics pass's
-own in-flight bytes and the block size, against the defaults. Kernel time
+"""BatchNorm kernel variants compiled side by side at issue 5's shapes: the flat apply
+passes against the per-channel ones, their piece length and register bound, the statistics
+pass's own in-flight bytes and the block size, against the defaults. Kernel time
 (_bench.queued_time_ms), training forward and backward, fractions of copy.
 
-    python benchmarks/sweep_bn_variants.py [--json out.json]
+    python benchmarks/sweep_bn_variants.py [--json out.json] [--variants a,b]
 """
 from __future__ import annotations
 
@@ -13,30 +14,40 @@ from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
 from sweep_bn_config import SHAPES, _case
 
-# name: (NVRTC defines, host BLOCK)
+# name: (NVRTC defines, host BLOCK, host settings of _batch_norm)
 VARIANTS = {
-    "default": ((), 256),
-    "stats_inflight_64": (("-DCUNORM_BN_STATS_INFLIGHT_BYTES=64",), 256),
-    "block_128": (("-DCUNORM_BN_BLOCK_LOG2=7",), 128),
-    "block_128_stats_64": (("-DCUNORM_BN_BLOCK_LOG2=7", "-DCUNORM_BN_STATS_INFLIGHT_BYTES=64"), 128),
+    "default": ((), 256, {}),
+    "per_channel_apply": ((), 256, {"USE_FLAT": False}),
+    "flat_packs_4": ((), 256, {"FLAT_PACKS": 4}),
+    "flat_packs_16": ((), 256, {"FLAT_PACKS": 16}),
+    "flat_min_blocks_4": (("-DCUNORM_BN_FLAT_MIN_BLOCKS=4",), 256, {}),
+    "flat_min_blocks_2": (("-DCUNORM_BN_FLAT_MIN_BLOCKS=2",), 256, {}),
+    "stats_inflight_64": (("-DCUNORM_BN_STATS_INFLIGHT_BYTES=64",), 256, {}),
+    "block_128": (("-DCUNORM_BN_BLOCK_LOG2=7",), 128, {}),
+    "block_128_stats_64": (("-DCUNORM_BN_BLOCK_LOG2=7", "-DCUNORM_BN_STATS_INFLIGHT_BYTES=64"), 128, {}),
 }
+HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS")
 
 
-def _use(options, block: int) -> None:
+def _use(options, block: int, settings: dict) -> None:
     _compile.COMPILE_OPTIONS = tuple(options)
     _compile._modules.clear()
     _batch_norm.BLOCK = block
+    for k, v in settings.items():
+        setattr(_batch_norm, k, v)
     _batch_norm.plan.cache_clear()
     _batch_norm._passes.cache_clear()
 
 
-def sweep(log=print) -> list[dict]:
-    defaults = (_compile.COMPILE_OPTIONS, _batch_norm.BLOCK)
+def sweep(log=print, names=None) -> list[dict]:
+    defaults = (_compile.COMPILE_OPTIONS, _batch_norm.BLOCK, {k: getattr(_batch_norm, k) for k in HOST_SETTINGS})
     copy = _bench.copy_gbps()
     rows = []
     try:
-        for name, (options, block) in VARIANTS.items():
-            _use(options, block)
+        for name, (options, block, settings) in VARIANTS.items():
+            if names and name not in names:
+                continue
+            _use(options, block, {**defaults[2], **settings})
             for shape in SHAPES:
                 for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
                     for cl in (False, True):
@@ -49,10 +60,23 @@ def sweep(log=print) -> list[dict]:
                         rows.append(row)
     finally:
         _use(*defaults)
+    log(_table(rows))
     return rows
+
+
+def _table(rows: list[dict]) -> str:
+    """A line a case, forward / backward a column a variant."""
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    cases: dict = {}
+    for r in rows:
+        key = f"{r['dtype'][:4]} {r['layout']} {'x'.join(map(str, r['shape']))}"
+        cases.setdefault(key, {})[r["variant"]] = f"{r['fwd_of_copy']:.3f} / {r['bwd_of_copy']:.3f}"
+    lines = ["case | " + " | ".join(variants)]
+    lines += [k + " | " + " | ".join(c.get(v, "nan") for v in variants) for k, c in cases.items()]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
     from _sweep_cli import main
 
-    main(sweep, __doc__)
+    main(sweep, __doc__, VARIANTS)

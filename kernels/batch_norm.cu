@@ -674,3 +674,183 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
       }
   });
 }
+
+// ---- dense channel-major apply passes -------------------------------------------------------
+// x dense channel-major (so = C * I, sc = I; every pointer 16-byte aligned; I >= VEC): each
+// image's C * I elements are one contiguous span, so the apply passes need not follow the
+// channels' runs. A block takes a piece of L elements of one image and walks whole packs over
+// it; a pack holds elements of at most two channels, the second from its element `cut` on, and
+// the piece's channels' constants are staged in shared memory first. The per-channel walk
+// above masks both ends of every run that starts off a pack boundary (a 7 x 7 plane: every
+// run), storing those ends element by element; this walk masks only a piece's two ends.
+// Pieces go last channels, last images first: the opposite order of the channel-major sums
+// pass before them, which they start on in L2.
+constexpr int kFlatChannels = 512;
+// Blocks an SM the flat passes' registers are held to (NVRTC 13.0 -Xptxas -v on sm_90;
+// measured in NOTES "BatchNorm v4"): the half-precision forward at 4 (64 registers, 12-24
+// bytes spilled; bf16 +0.00-0.03 of copy over 3, which spills nothing at 71), its backward at
+// 3 (76 registers; at 4, 50-70 bytes spilled and -0.02 to -0.04), the generic activation one
+// fewer (72-288 bytes spilled otherwise), float32 at 4 (50-64), float64 at 2 (220 bytes
+// spilled at 4). -DCUNORM_BN_FLAT_MIN_BLOCKS sets one for all (sweep_bn_variants.py).
+template <typename T, int ACT, bool BACKWARD>
+__host__ __device__ constexpr int flat_min_blocks() {
+#ifdef CUNORM_BN_FLAT_MIN_BLOCKS
+  return CUNORM_BN_FLAT_MIN_BLOCKS;
+#else
+  return sizeof(T) == 2 ? (BACKWARD ? 3 : 4) - (ACT == 2) : (sizeof(T) == 8 ? 2 : 4);
+#endif
+}
+
+struct FlatPiece {
+  i64 start, end;  // the piece's elements [start, end)
+  i64 image;       // its image's first element, o * C * I
+  int c0, nch;     // its first channel and its channel count
+  __device__ __forceinline__ FlatPiece(i64 CI, int I, i64 L, int O) {
+    const i64 item = blockIdx.x;  // pieces of every image at piece index k, then k - 1, ...
+    const i64 pieces = (CI + L - 1) / L;
+    const i64 k = pieces - 1 - item / O, o = O - 1 - item % O;
+    const i64 e0 = k * L, e1 = min(CI, e0 + L);
+    image = o * CI;
+    start = image + e0;
+    end = image + e1;
+    c0 = int(e0 / I);
+    nch = int((e1 - 1) / I) - c0 + 1;
+  }
+};
+
+// A whole pack of the piece: its element offset, j the piece-local channel of its first
+// element, its elements from cut on in channel j + 1.
+struct FlatSlot {
+  i64 off;
+  int j, cut;
+  __device__ __forceinline__ bool any() const { return off >= 0; }
+};
+
+// Calls f(slot[U]) for this thread's whole packs of the piece, U at a time (f issues all U
+// loads before it uses any), then g(element, channel) for each element of the piece in a
+// pack it shares with a neighbouring piece (only where C * I is not a multiple of VEC), one
+// thread each end. Offsets within an image are below 2^31 (the host checks C * I).
+template <int U, int VEC, typename F, typename G>
+__device__ __forceinline__ void walk_flat(const FlatPiece& pc, int I, F&& f, G&& g) {
+  const i64 p0 = (pc.start + VEC - 1) / VEC, p1 = pc.end / VEC;
+  for (i64 p = p0 + threadIdx.x; p < p1; p += i64(U) * kBnBlock) {
+    FlatSlot sl[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const i64 q = p + i64(u) * kBnBlock;
+      const int e = int(q * VEC - pc.image);  // the pack's first element within its image
+      const int c = e / I;
+      sl[u] = q < p1 ? FlatSlot{q * VEC, c - pc.c0, (c + 1) * I - e} : FlatSlot{-1, 0, VEC};
+    }
+    f(sl);
+  }
+  const i64 lo_end = min(p0 * VEC, pc.end), hi_start = max(p1 * VEC, lo_end);
+  const bool mine = threadIdx.x == (kBnBlock - 1);  // a thread with few whole packs
+  if (mine)
+    for (i64 at = pc.start; at < lo_end; ++at) g(at, int(at - pc.image) / I - pc.c0);
+  if (mine)
+    for (i64 at = hi_start; at < pc.end; ++at) g(at, int(at - pc.image) / I - pc.c0);
+}
+
+// The two channels' constants a pack needs (the second only where the pack reaches it).
+template <typename C>
+__device__ __forceinline__ void pair_of(const C* staged, const FlatSlot& sl, int vec, C& a, C& b) {
+  a = staged[sl.j];
+  b = sl.cut < vec ? staged[sl.j + 1] : a;
+}
+
+template <typename T, typename W, int VEC, int ACT>
+__global__ void __launch_bounds__(kBnBlock, flat_min_blocks<T, ACT, false>())
+bn_apply_flat(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 CI, int I, i64 L, int O,
+              const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
+              const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param) {
+  typedef typename AccOf<T>::type A;
+  constexpr int U = unroll_of<T, VEC>();
+  __shared__ Channel<A> staged[kFlatChannels];
+  const auto tag = act_tag<ACT>(act);
+  const FlatPiece pc(CI, I, L, O);
+  for (int j = threadIdx.x; j < pc.nch; j += kBnBlock) staged[j] = channel_of(pc.c0 + j, mean, rstd, w, b);
+  __syncthreads();
+  walk_flat<U, VEC>(pc, I, [&](const FlatSlot (&sl)[U]) {
+    Pack<T, VEC> v[U], r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (sl[u].any()) {
+        v[u] = load_raw<VEC>(x + sl[u].off);
+        if (res) r[u] = load_raw<VEC>(res + sl[u].off);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (sl[u].any()) {
+        A xv[VEC], rv[VEC], out[VEC];
+        unpack(v[u], xv);
+        unpack_or_zero(res, r[u], rv);
+        Channel<A> c1, c2;
+        pair_of(staged, sl[u], VEC, c1, c2);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) out[k] = act_forward(tag(), (k < sl[u].cut ? c1 : c2).z(xv[k], rv[k]), param);
+        store_pack<T>(y + sl[u].off, out);
+      }
+  }, [&](i64 at, int j) {
+    const A r = res ? cvt<A>(res[at]) : A(0);
+    y[at] = cvt<T>(act_forward(tag(), staged[j].z(cvt<A>(x[at]), r), param));
+  });
+}
+
+// Both channel structs a backward element needs, staged together.
+template <typename A>
+struct ChannelBoth {
+  Channel<A> ch;
+  ChannelGrad<A> cg;
+};
+
+template <typename T, typename W, int VEC, int ACT>
+__global__ void __launch_bounds__(kBnBlock, flat_min_blocks<T, ACT, true>())
+bn_bwd_apply_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
+                  T* __restrict__ dres, i64 CI, int I, i64 L, int O, const typename AccOf<T>::type* __restrict__ mean,
+                  const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
+                  int act, typename AccOf<T>::type param, const typename AccOf<T>::type* __restrict__ coef) {
+  typedef typename AccOf<T>::type A;
+  constexpr int U = unroll_of<T, VEC>();
+  __shared__ ChannelBoth<A> staged[kFlatChannels];
+  const auto tag = act_tag<ACT>(act);
+  const bool with_res = ACT != 0 && res;
+  const FlatPiece pc(CI, I, L, O);
+  for (int j = threadIdx.x; j < pc.nch; j += kBnBlock)
+    staged[j] = ChannelBoth<A>{channel_of(pc.c0 + j, mean, rstd, w, b), channel_grad_of(pc.c0 + j, rstd, w, coef)};
+  __syncthreads();
+  walk_flat<U, VEC>(pc, I, [&](const FlatSlot (&sl)[U]) {
+    Pack<T, VEC> v[U], g[U], r[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (sl[u].any()) {
+        v[u] = load_raw<VEC>(x + sl[u].off);
+        g[u] = load_raw<VEC>(dy + sl[u].off);
+        if (with_res) r[u] = load_raw<VEC>(res + sl[u].off);
+      }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (sl[u].any()) {
+        A xv[VEC], gv[VEC], rv[VEC], dz[VEC], out[VEC];
+        unpack(v[u], xv);
+        unpack(g[u], gv);
+        unpack_or_zero(with_res, r[u], rv);
+        ChannelBoth<A> c1, c2;
+        pair_of(staged, sl[u], VEC, c1, c2);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const ChannelBoth<A>& c = k < sl[u].cut ? c1 : c2;
+          dz[k] = ACT == 0 ? gv[k] : gv[k] * act_derivative(tag(), c.ch.z(xv[k], rv[k]), param);
+          out[k] = c.cg.dx(dz[k], xv[k] - c.ch.mean);
+        }
+        store_pack<T>(dx + sl[u].off, out);
+        if (dres) store_pack<T>(dres + sl[u].off, dz);
+      }
+  }, [&](i64 at, int j) {
+    const ChannelBoth<A>& c = staged[j];
+    const A xv = cvt<A>(x[at]), gv = cvt<A>(dy[at]), rv = with_res ? cvt<A>(res[at]) : A(0);
+    const A dz = ACT == 0 ? gv : gv * act_derivative(tag(), c.ch.z(xv, rv), param);
+    dx[at] = cvt<T>(c.cg.dx(dz, xv - c.ch.mean));
+    if (dres) dres[at] = cvt<T>(dz);
+  });
+}

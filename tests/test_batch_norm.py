@@ -137,7 +137,8 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     _batch_norm.plan.cache_clear()
     _batch_norm._passes.cache_clear()
     layouts = [_batch_norm.layout((4, 16, 5, 6), (480, 30, 6, 1), 1), _batch_norm.layout((4, 5, 6, 16), (480, 96, 16, 1), 3),
-               _batch_norm.layout((8, 3, 7, 7), (147, 49, 7, 1), 1)]
+               _batch_norm.layout((8, 3, 7, 7), (147, 49, 7, 1), 1),
+               _batch_norm.layout((2, 96, 7, 7), (4704, 49, 7, 1), 1)]  # the flat apply passes
     try:
         for t in _batch_norm.DTYPES:
             dt = BFLOAT16 if t == "bfloat16" else numpy.dtype(t)
@@ -234,41 +235,51 @@ WALK_SHAPES = [(16, 24, 37, 41), (3, 5, 1033), (64, 7, 49), (8, 64, 30, 31), (2,
                (33, 20, 7, 7), (5, 3, 1)]
 
 
+@pytest.fixture(params=["flat", "per_channel"])
+def apply_path(request, monkeypatch):
+    """Dense channel-major tensors through the flat apply passes, or (flat off) the
+    per-channel ones they would otherwise take."""
+    monkeypatch.setattr(_batch_norm, "USE_FLAT", request.param == "flat")
+    _batch_norm.plan.cache_clear()
+    _batch_norm._passes.cache_clear()
+    yield request.param
+    _batch_norm.plan.cache_clear()
+    _batch_norm._passes.cache_clear()
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
 @pytest.mark.parametrize("dtype,pdtype", [DTYPES[0], DTYPES[2]], ids=[DTYPE_IDS[0], DTYPE_IDS[2]])
 @pytest.mark.parametrize("shape", WALK_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gpu_chunked_walks(rng, shape, dtype, pdtype, channel_axis):
+def test_gpu_chunked_walks(rng, shape, dtype, pdtype, channel_axis, apply_path):
     sh = shape if channel_axis == 1 else (shape[0], *shape[2:], shape[1])
     _gpu_case(rng, sh, channel_axis, dtype, pdtype, None, training=True, with_residual=False)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
-def test_gpu_views_that_start_off_a_pack_boundary(rng, channel_axis):
-    # x, the residual and dy one element into their buffers: runs start mid-pack (nc masks
-    # the packs' ends) or the pointers are out of phase with the outputs (scalar packs)
-    import cupy
+# Dense channel-major shapes the flat apply passes take (C * I of at least two packs a thread):
+# packs across channel boundaries (7 x 7, I = 9, 499, 1533), images of C * I not a multiple
+# of the pack (their pieces' end elements one by one), more channels than a piece stages
+# (2049 at I = 9), runs longer than a piece (I = 40000), one image.
+FLAT_SHAPES = [(3, 96, 7, 7), (2, 37, 11, 13), (5, 3, 1533), (1, 2049, 9), (2, 16, 499), (2, 3, 40000), (1, 7, 1533)]
 
-    shape = (6, 5, 9, 11) if channel_axis == 1 else (6, 9, 11, 5)
-    d = _inputs(rng, shape, channel_axis, numpy.float32)
-    n = int(numpy.prod(shape))
-    views = {}
-    for k in ("x", "r", "dy"):
-        buf = cupy.empty(n + 1, numpy.float32)
-        views[k] = buf[1:].reshape(shape)
-        views[k][...] = cupy.asarray(d[k])
-    y, mean, rstd = cunorm.batch_norm(views["x"], residual=views["r"], activation="relu", channel_axis=channel_axis,
-                                      return_stats=True)
-    ry, rmean, rrstd = reference.batch_norm(d["x"], residual=d["r"], activation="relu", channel_axis=channel_axis,
-                                            return_stats=True)
-    assert_close("y", y, ry, *tol(numpy.float32))
-    dx, _, _, dr = cunorm.batch_norm_backward(views["dy"], views["x"], None, None, mean, rstd, residual=views["r"],
-                                              activation="relu", channel_axis=channel_axis)
-    rdx, _, _, rdr = reference.batch_norm_backward(d["dy"], d["x"], None, None, mean.get(), rstd.get(),
-                                                   residual=d["r"], activation="relu", channel_axis=channel_axis)
-    assert_close("dx", dx, rdx, 1e-4, 1e-4)
-    assert_close("dresidual", dr, rdr, 1e-4, 1e-4)
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", FLAT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_flat_apply_passes(rng, shape, dtype, pdtype):
+    lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape))), 1)
+    with _sm_count(132):
+        p = _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), 0, 0)
+    assert p.flat_len > 0, "the case must take the flat passes"
+    _gpu_case(rng, shape, 1, dtype, pdtype, "relu", training=True)
+    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=True, with_residual=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
+def test_gpu_flat_apply_passes_activations(rng, activation, training):
+    _gpu_case(rng, (2, 37, 11, 13), 1, BFLOAT16, numpy.float32, activation, training)
 
 
 def test_plans_chunk_and_shape_blocks():
@@ -285,6 +296,21 @@ def test_plans_chunk_and_shape_blocks():
         assert _batch_norm.plan(odd, BFLOAT16, numpy.float32, 0, 0)[1:3] == (8, 7)
         assert _batch_norm.plan(odd, numpy.float32, numpy.float32, 4, 0)[1:3] == (4, 13)
         assert _batch_norm.plan(odd, numpy.float32, numpy.float32, -1, 0)[1:3] == (1, 49)
+    # dense channel-major x with long enough images: the flat apply passes, pieces of 8 packs
+    # a thread, fewer where a piece would stage more than 512 channels
+    with _sm_count(132):
+        assert _batch_norm.plan(odd, BFLOAT16, numpy.float32, 0, 0).flat_len == 256 * 8 * 8
+        assert _batch_norm.plan(odd, numpy.float32, numpy.float32, 0, 0).flat_len == 256 * 8 * 4
+        many = _batch_norm.layout((2, 4096, 9), (4096 * 9, 9, 1), 1)
+        assert _batch_norm.plan(many, BFLOAT16, BFLOAT16, 0, 0).flat_len == 510 * 9 // 8 * 8
+        not_flat = [_batch_norm.plan(odd, numpy.float32, numpy.float32, 4, 0),  # out of phase
+                    _batch_norm.plan(_batch_norm.layout((64, 2048, 2, 2), (8192, 4, 2, 1), 1), BFLOAT16, BFLOAT16, 0,
+                                     0),  # I < the pack
+                    _batch_norm.plan(_batch_norm.layout((64, 4, 7, 7), (196, 49, 7, 1), 1), BFLOAT16, BFLOAT16, 0,
+                                     0),  # small images
+                    _batch_norm.plan(_batch_norm.layout((8, 3, 4099), (3 * 4099 + 5, 4099, 1), 1), BFLOAT16,
+                                     BFLOAT16, 0, 0)]  # images with gaps
+    assert [q.flat_len for q in not_flat] == [0, 0, 0, 0]
     assert _batch_norm.pointer_phase(4096 + 4, 0, 8192 + 4) == 4
     assert _batch_norm.pointer_phase(4096 + 4, 8192) == -1
     for C, vec, lanes in ((64, 8, 8), (3, 1, 4), (256, 8, 32), (2048, 8, 32), (1, 1, 1)):

@@ -30,6 +30,13 @@ CL_MAX_LANES = 32
 # pivot, the reduction, the partial's store) outweigh its loads (1 and 16 measured within
 # -0.08 / +0.09 of 4 on single shapes, within 3% on average).
 MIN_TRIPS = 4
+# Dense channel-major tensors (so = C * I, sc = I, aligned, I >= the pack) take the flat apply
+# passes (bn_apply_flat, bn_bwd_apply_flat: whole packs across channel boundaries, pieces of
+# FLAT_PACKS packs a thread of one image) instead of the per-channel ones. NOTES "BatchNorm v4".
+USE_FLAT = True
+FLAT_PACKS = 8
+FLAT_MIN_PACKS = 2
+FLAT_CHANNELS = 512  # = kFlatChannels: a piece's channels at most
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -39,7 +46,8 @@ def _param_types(t: str) -> tuple:
 
 
 ACT_CLASSES = (0, 1, 2)  # kernels' ACT: none, ReLU, any other (the id then an argument)
-APPLY_KERNELS = ("bn_apply_nc", "bn_apply_cl", "bn_bwd_sums_nc", "bn_bwd_sums_cl", "bn_bwd_apply_nc", "bn_bwd_apply_cl")
+APPLY_KERNELS = ("bn_apply_nc", "bn_apply_cl", "bn_apply_flat", "bn_bwd_sums_nc", "bn_bwd_sums_cl", "bn_bwd_apply_nc",
+                 "bn_bwd_apply_cl", "bn_bwd_apply_flat")
 
 
 def act_class(act: int) -> int:
@@ -156,6 +164,7 @@ class Plan(NamedTuple):
     t: str
     w: str
     acc: numpy.dtype
+    flat_len: int  # the flat apply passes' piece length in elements, 0 when they do not apply
 
 
 def pointer_phase(*pointers: int) -> int:
@@ -196,7 +205,22 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
     if grid_y > MAX_GRID_Y and lay.channels_last:
         raise ValueError(f"x: {lay.C} channels is more than the channels-last kernels address")
     return Plan(lay, vec, ip, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name,
-                acc_dtype(dtype))
+                acc_dtype(dtype), _flat_len(lay, vec, phase, max_vec(itemsize)))
+
+
+def _flat_len(lay: Layout, vec: int, phase: int, widest: int) -> int:
+    """The flat apply passes' piece length (elements of one image), or 0 where they do not
+    apply: x not dense channel-major, a pointer off a 16-byte boundary, narrow packs, runs
+    shorter than a pack (a pack would span more than two channels), or an image of 2^31
+    elements or more (the kernels index within an image in 32 bits), or images too small to
+    give a block FLAT_MIN_PACKS packs a thread (pieces do not span images)."""
+    CI = lay.C * lay.I
+    if (not USE_FLAT or lay.channels_last or phase != 0 or vec != widest or vec == 1 or lay.I < vec
+            or lay.sc != lay.I or (lay.O > 1 and lay.so != CI) or CI >= 2**31 - BLOCK * vec
+            or CI < FLAT_MIN_PACKS * BLOCK * vec):
+        return 0
+    per_channel_cap = (FLAT_CHANNELS - 2) * lay.I // vec * vec  # piece ends land anywhere in a run
+    return min(BLOCK * FLAT_PACKS * vec, per_channel_cap)
 
 
 def _kernel(name: str, p: Plan, device: int, act=None) -> int:
@@ -251,12 +275,12 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
     if backward:
         first = _kernel(f"bn_bwd_sums_{kind}", p, device, act)
         channel = function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device)
-        apply = _kernel(f"bn_bwd_apply_{kind}", p, device, act)
+        apply = _kernel(f"bn_bwd_apply_{'flat' if p.flat_len else kind}", p, device, act)
     else:
         first = _kernel(f"bn_stats_{kind}", p, device) if training else 0
         channel = function_ptr(KERNEL_FILE, f"bn_finalize<{c_type(p.t)}, {c_type(rdtype)}>" if training
                                else f"bn_running_stats<{acc}, {c_type(rdtype)}>", device)
-        apply = _kernel(f"bn_apply_{kind}", p, device, act)
+        apply = _kernel(f"bn_apply_{'flat' if p.flat_len else kind}", p, device, act)
     slices = tuple((c0, (p.chunks, cn if not p.lay.channels_last else p.grid_y)) for c0, cn in _slices(p))
     return _Passes(first, channel, apply, slices, _shape_args(p), numpy.dtype(_np(p.t)).itemsize,
                    numpy.dtype(_np(p.w)).itemsize, p.acc.itemsize, scalar_bits(param, p.acc))
@@ -281,12 +305,22 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
                 _f64(factor), running_mean, running_var, mean, rstd), stream)
     else:
         launch(q.channel, -(-lay.C // 128), 128, (running_mean, running_var, lay.C, _f64(eps), mean, rstd), stream)
+    if p.flat_len:
+        CI = lay.C * lay.I
+        launch(q.apply, _flat_grid(p), BLOCK, (x, res, y, CI, lay.I, p.flat_len, lay.O, mean, rstd, w, b, act,
+                                              q.act_bits), stream)
+        return
     for c0, grid in q.slices:
         xo = c0 * sc
         launch(q.apply, grid, BLOCK,
                (_off(x, xo, t_size), _off(res, xo, t_size), _off(y, xo, t_size), *q.shape_args,
                 _off(mean, c0, a_size), _off(rstd, c0, a_size), _off(w, c0, w_size), _off(b, c0, w_size), act,
                 q.act_bits), stream)
+
+
+def _flat_grid(p: Plan) -> int:
+    """The flat passes' blocks: every image's pieces."""
+    return -(-(p.lay.C * p.lay.I) // p.flat_len) * p.lay.O
 
 
 def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: int, mean: int, rstd: int,
@@ -306,6 +340,10 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
                 q.act_bits, _off(part, c0 * p.chunks * 2, a_size)), stream)
     launch(q.channel, -(-lay.C // 4), 128,
            (part, p.chunks, lay.C, _f64(float(lay.O * lay.I)), int(training), dw, db, coef), stream)
+    if p.flat_len:
+        launch(q.apply, _flat_grid(p), BLOCK, (dy, x, res, dx, dres, lay.C * lay.I, lay.I, p.flat_len, lay.O, mean,
+                                              rstd, w, b, act, q.act_bits, coef), stream)
+        return
     for c0, grid in q.slices:
         xo = c0 * sc
         launch(q.apply, grid, BLOCK,
