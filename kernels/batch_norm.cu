@@ -43,6 +43,12 @@ __host__ __device__ constexpr int unroll_of() {
 #endif
 constexpr int kStatsInflightBytes = CUNORM_BN_STATS_INFLIGHT_BYTES;
 
+// The backward-sums passes read two or three streams and write none: their own budget too.
+#ifndef CUNORM_BN_SUMS_INFLIGHT_BYTES
+#define CUNORM_BN_SUMS_INFLIGHT_BYTES CUNORM_BN_INFLIGHT_BYTES
+#endif
+constexpr int kSumsInflightBytes = CUNORM_BN_SUMS_INFLIGHT_BYTES;
+
 // The residual's pack, or zeros where there is none (no residual).
 template <typename A, typename T, int VEC>
 __device__ __forceinline__ void unpack_or_zero(bool given, const Pack<T, VEC>& pk, A (&out)[VEC]) {
@@ -52,6 +58,32 @@ __device__ __forceinline__ void unpack_or_zero(bool given, const Pack<T, VEC>& p
 #pragma unroll
     for (int k = 0; k < VEC; ++k) out[k] = A(0);
   }
+}
+
+// The packs of x and (where given) the residual at element base + each live slot's offset,
+// every load issued before any is used; the backwards' x, dy and residual likewise.
+template <int U, int VEC, typename T, typename S>
+__device__ __forceinline__ void load_x_res(const T* x, const T* res, i64 base, const S (&sl)[U],
+                                           Pack<T, VEC> (&v)[U], Pack<T, VEC> (&r)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (sl[u].any()) {
+      v[u] = load_raw<VEC>(x + base + sl[u].off);
+      if (res) r[u] = load_raw<VEC>(res + base + sl[u].off);
+    }
+}
+
+template <int U, int VEC, typename T, typename S>
+__device__ __forceinline__ void load_x_dy_res(const T* x, const T* dy, const T* res, bool with_res, i64 base,
+                                              const S (&sl)[U], Pack<T, VEC> (&v)[U], Pack<T, VEC> (&g)[U],
+                                              Pack<T, VEC> (&r)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u)
+    if (sl[u].any()) {
+      v[u] = load_raw<VEC>(x + base + sl[u].off);
+      g[u] = load_raw<VEC>(dy + base + sl[u].off);
+      if (with_res) r[u] = load_raw<VEC>(res + base + sl[u].off);
+    }
 }
 
 // ---- walks ---------------------------------------------------------------------------------
@@ -319,6 +351,62 @@ bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cs
 // and the running statistics updated in place (unbiased variance; factor = momentum, or
 // 1 / batches for the cumulative average). Sums in double, lanes over chunks in order, then
 // a fixed tree.
+// A channel's (sum, sum of squares) or (sum dz, sum dz * xhat) from its chunks' partials,
+// one warp together: lanes over chunks in order, in double, then a fixed tree, so every lane
+// ends with the same bits (bn_finalize / bn_bwd_finalize and the flat passes' staging alike).
+struct ChunkSums {
+  double s, q;
+};
+
+template <typename A>
+__device__ __forceinline__ ChunkSums warp_chunk_sums(const A* part, i64 chunks, i64 c, int lane) {
+  double s = 0, q = 0;
+  for (i64 k = lane; k < chunks; k += kWarp) {
+    const A* p = part + (c * chunks + k) * 2;
+    s += double(p[0]); q += double(p[1]);
+  }
+  return ChunkSums{group_warp_sum<kWarp>(s), group_warp_sum<kWarp>(q)};
+}
+
+// The same sums by one thread, chunks in order (the flat passes' staging: a thread a channel,
+// all in parallel, where a warp a channel would take the block's channels in turn).
+template <typename A>
+__device__ __forceinline__ ChunkSums serial_chunk_sums(const A* part, i64 chunks, i64 c) {
+  double s = 0, q = 0;
+  for (i64 k = 0; k < chunks; ++k) {
+    const A* p = part + (c * chunks + k) * 2;
+    s += double(p[0]); q += double(p[1]);
+  }
+  return ChunkSums{s, q};
+}
+
+// A channel's mean (its pivot plus the shifted mean), biased variance, and rstd in A.
+struct ChannelMoments {
+  double m, var;
+};
+
+__device__ __forceinline__ ChannelMoments moments_of(ChunkSums cs, double pivot, double n) {
+  const double shift = cs.s / n;
+  return ChannelMoments{pivot + shift, fmax(cs.q / n - shift * shift, 0.0)};
+}
+
+template <typename A>
+__device__ __forceinline__ A rstd_of(ChannelMoments mo, double eps) { return A(1.0 / sqrt(mo.var + eps)); }
+
+// Writes a channel's mean and rstd and updates its running statistics (where given;
+// factor = momentum, or 1 / batches for the cumulative average; unbiased variance).
+template <typename A, typename R>
+__device__ __forceinline__ void store_moments(i64 c, ChannelMoments mo, double n, double eps, double factor,
+                                              R* running_mean, R* running_var, A* mean, A* rstd) {
+  mean[c] = A(mo.m);
+  rstd[c] = rstd_of<A>(mo, eps);
+  if (running_mean) running_mean[c] = cvt<R>((1.0 - factor) * double(cvt<A>(running_mean[c])) + factor * mo.m);
+  if (running_var) {
+    const double unbiased = n > 1 ? mo.var * n / (n - 1) : nan("");
+    running_var[c] = cvt<R>((1.0 - factor) * double(cvt<A>(running_var[c])) + factor * unbiased);
+  }
+}
+
 template <typename T, typename R>
 __global__ void __launch_bounds__(128)
 bn_finalize(const T* __restrict__ x, i64 pivot_stride, const typename AccOf<T>::type* __restrict__ part,
@@ -329,25 +417,10 @@ bn_finalize(const T* __restrict__ x, i64 pivot_stride, const typename AccOf<T>::
   const int lane = threadIdx.x % kWarp;
   const i64 c = i64(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (c >= C) return;
-  double s = 0, q = 0;
-  for (i64 k = lane; k < chunks; k += kWarp) {
-    const A* p = part + (c * chunks + k) * 2;
-    s += double(p[0]); q += double(p[1]);
-  }
-  s = group_warp_sum<kWarp>(s);
-  q = group_warp_sum<kWarp>(q);
+  const ChunkSums cs = warp_chunk_sums(part, chunks, c, lane);
   if (lane != 0) return;
-  const double n = count;
-  const double shift = s / n;
-  const double var = fmax(q / n - shift * shift, 0.0);
-  const double m = double(cvt<A>(x[c * pivot_stride])) + shift;
-  mean[c] = A(m);
-  rstd[c] = A(1.0 / sqrt(var + eps));
-  if (running_mean) running_mean[c] = cvt<R>((1.0 - factor) * double(cvt<A>(running_mean[c])) + factor * m);
-  if (running_var) {
-    const double unbiased = n > 1 ? var * n / (n - 1) : nan("");
-    running_var[c] = cvt<R>((1.0 - factor) * double(cvt<A>(running_var[c])) + factor * unbiased);
-  }
+  const ChannelMoments mo = moments_of(cs, double(cvt<A>(x[c * pivot_stride])), count);
+  store_moments(c, mo, count, eps, factor, running_mean, running_var, mean, rstd);
 }
 
 // Eval: mean and rstd from the running statistics.
@@ -377,12 +450,7 @@ bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ 
   const i64 base = c * sc, p0 = chunk * per_chunk, p1 = min(packs, p0 + per_chunk);
   walk_nc<U, VEC, true>(x + base, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U], r[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        v[u] = load_raw<VEC>(x + base + sl[u].off);
-        if (res) r[u] = load_raw<VEC>(res + base + sl[u].off);
-      }
+    load_x_res<U, VEC>(x, res, base, sl, v, r);
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (sl[u].any()) {
@@ -414,12 +482,7 @@ bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ 
   const i64 p0 = chunk * per_chunk, p1 = min(O, p0 + per_chunk);
   walk_cl<U, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U], r[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        v[u] = load_raw<VEC>(x + sl[u].off);
-        if (res) r[u] = load_raw<VEC>(res + sl[u].off);
-      }
+    load_x_res<U, VEC>(x, res, 0, sl, v, r);
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (sl[u].any()) {
@@ -453,7 +516,7 @@ bn_bwd_sums_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
                const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
                int act, typename AccOf<T>::type param, typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
-  constexpr int U = unroll_of<T, VEC>();
+  constexpr int U = unroll_of<T, VEC, kSumsInflightBytes>();
   const auto tag = act_tag<ACT>(act);
   const bool with_res = ACT != 0 && res;
   __shared__ A smem[2 * kWarp];
@@ -463,13 +526,7 @@ bn_bwd_sums_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
   A s1 = A(0), s2 = A(0);
   walk_nc<U, VEC, false>(x + base, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U], g[U], r[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        v[u] = load_raw<VEC>(x + base + sl[u].off);
-        g[u] = load_raw<VEC>(dy + base + sl[u].off);
-        if (with_res) r[u] = load_raw<VEC>(res + base + sl[u].off);
-      }
+    load_x_dy_res<U, VEC>(x, dy, res, with_res, base, sl, v, g, r);
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (sl[u].any()) {
@@ -496,7 +553,7 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
                const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
                int act, typename AccOf<T>::type param, typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
-  constexpr int U = unroll_of<T, VEC>();
+  constexpr int U = unroll_of<T, VEC, kSumsInflightBytes>();
   const auto tag = act_tag<ACT>(act);
   const bool with_res = ACT != 0 && res;
   __shared__ A red[kBnBlock * VEC];
@@ -512,13 +569,7 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
     const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(O, p0 + per_chunk);
     walk_cl<U, VEC, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
       Pack<T, VEC> v[U], g[U], r[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (sl[u].any()) {
-          v[u] = load_raw<VEC>(x + sl[u].off);
-          g[u] = load_raw<VEC>(dy + sl[u].off);
-          if (with_res) r[u] = load_raw<VEC>(res + sl[u].off);
-        }
+      load_x_dy_res<U, VEC>(x, dy, res, with_res, 0, sl, v, g, r);
 #pragma unroll
       for (int u = 0; u < U; ++u)
         if (sl[u].any()) {
@@ -550,6 +601,17 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
 
 // Per channel: dbias = sum dz, dweight = sum dz * xhat (in W, where asked for), and the two
 // means the dx pass subtracts (zero in eval, where the statistics are constants) -> coef [C, 2].
+// dbias and dweight (where asked for) from a channel's sums; the two means the dx pass
+// subtracts are m1 = sum dz / count and m2 = sum dz * xhat / count (zero in eval).
+template <typename W>
+__device__ __forceinline__ void store_param_grads(i64 c, ChunkSums cs, W* dw, W* db) {
+  if (db) db[c] = cvt<W>(cs.s);
+  if (dw) dw[c] = cvt<W>(cs.q);
+}
+
+template <typename A>
+__device__ __forceinline__ A grad_mean(double sum, double count, int training) { return training ? A(sum / count) : A(0); }
+
 template <typename A, typename W>
 __global__ void __launch_bounds__(128)
 bn_bwd_finalize(const A* __restrict__ part, i64 chunks, i64 C, double count, int training, W* __restrict__ dw,
@@ -557,18 +619,11 @@ bn_bwd_finalize(const A* __restrict__ part, i64 chunks, i64 C, double count, int
   const int lane = threadIdx.x % kWarp;
   const i64 c = i64(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (c >= C) return;
-  double s1 = 0, s2 = 0;
-  for (i64 k = lane; k < chunks; k += kWarp) {
-    s1 += double(part[(c * chunks + k) * 2]);
-    s2 += double(part[(c * chunks + k) * 2 + 1]);
-  }
-  s1 = group_warp_sum<kWarp>(s1);
-  s2 = group_warp_sum<kWarp>(s2);
+  const ChunkSums cs = warp_chunk_sums(part, chunks, c, lane);
   if (lane != 0) return;
-  if (db) db[c] = cvt<W>(s1);
-  if (dw) dw[c] = cvt<W>(s2);
-  coef[c * 2] = training ? A(s1 / count) : A(0);
-  coef[c * 2 + 1] = training ? A(s2 / count) : A(0);
+  store_param_grads(c, cs, dw, db);
+  coef[c * 2] = grad_mean<A>(cs.s, count, training);
+  coef[c * 2 + 1] = grad_mean<A>(cs.q, count, training);
 }
 
 // dx = w * rstd * (dz - mean(dz) - xhat * mean(dz * xhat)), as
@@ -581,9 +636,14 @@ struct ChannelGrad {
 };
 
 template <typename A, typename W>
-__device__ __forceinline__ ChannelGrad<A> channel_grad_of(i64 c, const A* rstd, const W* w, const A* coef) {
+__device__ __forceinline__ ChannelGrad<A> channel_grad_from(i64 c, const A* rstd, const W* w, A m1, A m2) {
   const A a = w ? rstd[c] * cvt<A>(w[c]) : rstd[c];
-  return ChannelGrad<A>{a, coef[c * 2], a * rstd[c] * coef[c * 2 + 1]};
+  return ChannelGrad<A>{a, m1, a * rstd[c] * m2};
+}
+
+template <typename A, typename W>
+__device__ __forceinline__ ChannelGrad<A> channel_grad_of(i64 c, const A* rstd, const W* w, const A* coef) {
+  return channel_grad_from(c, rstd, w, coef[c * 2], coef[c * 2 + 1]);
 }
 
 template <typename T, typename W, int VEC, int ACT>
@@ -603,13 +663,7 @@ bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
   const i64 base = c * sc, p0 = chunk * per_chunk, p1 = min(packs, p0 + per_chunk);
   walk_nc<U, VEC, true>(x + base, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U], g[U], r[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        v[u] = load_raw<VEC>(x + base + sl[u].off);
-        g[u] = load_raw<VEC>(dy + base + sl[u].off);
-        if (with_res) r[u] = load_raw<VEC>(res + base + sl[u].off);
-      }
+    load_x_dy_res<U, VEC>(x, dy, res, with_res, base, sl, v, g, r);
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (sl[u].any()) {
@@ -650,13 +704,7 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
   const i64 p0 = chunk * per_chunk, p1 = min(O, p0 + per_chunk);
   walk_cl<U, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
     Pack<T, VEC> v[U], g[U], r[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        v[u] = load_raw<VEC>(x + sl[u].off);
-        g[u] = load_raw<VEC>(dy + sl[u].off);
-        if (with_res) r[u] = load_raw<VEC>(res + sl[u].off);
-      }
+    load_x_dy_res<U, VEC>(x, dy, res, with_res, 0, sl, v, g, r);
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (sl[u].any()) {
@@ -704,18 +752,25 @@ __host__ __device__ constexpr int flat_min_blocks() {
 struct FlatPiece {
   i64 start, end;  // the piece's elements [start, end)
   i64 image;       // its image's first element, o * C * I
+  i64 e0;          // its first element within the image
   int c0, nch;     // its first channel and its channel count
+  bool first_image;
   __device__ __forceinline__ FlatPiece(i64 CI, int I, i64 L, int O) {
     const i64 item = blockIdx.x;  // pieces of every image at piece index k, then k - 1, ...
     const i64 pieces = (CI + L - 1) / L;
     const i64 k = pieces - 1 - item / O, o = O - 1 - item % O;
     const i64 e0 = k * L, e1 = min(CI, e0 + L);
     image = o * CI;
+    this->e0 = e0;
+    first_image = o == 0;
     start = image + e0;
     end = image + e1;
     c0 = int(e0 / I);
     nch = int((e1 - 1) / I) - c0 + 1;
   }
+  // Whether channel c's per-channel outputs are this block's to write: the one piece of the
+  // first image where the channel starts.
+  __device__ __forceinline__ bool starts(i64 c, int I) const { return first_image && c * I >= e0; }
 };
 
 // A whole pack of the piece: its element offset, j the piece-local channel of its first
@@ -759,26 +814,37 @@ __device__ __forceinline__ void pair_of(const C* staged, const FlatSlot& sl, int
   b = sl.cut < vec ? staged[sl.j + 1] : a;
 }
 
-template <typename T, typename W, int VEC, int ACT>
+// Training (part given): the statistics from the sums pass's partials, as bn_finalize takes
+// them, each channel's mean, rstd and running statistics written by the block where it
+// starts in the first image (no finalize launch between the two passes). Eval: mean and rstd
+// read.
+template <typename T, typename W, typename R, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock, flat_min_blocks<T, ACT, false>())
 bn_apply_flat(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 CI, int I, i64 L, int O,
-              const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
-              const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param) {
+              typename AccOf<T>::type* __restrict__ mean, typename AccOf<T>::type* __restrict__ rstd,
+              const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
+              const typename AccOf<T>::type* __restrict__ part, i64 chunks, double count, double eps, double factor,
+              R* __restrict__ running_mean, R* __restrict__ running_var) {
   typedef typename AccOf<T>::type A;
   constexpr int U = unroll_of<T, VEC>();
   __shared__ Channel<A> staged[kFlatChannels];
   const auto tag = act_tag<ACT>(act);
   const FlatPiece pc(CI, I, L, O);
-  for (int j = threadIdx.x; j < pc.nch; j += kBnBlock) staged[j] = channel_of(pc.c0 + j, mean, rstd, w, b);
+  for (int j = threadIdx.x; j < pc.nch; j += kBnBlock) {
+    const i64 c = pc.c0 + j;
+    if (part) {
+      const ChannelMoments mo = moments_of(serial_chunk_sums(part, chunks, c), double(cvt<A>(x[c * I])), count);
+      const A r = rstd_of<A>(mo, eps);
+      staged[j] = Channel<A>{A(mo.m), w ? r * cvt<A>(w[c]) : r, b ? cvt<A>(b[c]) : A(0)};
+      if (pc.starts(c, I)) store_moments(c, mo, count, eps, factor, running_mean, running_var, mean, rstd);
+    } else {
+      staged[j] = channel_of(c, mean, rstd, w, b);
+    }
+  }
   __syncthreads();
   walk_flat<U, VEC>(pc, I, [&](const FlatSlot (&sl)[U]) {
     Pack<T, VEC> v[U], r[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        v[u] = load_raw<VEC>(x + sl[u].off);
-        if (res) r[u] = load_raw<VEC>(res + sl[u].off);
-      }
+    load_x_res<U, VEC>(x, res, 0, sl, v, r);
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (sl[u].any()) {
@@ -804,30 +870,34 @@ struct ChannelBoth {
   ChannelGrad<A> cg;
 };
 
+// The backward-sums pass's partials give each channel's two means here (bn_bwd_finalize's
+// arithmetic, no launch between the passes); dweight / dbias are written by the block where
+// the channel starts in the first image.
 template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock, flat_min_blocks<T, ACT, true>())
 bn_bwd_apply_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
                   T* __restrict__ dres, i64 CI, int I, i64 L, int O, const typename AccOf<T>::type* __restrict__ mean,
                   const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
-                  int act, typename AccOf<T>::type param, const typename AccOf<T>::type* __restrict__ coef) {
+                  int act, typename AccOf<T>::type param, const typename AccOf<T>::type* __restrict__ part,
+                  i64 chunks, double count, int training, W* __restrict__ dw, W* __restrict__ db) {
   typedef typename AccOf<T>::type A;
   constexpr int U = unroll_of<T, VEC>();
   __shared__ ChannelBoth<A> staged[kFlatChannels];
   const auto tag = act_tag<ACT>(act);
   const bool with_res = ACT != 0 && res;
   const FlatPiece pc(CI, I, L, O);
-  for (int j = threadIdx.x; j < pc.nch; j += kBnBlock)
-    staged[j] = ChannelBoth<A>{channel_of(pc.c0 + j, mean, rstd, w, b), channel_grad_of(pc.c0 + j, rstd, w, coef)};
+  for (int j = threadIdx.x; j < pc.nch; j += kBnBlock) {
+    const i64 c = pc.c0 + j;
+    const ChunkSums cs = serial_chunk_sums(part, chunks, c);
+    const ChannelGrad<A> cg =
+        channel_grad_from(c, rstd, w, grad_mean<A>(cs.s, count, training), grad_mean<A>(cs.q, count, training));
+    staged[j] = ChannelBoth<A>{channel_of(c, mean, rstd, w, b), cg};
+    if (pc.starts(c, I)) store_param_grads(c, cs, dw, db);
+  }
   __syncthreads();
   walk_flat<U, VEC>(pc, I, [&](const FlatSlot (&sl)[U]) {
     Pack<T, VEC> v[U], g[U], r[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        v[u] = load_raw<VEC>(x + sl[u].off);
-        g[u] = load_raw<VEC>(dy + sl[u].off);
-        if (with_res) r[u] = load_raw<VEC>(res + sl[u].off);
-      }
+    load_x_dy_res<U, VEC>(x, dy, res, with_res, 0, sl, v, g, r);
 #pragma unroll
     for (int u = 0; u < U; ++u)
       if (sl[u].any()) {

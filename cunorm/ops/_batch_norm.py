@@ -46,8 +46,8 @@ def _param_types(t: str) -> tuple:
 
 
 ACT_CLASSES = (0, 1, 2)  # kernels' ACT: none, ReLU, any other (the id then an argument)
-APPLY_KERNELS = ("bn_apply_nc", "bn_apply_cl", "bn_apply_flat", "bn_bwd_sums_nc", "bn_bwd_sums_cl", "bn_bwd_apply_nc",
-                 "bn_bwd_apply_cl", "bn_bwd_apply_flat")
+APPLY_KERNELS = ("bn_apply_nc", "bn_apply_cl", "bn_bwd_sums_nc", "bn_bwd_sums_cl", "bn_bwd_apply_nc", "bn_bwd_apply_cl",
+                 "bn_bwd_apply_flat")
 
 
 def act_class(act: int) -> int:
@@ -66,6 +66,8 @@ def instantiations() -> list[str]:
             for w in _param_types(t):
                 cw = c_type(w)
                 names += [f"{k}<{ct}, {cw}, {vec}, {a}>" for k in APPLY_KERNELS for a in ACT_CLASSES]
+                names += [f"bn_apply_flat<{ct}, {cw}, {c_type(r)}, {vec}, {a}>" for r in _param_types(t)
+                          for a in ACT_CLASSES]
         for w in _param_types(t):
             cw = c_type(w)
             names += [f"bn_finalize<{ct}, {cw}>", f"bn_running_stats<{acc}, {cw}>", f"bn_bwd_finalize<{acc}, {cw}>"]
@@ -258,7 +260,7 @@ class _Passes(NamedTuple):
     the apply pass, with each slice's first channel and grid."""
 
     first: int  # bn_stats (0 in eval) / bn_bwd_sums
-    channel: int  # bn_finalize or bn_running_stats / bn_bwd_finalize
+    channel: int  # bn_finalize or bn_running_stats / bn_bwd_finalize (0 where the flat pass finalizes)
     apply: int
     slices: tuple  # ((c0, grid), ...)
     shape_args: tuple
@@ -274,13 +276,19 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
     acc = "double" if p.acc == numpy.float64 else "float"
     if backward:
         first = _kernel(f"bn_bwd_sums_{kind}", p, device, act)
-        channel = function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device)
+        # the flat pass takes the finalize's place (its blocks sum the partials they need)
+        channel = 0 if p.flat_len else function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device)
         apply = _kernel(f"bn_bwd_apply_{'flat' if p.flat_len else kind}", p, device, act)
     else:
         first = _kernel(f"bn_stats_{kind}", p, device) if training else 0
         channel = function_ptr(KERNEL_FILE, f"bn_finalize<{c_type(p.t)}, {c_type(rdtype)}>" if training
                                else f"bn_running_stats<{acc}, {c_type(rdtype)}>", device)
-        apply = _kernel(f"bn_apply_{'flat' if p.flat_len else kind}", p, device, act)
+        if p.flat_len:
+            channel = 0 if training else channel
+            apply = function_ptr(KERNEL_FILE, f"bn_apply_flat<{c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {p.vec}, "
+                                 f"{act_class(act)}>", device)
+        else:
+            apply = _kernel(f"bn_apply_{kind}", p, device, act)
     slices = tuple((c0, (p.chunks, cn if not p.lay.channels_last else p.grid_y)) for c0, cn in _slices(p))
     return _Passes(first, channel, apply, slices, _shape_args(p), numpy.dtype(_np(p.t)).itemsize,
                    numpy.dtype(_np(p.w)).itemsize, p.acc.itemsize, scalar_bits(param, p.acc))
@@ -295,20 +303,24 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device)
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc  # cl: one launch, channel offsets inside
+    part = 0
+    count = _f64(float(lay.O * lay.I))
     if training:
         part = alloc((lay.C, p.chunks, 2), p.acc)
         for c0, grid in q.slices:
             launch(q.first, grid, BLOCK, (_off(x, c0 * sc, t_size), *q.shape_args, _off(part, c0 * p.chunks * 2, a_size)),
                    stream)
-        launch(q.channel, -(-lay.C // 4), 128,
-               (x, 1 if lay.channels_last else lay.sc, part, p.chunks, lay.C, _f64(float(lay.O * lay.I)), _f64(eps),
-                _f64(factor), running_mean, running_var, mean, rstd), stream)
+        if q.channel:
+            launch(q.channel, -(-lay.C // 4), 128,
+                   (x, 1 if lay.channels_last else lay.sc, part, p.chunks, lay.C, count, _f64(eps), _f64(factor),
+                    running_mean, running_var, mean, rstd), stream)
     else:
         launch(q.channel, -(-lay.C // 128), 128, (running_mean, running_var, lay.C, _f64(eps), mean, rstd), stream)
     if p.flat_len:
         CI = lay.C * lay.I
         launch(q.apply, _flat_grid(p), BLOCK, (x, res, y, CI, lay.I, p.flat_len, lay.O, mean, rstd, w, b, act,
-                                              q.act_bits), stream)
+                                              q.act_bits, part, p.chunks, count, _f64(eps), _f64(factor),
+                                              running_mean if training else 0, running_var if training else 0), stream)
         return
     for c0, grid in q.slices:
         xo = c0 * sc
@@ -338,12 +350,13 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
                (_off(dy, xo, t_size), _off(x, xo, t_size), _off(res, xo, t_size), *q.shape_args,
                 _off(mean, c0, a_size), _off(rstd, c0, a_size), _off(w, c0, w_size), _off(b, c0, w_size), act,
                 q.act_bits, _off(part, c0 * p.chunks * 2, a_size)), stream)
-    launch(q.channel, -(-lay.C // 4), 128,
-           (part, p.chunks, lay.C, _f64(float(lay.O * lay.I)), int(training), dw, db, coef), stream)
+    count = _f64(float(lay.O * lay.I))
     if p.flat_len:
         launch(q.apply, _flat_grid(p), BLOCK, (dy, x, res, dx, dres, lay.C * lay.I, lay.I, p.flat_len, lay.O, mean,
-                                              rstd, w, b, act, q.act_bits, coef), stream)
+                                              rstd, w, b, act, q.act_bits, part, p.chunks, count, int(training), dw,
+                                              db), stream)
         return
+    launch(q.channel, -(-lay.C // 4), 128, (part, p.chunks, lay.C, count, int(training), dw, db, coef), stream)
     for c0, grid in q.slices:
         xo = c0 * sc
         launch(q.apply, grid, BLOCK,
