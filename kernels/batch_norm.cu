@@ -819,7 +819,7 @@ __device__ __forceinline__ void pair_of(const C* staged, const FlatSlot& sl, int
 // starts in the first image (no finalize launch between the two passes). Eval: mean and rstd
 // read.
 template <typename T, typename W, typename R, int VEC, int ACT>
-__global__ void __launch_bounds__(kBnBlock, flat_min_blocks<T, ACT, false>())
+__global__ void __launch_bounds__(kBnBlock, (flat_min_blocks<T, ACT, false>()))
 bn_apply_flat(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 CI, int I, i64 L, int O,
               typename AccOf<T>::type* __restrict__ mean, typename AccOf<T>::type* __restrict__ rstd,
               const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
@@ -874,7 +874,7 @@ struct ChannelBoth {
 // arithmetic, no launch between the passes); dweight / dbias are written by the block where
 // the channel starts in the first image.
 template <typename T, typename W, int VEC, int ACT>
-__global__ void __launch_bounds__(kBnBlock, flat_min_blocks<T, ACT, true>())
+__global__ void __launch_bounds__(kBnBlock, (flat_min_blocks<T, ACT, true>()))
 bn_bwd_apply_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
                   T* __restrict__ dres, i64 CI, int I, i64 L, int O, const typename AccOf<T>::type* __restrict__ mean,
                   const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
