@@ -23,6 +23,7 @@ VARIANTS = {
     "flat_min_blocks_4": (("-DCUNORM_BN_FLAT_MIN_BLOCKS=4",), 256, {}),
     "flat_min_blocks_2": (("-DCUNORM_BN_FLAT_MIN_BLOCKS=2",), 256, {}),
     "stats_inflight_64": (("-DCUNORM_BN_STATS_INFLIGHT_BYTES=64",), 256, {}),
+    "sums_inflight_64": (("-DCUNORM_BN_SUMS_INFLIGHT_BYTES=64",), 256, {}),
     "block_128": (("-DCUNORM_BN_BLOCK_LOG2=7",), 128, {}),
     "block_128_stats_64": (("-DCUNORM_BN_BLOCK_LOG2=7", "-DCUNORM_BN_STATS_INFLIGHT_BYTES=64"), 128, {}),
 }
