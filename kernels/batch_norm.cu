@@ -253,8 +253,13 @@ struct Channel {
 };
 
 template <typename A, typename W>
+__device__ __forceinline__ Channel<A> channel_from(i64 c, A mean, A rstd, const W* w, const W* b) {
+  return Channel<A>{mean, w ? rstd * cvt<A>(w[c]) : rstd, b ? cvt<A>(b[c]) : A(0)};
+}
+
+template <typename A, typename W>
 __device__ __forceinline__ Channel<A> channel_of(i64 c, const A* mean, const A* rstd, const W* w, const W* b) {
-  return Channel<A>{mean[c], w ? rstd[c] * cvt<A>(w[c]) : rstd[c], b ? cvt<A>(b[c]) : A(0)};
+  return channel_from(c, mean[c], rstd[c], w, b);
 }
 
 // ACT: 0 identity, 1 ReLU (each its own instantiation, the switch folded away), 2 any (the
@@ -358,26 +363,24 @@ struct ChunkSums {
   double s, q;
 };
 
+// Chunks first, first + step, ... of channel c, in order. One thread with step 1 is the
+// flat passes' staging (a thread a channel, all in parallel, where a warp a channel would
+// take the block's channels in turn).
 template <typename A>
-__device__ __forceinline__ ChunkSums warp_chunk_sums(const A* part, i64 chunks, i64 c, int lane) {
+__device__ __forceinline__ ChunkSums serial_chunk_sums(const A* part, i64 chunks, i64 c, i64 first = 0,
+                                                       i64 step = 1) {
   double s = 0, q = 0;
-  for (i64 k = lane; k < chunks; k += kWarp) {
-    const A* p = part + (c * chunks + k) * 2;
-    s += double(p[0]); q += double(p[1]);
-  }
-  return ChunkSums{group_warp_sum<kWarp>(s), group_warp_sum<kWarp>(q)};
-}
-
-// The same sums by one thread, chunks in order (the flat passes' staging: a thread a channel,
-// all in parallel, where a warp a channel would take the block's channels in turn).
-template <typename A>
-__device__ __forceinline__ ChunkSums serial_chunk_sums(const A* part, i64 chunks, i64 c) {
-  double s = 0, q = 0;
-  for (i64 k = 0; k < chunks; ++k) {
+  for (i64 k = first; k < chunks; k += step) {
     const A* p = part + (c * chunks + k) * 2;
     s += double(p[0]); q += double(p[1]);
   }
   return ChunkSums{s, q};
+}
+
+template <typename A>
+__device__ __forceinline__ ChunkSums warp_chunk_sums(const A* part, i64 chunks, i64 c, int lane) {
+  const ChunkSums cs = serial_chunk_sums(part, chunks, c, lane, kWarp);
+  return ChunkSums{group_warp_sum<kWarp>(cs.s), group_warp_sum<kWarp>(cs.q)};
 }
 
 // A channel's mean (its pivot plus the shifted mean), biased variance, and rstd in A.
@@ -501,12 +504,16 @@ bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ 
 // it back); without an activation dz = dy and neither z nor the residual is needed.
 // Partial (sum dz, sum dz * xhat) per channel and chunk -> part [C, chunks, 2]; the threads
 // sum dz * (x - mean) and scale by rstd once.
+template <int ACT, typename A, typename Tag>
+__device__ __forceinline__ A element_dz(Tag tag, const Channel<A>& ch, A x, A g, A r, A param) {
+  return ACT == 0 ? g : g * act_derivative(tag(), ch.z(x, r), param);
+}
+
 template <int ACT, typename A, typename Tag, int VEC>
 __device__ __forceinline__ void dz_of(Tag tag, const Channel<A>& ch, const A (&xv)[VEC], const A (&gv)[VEC],
                                       const A (&rv)[VEC], A param, A (&dz)[VEC]) {
 #pragma unroll
-  for (int k = 0; k < VEC; ++k)
-    dz[k] = ACT == 0 ? gv[k] : gv[k] * act_derivative(tag(), ch.z(xv[k], rv[k]), param);
+  for (int k = 0; k < VEC; ++k) dz[k] = element_dz<ACT>(tag, ch, xv[k], gv[k], rv[k], param);
 }
 
 template <typename T, typename W, int VEC, int ACT>
@@ -579,7 +586,7 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
           unpack_or_zero(with_res, r[u], rv);
 #pragma unroll
           for (int k = 0; k < VEC; ++k) {
-            const A dz = ACT == 0 ? gv[k] : gv[k] * act_derivative(tag(), ch[k].z(xv[k], rv[k]), param);
+            const A dz = element_dz<ACT>(tag, ch[k], xv[k], gv[k], rv[k], param);
             s1[k] += dz;
             s2[k] += dz * (xv[k] - ch[k].mean);
           }
@@ -714,7 +721,7 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
         unpack_or_zero(with_res, r[u], rv);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          dz[k] = ACT == 0 ? gv[k] : gv[k] * act_derivative(tag(), ch[k].z(xv[k], rv[k]), param);
+          dz[k] = element_dz<ACT>(tag, ch[k], xv[k], gv[k], rv[k], param);
           out[k] = cg[k].dx(dz[k], xv[k] - ch[k].mean);
         }
         store_pack<T>(dx + sl[u].off, out);
@@ -800,11 +807,10 @@ __device__ __forceinline__ void walk_flat(const FlatPiece& pc, int I, F&& f, G&&
     f(sl);
   }
   const i64 lo_end = min(p0 * VEC, pc.end), hi_start = max(p1 * VEC, lo_end);
-  const bool mine = threadIdx.x == (kBnBlock - 1);  // a thread with few whole packs
-  if (mine)
+  if (threadIdx.x == kBnBlock - 1) {  // a thread with few whole packs
     for (i64 at = pc.start; at < lo_end; ++at) g(at, int(at - pc.image) / I - pc.c0);
-  if (mine)
     for (i64 at = hi_start; at < pc.end; ++at) g(at, int(at - pc.image) / I - pc.c0);
+  }
 }
 
 // The two channels' constants a pack needs (the second only where the pack reaches it).
@@ -834,8 +840,7 @@ bn_apply_flat(const T* __restrict__ x, const T* __restrict__ res, T* __restrict_
     const i64 c = pc.c0 + j;
     if (part) {
       const ChannelMoments mo = moments_of(serial_chunk_sums(part, chunks, c), double(cvt<A>(x[c * I])), count);
-      const A r = rstd_of<A>(mo, eps);
-      staged[j] = Channel<A>{A(mo.m), w ? r * cvt<A>(w[c]) : r, b ? cvt<A>(b[c]) : A(0)};
+      staged[j] = channel_from(c, A(mo.m), rstd_of<A>(mo, eps), w, b);
       if (pc.starts(c, I)) store_moments(c, mo, count, eps, factor, running_mean, running_var, mean, rstd);
     } else {
       staged[j] = channel_of(c, mean, rstd, w, b);
@@ -909,6 +914,8 @@ bn_bwd_apply_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __
         pair_of(staged, sl[u], VEC, c1, c2);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
+          // spelled out: through element_dz NVRTC 13.0 spills the generic activation's
+          // selected channel to local memory (sm_90: 48 more local loads in the kernel)
           const ChannelBoth<A>& c = k < sl[u].cut ? c1 : c2;
           dz[k] = ACT == 0 ? gv[k] : gv[k] * act_derivative(tag(), c.ch.z(xv[k], rv[k]), param);
           out[k] = c.cg.dx(dz[k], xv[k] - c.ch.mean);
@@ -919,7 +926,7 @@ bn_bwd_apply_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __
   }, [&](i64 at, int j) {
     const ChannelBoth<A>& c = staged[j];
     const A xv = cvt<A>(x[at]), gv = cvt<A>(dy[at]), rv = with_res ? cvt<A>(res[at]) : A(0);
-    const A dz = ACT == 0 ? gv : gv * act_derivative(tag(), c.ch.z(xv, rv), param);
+    const A dz = element_dz<ACT>(tag, c.ch, xv, gv, rv, param);
     dx[at] = cvt<T>(c.cg.dx(dz, xv - c.ch.mean));
     if (dres) dres[at] = cvt<T>(dz);
   });

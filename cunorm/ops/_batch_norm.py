@@ -281,10 +281,12 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
         apply = _kernel(f"bn_bwd_apply_{'flat' if p.flat_len else kind}", p, device, act)
     else:
         first = _kernel(f"bn_stats_{kind}", p, device) if training else 0
-        channel = function_ptr(KERNEL_FILE, f"bn_finalize<{c_type(p.t)}, {c_type(rdtype)}>" if training
-                               else f"bn_running_stats<{acc}, {c_type(rdtype)}>", device)
+        if not training:
+            channel = function_ptr(KERNEL_FILE, f"bn_running_stats<{acc}, {c_type(rdtype)}>", device)
+        else:  # the flat pass takes the finalize's place, as in the backward
+            channel = 0 if p.flat_len else function_ptr(KERNEL_FILE, f"bn_finalize<{c_type(p.t)}, {c_type(rdtype)}>",
+                                                        device)
         if p.flat_len:
-            channel = 0 if training else channel
             apply = function_ptr(KERNEL_FILE, f"bn_apply_flat<{c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {p.vec}, "
                                  f"{act_class(act)}>", device)
         else:
