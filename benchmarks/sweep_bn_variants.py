@@ -1,6 +1,6 @@
 """BatchNorm kernel variants compiled side by side at issue 5's shapes: the flat apply
 passes against the per-channel ones, their piece length and register bound, the statistics
-pass's own in-flight bytes and the block size, against the defaults. Kernel time
+pass's own in-flight bytes and the block size, bn_stats_flat's settings, against the defaults. Kernel time
 (_bench.queued_time_ms), training forward and backward, fractions of copy.
 
     python benchmarks/sweep_bn_variants.py [--json out.json] [--variants a,b]
@@ -26,8 +26,17 @@ VARIANTS = {
     "sums_inflight_64": (("-DCUNORM_BN_SUMS_INFLIGHT_BYTES=64",), 256, {}),
     "block_128": (("-DCUNORM_BN_BLOCK_LOG2=7",), 128, {}),
     "block_128_stats_64": (("-DCUNORM_BN_BLOCK_LOG2=7", "-DCUNORM_BN_STATS_INFLIGHT_BYTES=64"), 128, {}),
+    "flat_stats_off": ((), 256, {"USE_FLAT_STATS": False}),
+    "flat_stats_fold": ((), 256, {"FLAT_FOLD_CHUNKS": 10**9}),
+    "flat_stats_4_per_sm": ((), 256, {"FLAT_STATS_BLOCKS_PER_SM": 4}),
+    "flat_stats_8_per_sm": ((), 256, {"FLAT_STATS_BLOCKS_PER_SM": 8}),
+    "flat_stats_depth_2": (("-DCUNORM_BN_FLAT_STATS_DEPTH=2",), 256, {"FLAT_STATS_BLOCKS_PER_SM": 4}),
+    "flat_stats_depth_2_8_per_sm": (("-DCUNORM_BN_FLAT_STATS_DEPTH=2",), 256, {"FLAT_STATS_BLOCKS_PER_SM": 8}),
+    "flat_stats_packs_1": (("-DCUNORM_BN_FLAT_STATS_PACKS=1",), 256, {"FLAT_STATS_PACKS": 1}),
+    "flat_stats_max_i_4096": ((), 256, {"FLAT_STATS_MAX_I": 4096}),
 }
-HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS")
+HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
+                 "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I")
 
 
 def _use(options, block: int, settings: dict) -> None:

@@ -8,6 +8,9 @@
 //   cl kernels : channels last (sc = 1, I = 1): a block is CPB channel packs (lanes) by
 //                kBnBlock / CPB rows of positions; it owns CPB * VEC channels and a chunk of
 //                the O positions. Few channels take narrow, tall blocks: no idle lanes.
+//   flat kernels: dense channel-major x: blocks own a piece of an image (apply passes) or
+//                of every image (bn_stats_flat), whole packs across channel boundaries; the
+//                apply passes may sum the partials themselves (no finalize launch).
 // y, dy, dx, the residual and its gradient share x's strides (the host sees to it).
 // Sums are per thread in order, then fixed trees: deterministic, no atomics.
 //
@@ -352,6 +355,132 @@ bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cs
   }
 }
 
+// Dense channel-major x over short planes (so = C * I, sc = I, C * I a multiple of VEC, I at
+// most a piece's L elements, so a channel lies in one or two pieces; the host takes this for
+// half precision): each image's C * I elements are one contiguous span, cut into pieces of L
+// elements with the same packs in every image. Block (k, g) sums piece k of images
+// g * G ... (g + 1) * G - 1: a thread's packs are the same in every image, so their parts
+// (in the pack's first channel, and in the channel that starts inside it) add up over the
+// images in registers; then through shared memory a thread a channel adds its packs in order
+// (deterministic, no atomics). Where bn_stats_nc gives a block one channel of a short plane
+// (about six packs a thread: one chain of latencies, NOTES "where a small tensor's time
+// goes"), this gives it several (NOTES "BatchNorm v8"). Slot 2 g + (k - the channel's first
+// piece) of part [C, 2 * groups, 2], as bn_finalize and the flat apply read them; a channel
+// that lies in one piece gets zeros in its second slot. Pivots are bn_stats_nc's (the
+// channel's first element), so the partials add up the same way.
+#ifndef CUNORM_BN_FLAT_STATS_PACKS
+#define CUNORM_BN_FLAT_STATS_PACKS 2  // = the host's FLAT_STATS_PACKS
+#endif
+constexpr int kFlatStatsPacks = CUNORM_BN_FLAT_STATS_PACKS;
+// Images a thread loads together (then sums): 1 measured best (NOTES "BatchNorm v8": 2
+// images, 64 registers half precision, read -0.02 at 7 x 7 and 14 x 14; 1 image, 42-51
+// registers, leaves five blocks an SM).
+#ifndef CUNORM_BN_FLAT_STATS_DEPTH
+#define CUNORM_BN_FLAT_STATS_DEPTH 1
+#endif
+constexpr int kFlatStatsDepth = CUNORM_BN_FLAT_STATS_DEPTH;
+constexpr int kFlatChannels = 512;  // a flat piece's channels at most (the host's FLAT_CHANNELS)
+
+// v, which the compiler must take as new on each trip of a loop over `trip`: what is derived
+// from it is recomputed a trip rather than hoisted and held (bn_stats_flat's per-element
+// pivot choices: held, they took 32-64 registers).
+__device__ __forceinline__ int per_trip(int v, int trip) {
+#if defined(CUNORM_HIP)
+  asm("" : "+v"(v) : "v"(trip));
+#else
+  asm("" : "+r"(v) : "r"(trip));
+#endif
+  return v;
+}
+
+#ifndef CUNORM_BN_FLAT_STATS_MIN_BLOCKS
+#define CUNORM_BN_FLAT_STATS_MIN_BLOCKS 4
+#endif
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kBnBlock, CUNORM_BN_FLAT_STATS_MIN_BLOCKS)
+bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int groups,
+              typename AccOf<T>::type* __restrict__ part) {
+  typedef typename AccOf<T>::type A;
+  constexpr int P = kFlatStatsPacks, D = kFlatStatsDepth;
+  __shared__ A pivot[kFlatChannels];
+  __shared__ A lo_s[kBnBlock * P], lo_q[kBnBlock * P];  // a pack's part in its first channel
+  __shared__ A hi_s[kFlatChannels], hi_q[kFlatChannels];  // a channel's part in the pack it starts inside
+  const int k = blockIdx.x / groups, g = blockIdx.x - k * groups;
+  const i64 e0 = i64(k) * L, e1 = min(CI, e0 + L);
+  const int c0 = int(e0 / I), nch = int((e1 - 1) / I) - c0 + 1, np = int(e1 - e0) / VEC;
+  const int o0 = g * G, o1 = min(O, o0 + G);
+  const T* xt = x + e0 + threadIdx.x * VEC;  // this thread's first pack, image 0 (then + o * CI)
+  // D images' packs a thread in flight at once, the first D's while the pivots are staged
+  Pack<T, VEC> v[D][P];
+  const auto load_images = [&](int o) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+      for (int u = 0; u < P; ++u)
+        if (o + d < o1 && threadIdx.x + u * kBnBlock < np)
+          v[d][u] = load_raw<VEC>(xt + i64(o + d) * CI + u * kBnBlock * VEC);
+  };
+  load_images(o0);
+  for (int j = threadIdx.x; j < nch; j += kBnBlock) {
+    pivot[j] = cvt<A>(x[i64(c0 + j) * I]);
+    hi_s[j] = A(0); hi_q[j] = A(0);  // stays 0 for channels that start on a pack boundary
+  }
+  __syncthreads();
+  // This thread's packs are the same in every image: their parts add up over the images in
+  // registers (a, the pack's first channel j; b, channel j + 1 from element cut on).
+  int pj[P], pcut[P];
+  A ka[P], kb[P], as[P], aq[P], bs[P], bq[P];
+#pragma unroll
+  for (int u = 0; u < P; ++u) {
+    const int e = int(e0) + (threadIdx.x + u * kBnBlock) * VEC, c = e / I;
+    pj[u] = c - c0;
+    pcut[u] = min((c + 1) * I - e, VEC);
+    const bool live = threadIdx.x + u * kBnBlock < np;
+    ka[u] = live ? pivot[pj[u]] : A(0);
+    kb[u] = live && pcut[u] < VEC ? pivot[pj[u] + 1] : ka[u];
+    as[u] = aq[u] = bs[u] = bq[u] = A(0);
+  }
+#pragma unroll 1
+  for (int o = o0; o < o1; o += D) {
+#pragma unroll
+    for (int d = 0; d < D; ++d)
+#pragma unroll
+      for (int u = 0; u < P; ++u)
+        if (o + d < o1 && threadIdx.x + u * kBnBlock < np) {
+          A xv[VEC];
+          unpack(v[d][u], xv);
+          const int cut = per_trip(pcut[u], o + d);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const A dv = xv[e] - (e < cut ? ka[u] : kb[u]);
+            if (e < cut) { as[u] += dv; aq[u] += dv * dv; } else { bs[u] += dv; bq[u] += dv * dv; }
+          }
+        }
+    if (o + D < o1) load_images(o + D);
+  }
+#pragma unroll
+  for (int u = 0; u < P; ++u) {
+    const int pl = threadIdx.x + u * kBnBlock;
+    if (pl < np) {
+      lo_s[pl] = as[u]; lo_q[pl] = aq[u];
+      if (pcut[u] < VEC) { hi_s[pj[u] + 1] = bs[u]; hi_q[pj[u] + 1] = bq[u]; }
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < nch; j += kBnBlock) {  // a thread a channel, its packs in order
+    const i64 c = c0 + j;
+    const int start = int(c * I - e0);  // negative for a channel begun in the piece before
+    const int a = start > 0 ? (start + VEC - 1) / VEC : 0, b = min(np, (start + I + VEC - 1) / VEC);
+    A ss = hi_s[j], qq = hi_q[j];
+    for (int pl = a; pl < b; ++pl) { ss += lo_s[pl]; qq += lo_q[pl]; }
+    const i64 first = c * I / L;
+    A* out = part + (c * 2 * groups + 2 * g + (k - first)) * 2;
+    out[0] = ss; out[1] = qq;
+    if (k == first && c * I + I <= e1) { out[2] = A(0); out[3] = A(0); }  // the channel's one piece
+  }
+}
+
 // Per channel (one warp each): mean and rstd from the partials (count elements each channel),
 // and the running statistics updated in place (unbiased variance; factor = momentum, or
 // 1 / batches for the cumulative average). Sums in double, lanes over chunks in order, then
@@ -370,6 +499,7 @@ template <typename A>
 __device__ __forceinline__ ChunkSums serial_chunk_sums(const A* part, i64 chunks, i64 c, i64 first = 0,
                                                        i64 step = 1) {
   double s = 0, q = 0;
+#pragma unroll 8  // the loads issued together, the sums still in chunk order
   for (i64 k = first; k < chunks; k += step) {
     const A* p = part + (c * chunks + k) * 2;
     s += double(p[0]); q += double(p[1]);
@@ -740,7 +870,6 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
 // run), storing those ends element by element; this walk masks only a piece's two ends.
 // Pieces go last channels, last images first: the opposite order of the channel-major sums
 // pass before them, which they start on in L2.
-constexpr int kFlatChannels = 512;
 // Blocks an SM the flat passes' registers are held to (NVRTC 13.0 -Xptxas -v on sm_90;
 // measured in NOTES "BatchNorm v4"): the half-precision forward at 4 (64 registers, 12-24
 // bytes spilled; bf16 +0.00-0.03 of copy over 3, which spills nothing at 71), its backward at

@@ -235,16 +235,22 @@ WALK_SHAPES = [(16, 24, 37, 41), (3, 5, 1033), (64, 7, 49), (8, 64, 30, 31), (2,
                (33, 20, 7, 7), (5, 3, 1)]
 
 
+def _replanned(value):
+    """A fixture's body after it patched the planner's settings: value yielded with the plan
+    caches cleared before and after, so no plan made under the patch outlives the test."""
+    _batch_norm.plan.cache_clear()
+    _batch_norm._passes.cache_clear()
+    yield value
+    _batch_norm.plan.cache_clear()
+    _batch_norm._passes.cache_clear()
+
+
 @pytest.fixture(params=["flat", "per_channel"])
 def apply_path(request, monkeypatch):
     """Dense channel-major tensors through the flat apply passes, or (flat off) the
     per-channel ones they would otherwise take."""
     monkeypatch.setattr(_batch_norm, "USE_FLAT", request.param == "flat")
-    _batch_norm.plan.cache_clear()
-    _batch_norm._passes.cache_clear()
-    yield request.param
-    _batch_norm.plan.cache_clear()
-    _batch_norm._passes.cache_clear()
+    yield from _replanned(request.param)
 
 
 @pytest.mark.gpu
@@ -280,6 +286,92 @@ def test_gpu_flat_apply_passes(rng, shape, dtype, pdtype):
 @pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
 def test_gpu_flat_apply_passes_activations(rng, activation, training):
     _gpu_case(rng, (2, 37, 11, 13), 1, BFLOAT16, numpy.float32, activation, training)
+
+
+# Dense channel-major shapes whose training statistics take bn_stats_flat (I <= 1024, C * I a
+# multiple of the pack): channels that start inside a pack (7 x 7, I = 17, 499, 1000), nearly
+# 512 channels a piece (I = 17), channels across two pieces (I = 1000, 1024), one image.
+FLAT_STATS_SHAPES = [(3, 96, 7, 7), (5, 480, 17), (9, 33, 1000), (7, 40, 1024), (1, 304, 49), (2, 16, 499)]
+
+
+@pytest.fixture(params=["fold", "finalize", "fold_many_images", "finalize_many_images"])
+def flat_stats_path(request, monkeypatch):
+    """bn_stats_flat's partials summed by the flat apply or by bn_finalize, with the default
+    image groups or all of a piece's images in one block (FLAT_STATS_BLOCKS_PER_SM tiny),
+    in every dtype (the host takes it for half precision only)."""
+    monkeypatch.setattr(_batch_norm, "FLAT_FOLD_CHUNKS", 10**9 if request.param.startswith("fold") else 0)
+    monkeypatch.setattr(_batch_norm, "FLAT_STATS_DTYPES", _batch_norm.DTYPES)  # float32 / float64 too
+    if request.param.endswith("many_images"):
+        monkeypatch.setattr(_batch_norm, "FLAT_STATS_BLOCKS_PER_SM", 1e-6)
+    yield from _replanned(request.param)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", FLAT_STATS_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_flat_stats(rng, shape, dtype, pdtype, flat_stats_path):
+    import cupy
+
+    lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape))), 1)
+    p = _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), 0, cupy.cuda.Device().id)
+    assert p.stats is not None, "the case must take bn_stats_flat"
+    assert p.stats.fold == flat_stats_path.startswith("fold")
+    if flat_stats_path.endswith("many_images"):
+        assert p.stats.groups == 1
+    _gpu_case(rng, shape, 1, dtype, pdtype, "relu", training=True)
+    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=True, with_residual=False)
+
+
+@pytest.mark.gpu
+def test_gpu_flat_stats_deterministic(rng):
+    import cupy
+
+    x = cupy.asarray(rng.standard_normal((8, 96, 7, 7)).astype(numpy.float32) * 3 + 100)
+    runs = [cunorm.batch_norm(x, return_stats=True) for _ in range(3)]
+    for y, mean, rstd in runs[1:]:
+        assert (mean == runs[0][1]).all() and (rstd == runs[0][2]).all() and (y == runs[0][0]).all()
+
+
+@pytest.fixture
+def fresh_plans():
+    """Plans made afresh in the test and dropped after it (it patches the planner's settings)."""
+    yield from _replanned(None)
+
+
+def test_plans_flat_stats(monkeypatch, fresh_plans):
+    # short planes of dense channel-major x: bn_stats_flat's pieces of 2 packs a thread, image
+    # groups for at most 4 blocks an SM, bn_finalize past 8 partials a channel; half precision only
+    with _sm_count(132):
+        p = _batch_norm.plan(_batch_norm.layout((64, 1024, 14, 14), (1024 * 196, 196, 14, 1), 1), BFLOAT16,
+                             numpy.float32, 0, 0)
+        assert p.stats == _batch_norm.FlatStats(256 * 2 * 8, 7, 10, False)  # 49 pieces x 10 groups <= 528
+        small = _batch_norm.layout((3, 96, 7, 7), (96 * 49, 49, 7, 1), 1)
+        assert _batch_norm.plan(small, numpy.float16, numpy.float32, 0, 0).stats == _batch_norm.FlatStats(
+            256 * 2 * 8, 1, 3, True)
+        assert _batch_norm.plan(small, numpy.float32, numpy.float32, 0, 0).stats is None  # float32: bn_stats_nc
+        no = [_batch_norm.plan(_batch_norm.layout(s, st, 1), BFLOAT16, BFLOAT16, 0, 0).stats for s, st in (
+            ((32, 256, 56, 56), (256 * 3136, 3136, 56, 1)),  # long planes: bn_stats_nc
+            ((2, 37, 11, 13), (37 * 143, 143, 13, 1)),  # C * I not a multiple of the pack
+            ((64, 4, 7, 7), (196, 49, 7, 1)))]  # not the flat passes (small images)
+    assert no == [None, None, None]
+    # every piece's channels fit the staged 512, every channel lies in at most two pieces,
+    # and the image groups cover the images (every dtype, as the GPU tests force it)
+    monkeypatch.setattr(_batch_norm, "FLAT_STATS_DTYPES", _batch_norm.DTYPES)
+    for I in (8, 9, 16, 17, 49, 196, 499, 784, 1000, 1024):
+        for C in (1, 7, 96, 1000, 2048):
+            for O in (1, 3, 64, 257):
+                lay = _batch_norm.layout((O, C, I), (C * I, I, 1), 1)
+                for dt in (BFLOAT16, numpy.float32, numpy.float64):
+                    with _sm_count(132):
+                        p = _batch_norm.plan(lay, dt, numpy.float32, 0, 0)
+                    st = p.stats
+                    if st is None:
+                        continue
+                    CI, L = C * I, st.length
+                    assert I <= L and L % p.vec == 0 and CI % p.vec == 0
+                    for k in range(-(-CI // L)):
+                        assert (min(CI, k * L + L) - 1) // I - k * L // I + 1 <= _batch_norm.FLAT_CHANNELS
+                    assert (st.groups - 1) * st.images < O <= st.groups * st.images
 
 
 def test_plans_chunk_and_shape_blocks():

@@ -37,6 +37,20 @@ USE_FLAT = True
 FLAT_PACKS = 8
 FLAT_MIN_PACKS = 2
 FLAT_CHANNELS = 512  # = kFlatChannels: a piece's channels at most
+# Training statistics of such tensors with short planes (I <= FLAT_STATS_MAX_I, C * I a
+# multiple of the pack) in half precision take bn_stats_flat: pieces of FLAT_STATS_PACKS
+# packs a thread, G images a block, G picked for at most FLAT_STATS_BLOCKS_PER_SM blocks an
+# SM; its partials are folded by the flat apply itself up to FLAT_FOLD_CHUNKS a channel, by
+# bn_finalize past it (each of a channel's blocks re-reads them: 20-40 read 0.17-0.33 of
+# copy against 0.34-0.39). NOTES "BatchNorm v8": bf16 (256, 2048, 7, 7) forward 0.359 ->
+# 0.409, (64, 1024, 14, 14) 0.356 -> 0.353; float32 within -0.035 to +0.015 over four runs,
+# so float32 and float64 keep bn_stats_nc (FLAT_STATS_DTYPES).
+USE_FLAT_STATS = True
+FLAT_STATS_DTYPES = ("float16", "bfloat16")
+FLAT_STATS_MAX_I = 1024
+FLAT_STATS_PACKS = 2  # = kFlatStatsPacks
+FLAT_STATS_BLOCKS_PER_SM = 4  # 5 (five fit at 51 registers) read -0.01 to -0.02 against 4
+FLAT_FOLD_CHUNKS = 8
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -62,7 +76,7 @@ def instantiations() -> list[str]:
         ct = c_type(t)
         acc = "double" if t == "float64" else "float"
         for vec in _vec_choices(t):
-            names += [f"bn_stats_nc<{ct}, {vec}>", f"bn_stats_cl<{ct}, {vec}>"]
+            names += [f"bn_stats_nc<{ct}, {vec}>", f"bn_stats_cl<{ct}, {vec}>", f"bn_stats_flat<{ct}, {vec}>"]
             for w in _param_types(t):
                 cw = c_type(w)
                 names += [f"{k}<{ct}, {cw}, {vec}, {a}>" for k in APPLY_KERNELS for a in ACT_CLASSES]
@@ -155,6 +169,24 @@ def _merge(dims):
     return out
 
 
+class FlatStats(NamedTuple):
+    """bn_stats_flat's launch: pieces of ``length`` elements, ``images`` a block, ``groups``
+    blocks a piece (the partials a channel: 2 * groups); ``fold``: the flat apply sums them
+    (no bn_finalize launch)."""
+
+    length: int
+    images: int
+    groups: int
+    fold: bool
+
+    @property
+    def chunks(self) -> int:
+        return 2 * self.groups
+
+    def grid(self, lay) -> int:
+        return -(-(lay.C * lay.I) // self.length) * self.groups
+
+
 class Plan(NamedTuple):
     lay: Layout
     vec: int
@@ -167,6 +199,7 @@ class Plan(NamedTuple):
     w: str
     acc: numpy.dtype
     flat_len: int  # the flat apply passes' piece length in elements, 0 when they do not apply
+    stats: FlatStats | None  # bn_stats_flat's pieces, None when the statistics take bn_stats_nc / _cl
 
 
 def pointer_phase(*pointers: int) -> int:
@@ -206,8 +239,29 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
     chunks = -(-total // per_chunk)
     if grid_y > MAX_GRID_Y and lay.channels_last:
         raise ValueError(f"x: {lay.C} channels is more than the channels-last kernels address")
+    flat_len = _flat_len(lay, vec, phase, max_vec(itemsize))
+    stats = _flat_stats(lay, vec, flat_len, device) if dtype.name in FLAT_STATS_DTYPES else None
     return Plan(lay, vec, ip, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name,
-                acc_dtype(dtype), _flat_len(lay, vec, phase, max_vec(itemsize)))
+                acc_dtype(dtype), flat_len, stats)
+
+
+def _flat_stats(lay: Layout, vec: int, flat_len: int, device: int) -> FlatStats | None:
+    """bn_stats_flat's pieces and image groups, or None where it does not apply: not the flat
+    passes, planes longer than FLAT_STATS_MAX_I (bn_stats_nc's blocks then have packs
+    enough), or C * I not a multiple of the pack (images would not share their packs)."""
+    CI = lay.C * lay.I
+    if not (USE_FLAT_STATS and flat_len and lay.I <= FLAT_STATS_MAX_I and CI % vec == 0):
+        return None
+    length = min(BLOCK * FLAT_STATS_PACKS * vec, (FLAT_CHANNELS - 2) * lay.I // vec * vec)
+    if lay.I > length:  # a channel would span three pieces
+        return None
+    pieces = -(-CI // length)
+    # as many image groups as keep the grid within the target (a second wave of a few blocks
+    # would double the pass), the images spread evenly over them
+    groups = max(1, min(lay.O, int(FLAT_STATS_BLOCKS_PER_SM * sm_count(device)) // pieces))
+    images = -(-lay.O // groups)
+    groups = -(-lay.O // images)
+    return FlatStats(length, images, groups, 2 * groups <= FLAT_FOLD_CHUNKS)
 
 
 def _flat_len(lay: Layout, vec: int, phase: int, widest: int) -> int:
@@ -280,12 +334,13 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
         channel = 0 if p.flat_len else function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device)
         apply = _kernel(f"bn_bwd_apply_{'flat' if p.flat_len else kind}", p, device, act)
     else:
-        first = _kernel(f"bn_stats_{kind}", p, device) if training else 0
+        first = _kernel(f"bn_stats_{'flat' if p.stats else kind}", p, device) if training else 0
         if not training:
             channel = function_ptr(KERNEL_FILE, f"bn_running_stats<{acc}, {c_type(rdtype)}>", device)
-        else:  # the flat pass takes the finalize's place, as in the backward
-            channel = 0 if p.flat_len else function_ptr(KERNEL_FILE, f"bn_finalize<{c_type(p.t)}, {c_type(rdtype)}>",
-                                                        device)
+        elif p.flat_len and (p.stats is None or p.stats.fold):  # the flat pass takes the finalize's place
+            channel = 0
+        else:
+            channel = function_ptr(KERNEL_FILE, f"bn_finalize<{c_type(p.t)}, {c_type(rdtype)}>", device)
         if p.flat_len:
             apply = function_ptr(KERNEL_FILE, f"bn_apply_flat<{c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {p.vec}, "
                                  f"{act_class(act)}>", device)
@@ -307,22 +362,30 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
     sc = 0 if lay.channels_last else lay.sc  # cl: one launch, channel offsets inside
     part = 0
     count = _f64(float(lay.O * lay.I))
+    chunks = p.stats.chunks if p.stats else p.chunks
     if training:
-        part = alloc((lay.C, p.chunks, 2), p.acc)
-        for c0, grid in q.slices:
-            launch(q.first, grid, BLOCK, (_off(x, c0 * sc, t_size), *q.shape_args, _off(part, c0 * p.chunks * 2, a_size)),
+        part = alloc((lay.C, chunks, 2), p.acc)
+        if p.stats:
+            st = p.stats
+            launch(q.first, st.grid(lay), BLOCK, (x, lay.C * lay.I, lay.I, st.length, lay.O, st.images, st.groups, part),
                    stream)
+        else:
+            for c0, grid in q.slices:
+                launch(q.first, grid, BLOCK, (_off(x, c0 * sc, t_size), *q.shape_args,
+                                              _off(part, c0 * chunks * 2, a_size)), stream)
         if q.channel:
             launch(q.channel, -(-lay.C // 4), 128,
-                   (x, 1 if lay.channels_last else lay.sc, part, p.chunks, lay.C, count, _f64(eps), _f64(factor),
+                   (x, 1 if lay.channels_last else lay.sc, part, chunks, lay.C, count, _f64(eps), _f64(factor),
                     running_mean, running_var, mean, rstd), stream)
     else:
         launch(q.channel, -(-lay.C // 128), 128, (running_mean, running_var, lay.C, _f64(eps), mean, rstd), stream)
     if p.flat_len:
         CI = lay.C * lay.I
+        fold = training and not q.channel  # the apply sums the partials itself, else reads mean / rstd
         launch(q.apply, _flat_grid(p), BLOCK, (x, res, y, CI, lay.I, p.flat_len, lay.O, mean, rstd, w, b, act,
-                                              q.act_bits, part, p.chunks, count, _f64(eps), _f64(factor),
-                                              running_mean if training else 0, running_var if training else 0), stream)
+                                              q.act_bits, part if fold else 0, chunks, count, _f64(eps),
+                                              _f64(factor), running_mean if fold else 0,
+                                              running_var if fold else 0), stream)
         return
     for c0, grid in q.slices:
         xo = c0 * sc

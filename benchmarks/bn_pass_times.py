@@ -1,0 +1,74 @@
+"""Each BatchNorm launch's own kernel time, training forward and backward at issue 5's
+channel-major shapes, bn_stats_flat on and off: the call queued back to back
+(_bench.queued_time_ms) with every launch but one skipped, for each launch in turn (the
+skipped passes' outputs are stale, which does not change what the kept one moves).
+
+    python benchmarks/bn_pass_times.py
+"""
+from __future__ import annotations
+
+import numpy
+
+import cunorm
+from cunorm import _bench
+from cunorm._checks import BFLOAT16
+from cunorm.ops import _batch_norm
+from sweep_bn_config import SHAPES
+
+
+def _pass_times(fn, stream_ptr: int) -> list[float]:
+    """µs of each launch fn makes, in launch order, then of the whole call."""
+    real = _batch_norm.launch
+    count = [0]
+
+    def counting(*args, **kw):
+        count[0] += 1
+        real(*args, **kw)
+
+    _batch_norm.launch = counting
+    try:
+        fn()
+    finally:
+        _batch_norm.launch = real
+    n, times = count[0], []
+    for keep in range(n):
+        seen = [0]
+
+        def only(*args, _keep=keep, **kw):
+            if seen[0] % n == _keep:
+                real(*args, **kw)
+            seen[0] += 1
+
+        _batch_norm.launch = only
+        try:
+            times.append(_bench.queued_time_ms(fn, stream_ptr) * 1e3)
+        finally:
+            _batch_norm.launch = real
+    return times + [_bench.queued_time_ms(fn, stream_ptr) * 1e3]
+
+
+def main() -> None:
+    import cupy
+
+    stream = cupy.cuda.get_current_stream().ptr
+    for shape in SHAPES:
+        for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
+            x = cupy.asarray(numpy.random.default_rng(0).standard_normal(shape).astype(numpy.float32)).astype(dtype)
+            w, b = cupy.ones(shape[1], numpy.float32), cupy.zeros(shape[1], numpy.float32)
+            rm, rv = cupy.zeros(shape[1], numpy.float32), cupy.ones(shape[1], numpy.float32)
+            dy = x.copy()
+            for flat in (True, False):
+                _batch_norm.USE_FLAT_STATS = flat
+                _batch_norm.plan.cache_clear()
+                _batch_norm._passes.cache_clear()
+                _, mean, rstd = cunorm.batch_norm(x, w, b, rm, rv, return_stats=True)
+                f = _pass_times(lambda: cunorm.batch_norm(x, w, b, rm, rv), stream)
+                g = _pass_times(lambda: cunorm.batch_norm_backward(dy, x, w, b, mean, rstd), stream)
+                print(f"{dtype.name:8s} {str(shape):20s} flat_stats={'on ' if flat else 'off'} forward "
+                      f"{' + '.join(f'{t:.1f}' for t in f[:-1])} (whole {f[-1]:.1f}) us; backward "
+                      f"{' + '.join(f'{t:.1f}' for t in g[:-1])} (whole {g[-1]:.1f}) us")
+    _batch_norm.USE_FLAT_STATS = True
+
+
+if __name__ == "__main__":
+    main()
