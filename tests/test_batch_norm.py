@@ -294,6 +294,14 @@ def test_gpu_flat_apply_passes_activations(rng, activation, training):
 FLAT_STATS_SHAPES = [(3, 96, 7, 7), (5, 480, 17), (9, 33, 1000), (7, 40, 1024), (1, 304, 49), (2, 16, 499)]
 
 
+def _dense_plan(shape, dtype, pdtype):
+    """The plan of a C-contiguous channel-major x of this shape on the current device."""
+    import cupy
+
+    lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape))), 1)
+    return _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), 0, cupy.cuda.Device().id)
+
+
 @pytest.fixture(params=["fold", "finalize", "fold_many_images", "finalize_many_images"])
 def flat_stats_path(request, monkeypatch):
     """bn_stats_flat's partials summed by the flat apply or by bn_finalize, with the default
@@ -310,10 +318,7 @@ def flat_stats_path(request, monkeypatch):
 @pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", FLAT_STATS_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gpu_flat_stats(rng, shape, dtype, pdtype, flat_stats_path):
-    import cupy
-
-    lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape))), 1)
-    p = _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), 0, cupy.cuda.Device().id)
+    p = _dense_plan(shape, dtype, pdtype)
     assert p.stats is not None, "the case must take bn_stats_flat"
     assert p.stats.fold == flat_stats_path.startswith("fold")
     if flat_stats_path.endswith("many_images"):
@@ -326,7 +331,9 @@ def test_gpu_flat_stats(rng, shape, dtype, pdtype, flat_stats_path):
 def test_gpu_flat_stats_deterministic(rng):
     import cupy
 
-    x = cupy.asarray(rng.standard_normal((8, 96, 7, 7)).astype(numpy.float32) * 3 + 100)
+    # half precision: float32 keeps bn_stats_nc
+    assert _dense_plan((8, 96, 7, 7), numpy.float16, numpy.float16).stats is not None
+    x = cupy.asarray(rng.standard_normal((8, 96, 7, 7)).astype(numpy.float16) * 3 + 100)
     runs = [cunorm.batch_norm(x, return_stats=True) for _ in range(3)]
     for y, mean, rstd in runs[1:]:
         assert (mean == runs[0][1]).all() and (rstd == runs[0][2]).all() and (y == runs[0][0]).all()
