@@ -296,7 +296,8 @@ FLAT_STATS_SHAPES = [(3, 96, 7, 7), (5, 480, 17), (9, 33, 1000), (7, 40, 1024), 
 
 @pytest.fixture(params=["fold", "finalize", "fold_many_images", "finalize_many_images"])
 def flat_stats_path(request, monkeypatch):
-    """bn_stats_flat's partials summed by the flat apply or by bn_finalize, with the default
+    """bn_stats_flat's and bn_bwd_sums_flat's partials summed by the flat apply passes or by
+    bn_finalize / bn_bwd_finalize, with the default
     image groups or all of a piece's images in one block (FLAT_STATS_BLOCKS_PER_SM tiny),
     in every dtype (the host takes it for half precision only)."""
     monkeypatch.setattr(_batch_norm, "FLAT_FOLD_CHUNKS", 10**9 if request.param.startswith("fold") else 0)
@@ -314,12 +315,14 @@ def test_gpu_flat_stats(rng, shape, dtype, pdtype, flat_stats_path):
 
     lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape))), 1)
     p = _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), 0, cupy.cuda.Device().id)
-    assert p.stats is not None, "the case must take bn_stats_flat"
-    assert p.stats.fold == flat_stats_path.startswith("fold")
+    assert p.stats is not None and p.sums is not None, "the case must take bn_stats_flat and bn_bwd_sums_flat"
+    assert p.stats.fold == p.sums.fold == flat_stats_path.startswith("fold")
     if flat_stats_path.endswith("many_images"):
-        assert p.stats.groups == 1
+        assert p.stats.groups == p.sums.groups == 1
     _gpu_case(rng, shape, 1, dtype, pdtype, "relu", training=True)
     _gpu_case(rng, shape, 1, dtype, pdtype, None, training=True, with_residual=False)
+    _gpu_case(rng, shape, 1, dtype, pdtype, "silu", training=True)  # the generic activation's build
+    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=False)  # eval: the backward's sums only
 
 
 @pytest.mark.gpu
@@ -345,6 +348,7 @@ def test_plans_flat_stats(monkeypatch, fresh_plans):
         p = _batch_norm.plan(_batch_norm.layout((64, 1024, 14, 14), (1024 * 196, 196, 14, 1), 1), BFLOAT16,
                              numpy.float32, 0, 0)
         assert p.stats == _batch_norm.FlatStats(256 * 2 * 8, 7, 10, False)  # 49 pieces x 10 groups <= 528
+        assert p.sums == _batch_norm.FlatStats(256 * 1 * 8, 13, 5, False)  # bn_bwd_sums_flat: 98 pieces x 5
         small = _batch_norm.layout((3, 96, 7, 7), (96 * 49, 49, 7, 1), 1)
         assert _batch_norm.plan(small, numpy.float16, numpy.float32, 0, 0).stats == _batch_norm.FlatStats(
             256 * 2 * 8, 1, 3, True)
@@ -364,14 +368,14 @@ def test_plans_flat_stats(monkeypatch, fresh_plans):
                 for dt in (BFLOAT16, numpy.float32, numpy.float64):
                     with _sm_count(132):
                         p = _batch_norm.plan(lay, dt, numpy.float32, 0, 0)
-                    st = p.stats
-                    if st is None:
-                        continue
-                    CI, L = C * I, st.length
-                    assert I <= L and L % p.vec == 0 and CI % p.vec == 0
-                    for k in range(-(-CI // L)):
-                        assert (min(CI, k * L + L) - 1) // I - k * L // I + 1 <= _batch_norm.FLAT_CHANNELS
-                    assert (st.groups - 1) * st.images < O <= st.groups * st.images
+                    for st in (p.stats, p.sums):
+                        if st is None:
+                            continue
+                        CI, L = C * I, st.length
+                        assert I <= L and L % p.vec == 0 and CI % p.vec == 0
+                        for k in range(-(-CI // L)):
+                            assert (min(CI, k * L + L) - 1) // I - k * L // I + 1 <= _batch_norm.FLAT_CHANNELS
+                        assert (st.groups - 1) * st.images < O <= st.groups * st.images
 
 
 def test_plans_chunk_and_shape_blocks():
