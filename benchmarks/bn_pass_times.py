@@ -1,5 +1,5 @@
 """Each BatchNorm launch's own kernel time, training forward and backward at issue 5's
-channel-major shapes, bn_stats_flat on and off: the call queued back to back
+channel-major shapes, bn_stats_flat and bn_bwd_sums_flat on and off: the call queued back to back
 (_bench.queued_time_ms) with every launch but one skipped, for each launch in turn (the
 skipped passes' outputs are stale, which does not change what the kept one moves).
 
@@ -58,16 +58,16 @@ def main() -> None:
             rm, rv = cupy.zeros(shape[1], numpy.float32), cupy.ones(shape[1], numpy.float32)
             dy = x.copy()
             for flat in (True, False):
-                _batch_norm.USE_FLAT_STATS = flat
+                _batch_norm.USE_FLAT_STATS = _batch_norm.USE_FLAT_SUMS = flat
                 _batch_norm.plan.cache_clear()
                 _batch_norm._passes.cache_clear()
                 _, mean, rstd = cunorm.batch_norm(x, w, b, rm, rv, return_stats=True)
                 f = _pass_times(lambda: cunorm.batch_norm(x, w, b, rm, rv), stream)
                 g = _pass_times(lambda: cunorm.batch_norm_backward(dy, x, w, b, mean, rstd), stream)
-                print(f"{dtype.name:8s} {str(shape):20s} flat_stats={'on ' if flat else 'off'} forward "
+                print(f"{dtype.name:8s} {str(shape):20s} flat sums={'on ' if flat else 'off'} forward "
                       f"{' + '.join(f'{t:.1f}' for t in f[:-1])} (whole {f[-1]:.1f}) us; backward "
                       f"{' + '.join(f'{t:.1f}' for t in g[:-1])} (whole {g[-1]:.1f}) us")
-    _batch_norm.USE_FLAT_STATS = True
+    _batch_norm.USE_FLAT_STATS = _batch_norm.USE_FLAT_SUMS = True
 
 
 if __name__ == "__main__":

@@ -34,9 +34,13 @@ VARIANTS = {
     "flat_stats_depth_2_8_per_sm": (("-DCUNORM_BN_FLAT_STATS_DEPTH=2",), 256, {"FLAT_STATS_BLOCKS_PER_SM": 8}),
     "flat_stats_packs_1": (("-DCUNORM_BN_FLAT_STATS_PACKS=1",), 256, {"FLAT_STATS_PACKS": 1}),
     "flat_stats_max_i_4096": ((), 256, {"FLAT_STATS_MAX_I": 4096}),
+    "flat_sums_off": ((), 256, {"USE_FLAT_SUMS": False}),
+    "flat_sums_packs_2": (("-DCUNORM_BN_FLAT_SUMS_PACKS=2", "-DCUNORM_BN_FLAT_SUMS_MIN_BLOCKS=3"), 256,
+                          {"FLAT_SUMS_PACKS": 2}),
+    "flat_sums_float32": ((), 256, {"FLAT_STATS_DTYPES": ("float16", "bfloat16", "float32"), "USE_FLAT_STATS": False}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
-                 "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I")
+                 "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS")
 
 
 def _use(options, block: int, settings: dict) -> None:

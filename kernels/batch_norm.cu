@@ -397,6 +397,55 @@ __device__ __forceinline__ int per_trip(int v, int trip) {
 #define CUNORM_BN_FLAT_STATS_MIN_BLOCKS 4
 #endif
 
+// This thread's pack u of a bn_stats_flat / bn_bwd_sums_flat piece at e0 (the same pack in
+// every image): its first channel j (piece-local), the element cut where channel j + 1 starts
+// (VEC where it does not), and the two channels' staged values (b = a where the pack holds
+// one channel; zeros for a pack past the piece's np, never used).
+template <int VEC, typename C>
+__device__ __forceinline__ void flat_pack(int u, i64 e0, int c0, int I, int np, const C* staged, int& j, int& cut,
+                                          C& a, C& b) {
+  const int e = int(e0) + (threadIdx.x + u * kBnBlock) * VEC, c = e / I;
+  const bool live = threadIdx.x + u * kBnBlock < np;
+  j = c - c0;
+  cut = min((c + 1) * I - e, VEC);
+  a = live ? staged[j] : C{};
+  b = live && cut < VEC ? staged[j + 1] : a;
+}
+
+// bn_stats_flat's and bn_bwd_sums_flat's end: this thread's P packs' parts (a: in the pack's
+// first channel j, piece-local; b: in channel j + 1 from element pcut on) through shared
+// memory (hi_* zeroed by the caller before its first barrier: channels that start on a pack
+// boundary keep 0), then a thread a channel adds its packs in order (deterministic), q times
+// q_scale[c] where given, into slot 2 g + (k - the channel's first piece) of part
+// [C, 2 * groups, 2]; a channel that lies in one piece gets zeros in its second slot.
+template <int VEC, int P, typename A>
+__device__ __forceinline__ void flat_sums_write(const int (&pj)[P], const int (&pcut)[P], const A (&as)[P],
+                                                const A (&aq)[P], const A (&bs)[P], const A (&bq)[P], int np,
+                                                int nch, int c0, i64 e0, i64 e1, int k, int g, int I, int L,
+                                                int groups, A* lo_s, A* lo_q, A* hi_s, A* hi_q, const A* q_scale,
+                                                A* part) {
+#pragma unroll
+  for (int u = 0; u < P; ++u) {
+    const int pl = threadIdx.x + u * kBnBlock;
+    if (pl < np) {
+      lo_s[pl] = as[u]; lo_q[pl] = aq[u];
+      if (pcut[u] < VEC) { hi_s[pj[u] + 1] = bs[u]; hi_q[pj[u] + 1] = bq[u]; }
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < nch; j += kBnBlock) {
+    const i64 c = c0 + j;
+    const int start = int(c * I - e0);  // negative for a channel begun in the piece before
+    const int a = start > 0 ? (start + VEC - 1) / VEC : 0, b = min(np, (start + I + VEC - 1) / VEC);
+    A ss = hi_s[j], qq = hi_q[j];
+    for (int pl = a; pl < b; ++pl) { ss += lo_s[pl]; qq += lo_q[pl]; }
+    const i64 first = c * I / L;
+    A* out = part + (c * 2 * groups + 2 * g + (k - first)) * 2;
+    out[0] = ss; out[1] = q_scale ? qq * q_scale[c] : qq;
+    if (k == first && c * I + I <= e1) { out[2] = A(0); out[3] = A(0); }  // the channel's one piece
+  }
+}
+
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBnBlock, CUNORM_BN_FLAT_STATS_MIN_BLOCKS)
 bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int groups,
@@ -433,12 +482,7 @@ bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int g
   A ka[P], kb[P], as[P], aq[P], bs[P], bq[P];
 #pragma unroll
   for (int u = 0; u < P; ++u) {
-    const int e = int(e0) + (threadIdx.x + u * kBnBlock) * VEC, c = e / I;
-    pj[u] = c - c0;
-    pcut[u] = min((c + 1) * I - e, VEC);
-    const bool live = threadIdx.x + u * kBnBlock < np;
-    ka[u] = live ? pivot[pj[u]] : A(0);
-    kb[u] = live && pcut[u] < VEC ? pivot[pj[u] + 1] : ka[u];
+    flat_pack<VEC>(u, e0, c0, I, np, pivot, pj[u], pcut[u], ka[u], kb[u]);
     as[u] = aq[u] = bs[u] = bq[u] = A(0);
   }
 #pragma unroll 1
@@ -459,32 +503,10 @@ bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int g
         }
     if (o + D < o1) load_images(o + D);
   }
-#pragma unroll
-  for (int u = 0; u < P; ++u) {
-    const int pl = threadIdx.x + u * kBnBlock;
-    if (pl < np) {
-      lo_s[pl] = as[u]; lo_q[pl] = aq[u];
-      if (pcut[u] < VEC) { hi_s[pj[u] + 1] = bs[u]; hi_q[pj[u] + 1] = bq[u]; }
-    }
-  }
-  __syncthreads();
-  for (int j = threadIdx.x; j < nch; j += kBnBlock) {  // a thread a channel, its packs in order
-    const i64 c = c0 + j;
-    const int start = int(c * I - e0);  // negative for a channel begun in the piece before
-    const int a = start > 0 ? (start + VEC - 1) / VEC : 0, b = min(np, (start + I + VEC - 1) / VEC);
-    A ss = hi_s[j], qq = hi_q[j];
-    for (int pl = a; pl < b; ++pl) { ss += lo_s[pl]; qq += lo_q[pl]; }
-    const i64 first = c * I / L;
-    A* out = part + (c * 2 * groups + 2 * g + (k - first)) * 2;
-    out[0] = ss; out[1] = qq;
-    if (k == first && c * I + I <= e1) { out[2] = A(0); out[3] = A(0); }  // the channel's one piece
-  }
+  flat_sums_write<VEC, P>(pj, pcut, as, aq, bs, bq, np, nch, c0, e0, e1, k, g, I, L, groups, lo_s, lo_q, hi_s, hi_q,
+                          static_cast<const A*>(nullptr), part);
 }
 
-// Per channel (one warp each): mean and rstd from the partials (count elements each channel),
-// and the running statistics updated in place (unbiased variance; factor = momentum, or
-// 1 / batches for the cumulative average). Sums in double, lanes over chunks in order, then
-// a fixed tree.
 // A channel's (sum, sum of squares) or (sum dz, sum dz * xhat) from its chunks' partials,
 // one warp together: lanes over chunks in order, in double, then a fixed tree, so every lane
 // ends with the same bits (bn_finalize / bn_bwd_finalize and the flat passes' staging alike).
@@ -540,6 +562,10 @@ __device__ __forceinline__ void store_moments(i64 c, ChannelMoments mo, double n
   }
 }
 
+// Per channel (one warp each): mean and rstd from the partials (count elements each channel),
+// and the running statistics updated in place (unbiased variance; factor = momentum, or
+// 1 / batches for the cumulative average). Sums in double, lanes over chunks in order, then
+// a fixed tree.
 template <typename T, typename R>
 __global__ void __launch_bounds__(128)
 bn_finalize(const T* __restrict__ x, i64 pivot_stride, const typename AccOf<T>::type* __restrict__ part,
@@ -736,8 +762,92 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
   }
 }
 
-// Per channel: dbias = sum dz, dweight = sum dz * xhat (in W, where asked for), and the two
-// means the dx pass subtracts (zero in eval, where the statistics are constants) -> coef [C, 2].
+// bn_bwd_sums_nc's partials (sum dz, sum dz * xhat) for the shapes bn_stats_flat takes, the
+// same way: block (k, g) sums piece k of images g * G ... (g + 1) * G - 1, each thread's
+// packs' parts over the images in registers (two channels' constants a pack: the pack's
+// first channel and the one that starts inside it), the slots as bn_stats_flat's.
+#ifndef CUNORM_BN_FLAT_SUMS_PACKS
+#define CUNORM_BN_FLAT_SUMS_PACKS 1  // = the host's FLAT_SUMS_PACKS
+#endif
+// Blocks an SM its registers are held to (NVRTC 13.0 sm_90, one pack a thread): 4 (bf16 56
+// registers, ReLU 62), the generic activation 3 (at 4, 92 bytes spilled); -D sets one for all.
+template <int ACT>
+__host__ __device__ constexpr int flat_sums_min_blocks() {
+#ifdef CUNORM_BN_FLAT_SUMS_MIN_BLOCKS
+  return CUNORM_BN_FLAT_SUMS_MIN_BLOCKS;
+#else
+  return ACT == 2 ? 3 : 4;
+#endif
+}
+
+template <typename T, typename W, int VEC, int ACT>
+__global__ void __launch_bounds__(kBnBlock, (flat_sums_min_blocks<ACT>()))
+bn_bwd_sums_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, i64 CI, int I, int L,
+                 int O, int G, int groups, const typename AccOf<T>::type* __restrict__ mean,
+                 const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
+                 int act, typename AccOf<T>::type param, typename AccOf<T>::type* __restrict__ part) {
+  typedef typename AccOf<T>::type A;
+  constexpr int P = CUNORM_BN_FLAT_SUMS_PACKS;
+  __shared__ Channel<A> staged[kFlatChannels];
+  __shared__ A lo_s[kBnBlock * P], lo_q[kBnBlock * P];
+  __shared__ A hi_s[kFlatChannels], hi_q[kFlatChannels];
+  const auto tag = act_tag<ACT>(act);
+  const bool with_res = ACT != 0 && res;
+  const int k = blockIdx.x / groups, g = blockIdx.x - k * groups;
+  const i64 e0 = i64(k) * L, e1 = min(CI, e0 + L);
+  const int c0 = int(e0 / I), nch = int((e1 - 1) / I) - c0 + 1, np = int(e1 - e0) / VEC;
+  const int o0 = g * G, o1 = min(O, o0 + G);
+  const i64 t0 = e0 + threadIdx.x * VEC;  // this thread's first pack, image 0 (then + o * CI)
+  Pack<T, VEC> v[P], gr[P], r[P];
+  const auto load_image = [&](int o) {
+#pragma unroll
+    for (int u = 0; u < P; ++u)
+      if (threadIdx.x + u * kBnBlock < np) {
+        const i64 at = i64(o) * CI + t0 + u * kBnBlock * VEC;
+        v[u] = load_raw<VEC>(x + at);
+        gr[u] = load_raw<VEC>(dy + at);
+        if (with_res) r[u] = load_raw<VEC>(res + at);
+      }
+  };
+  if (o0 < o1) load_image(o0);
+  for (int j = threadIdx.x; j < nch; j += kBnBlock) {
+    staged[j] = channel_of(c0 + j, mean, rstd, w, b);
+    hi_s[j] = A(0); hi_q[j] = A(0);
+  }
+  __syncthreads();
+  int pj[P], pcut[P];
+  Channel<A> ca[P], cb[P];
+  A as[P], aq[P], bs[P], bq[P];
+#pragma unroll
+  for (int u = 0; u < P; ++u) {
+    flat_pack<VEC>(u, e0, c0, I, np, staged, pj[u], pcut[u], ca[u], cb[u]);
+    as[u] = aq[u] = bs[u] = bq[u] = A(0);
+  }
+#pragma unroll 1
+  for (int o = o0; o < o1; ++o) {
+#pragma unroll
+    for (int u = 0; u < P; ++u)
+      if (threadIdx.x + u * kBnBlock < np) {
+        A xv[VEC], gv[VEC], rv[VEC];
+        unpack(v[u], xv);
+        unpack(gr[u], gv);
+        unpack_or_zero(with_res, r[u], rv);
+        const int cut = per_trip(pcut[u], o);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const bool in_a = e < cut;  // fields picked by value: a picked reference went to the stack
+          const Channel<A> ch{in_a ? ca[u].mean : cb[u].mean, in_a ? ca[u].scale : cb[u].scale,
+                              in_a ? ca[u].shift : cb[u].shift};
+          const A dz = element_dz<ACT>(tag, ch, xv[e], gv[e], rv[e], param), xm = xv[e] - ch.mean;
+          if (in_a) { as[u] += dz; aq[u] += dz * xm; } else { bs[u] += dz; bq[u] += dz * xm; }
+        }
+      }
+    if (o + 1 < o1) load_image(o + 1);
+  }
+  flat_sums_write<VEC, P>(pj, pcut, as, aq, bs, bq, np, nch, c0, e0, e1, k, g, I, L, groups, lo_s, lo_q, hi_s, hi_q,
+                          rstd, part);
+}
+
 // dbias and dweight (where asked for) from a channel's sums; the two means the dx pass
 // subtracts are m1 = sum dz / count and m2 = sum dz * xhat / count (zero in eval).
 template <typename W>
@@ -749,6 +859,8 @@ __device__ __forceinline__ void store_param_grads(i64 c, ChunkSums cs, W* dw, W*
 template <typename A>
 __device__ __forceinline__ A grad_mean(double sum, double count, int training) { return training ? A(sum / count) : A(0); }
 
+// Per channel: dbias = sum dz, dweight = sum dz * xhat (in W, where asked for), and the two
+// means the dx pass subtracts (zero in eval, where the statistics are constants) -> coef [C, 2].
 template <typename A, typename W>
 __global__ void __launch_bounds__(128)
 bn_bwd_finalize(const A* __restrict__ part, i64 chunks, i64 C, double count, int training, W* __restrict__ dw,
@@ -1006,14 +1118,15 @@ struct ChannelBoth {
 
 // The backward-sums pass's partials give each channel's two means here (bn_bwd_finalize's
 // arithmetic, no launch between the passes); dweight / dbias are written by the block where
-// the channel starts in the first image.
+// the channel starts in the first image. Without part, bn_bwd_finalize's coef.
 template <typename T, typename W, int VEC, int ACT>
 __global__ void __launch_bounds__(kBnBlock, (flat_min_blocks<T, ACT, true>()))
 bn_bwd_apply_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
                   T* __restrict__ dres, i64 CI, int I, i64 L, int O, const typename AccOf<T>::type* __restrict__ mean,
                   const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
                   int act, typename AccOf<T>::type param, const typename AccOf<T>::type* __restrict__ part,
-                  i64 chunks, double count, int training, W* __restrict__ dw, W* __restrict__ db) {
+                  i64 chunks, double count, int training, W* __restrict__ dw, W* __restrict__ db,
+                  const typename AccOf<T>::type* __restrict__ coef) {
   typedef typename AccOf<T>::type A;
   constexpr int U = unroll_of<T, VEC>();
   __shared__ ChannelBoth<A> staged[kFlatChannels];
@@ -1022,11 +1135,15 @@ bn_bwd_apply_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __
   const FlatPiece pc(CI, I, L, O);
   for (int j = threadIdx.x; j < pc.nch; j += kBnBlock) {
     const i64 c = pc.c0 + j;
-    const ChunkSums cs = serial_chunk_sums(part, chunks, c);
-    const ChannelGrad<A> cg =
-        channel_grad_from(c, rstd, w, grad_mean<A>(cs.s, count, training), grad_mean<A>(cs.q, count, training));
-    staged[j] = ChannelBoth<A>{channel_of(c, mean, rstd, w, b), cg};
-    if (pc.starts(c, I)) store_param_grads(c, cs, dw, db);
+    if (part) {
+      const ChunkSums cs = serial_chunk_sums(part, chunks, c);
+      const ChannelGrad<A> cg =
+          channel_grad_from(c, rstd, w, grad_mean<A>(cs.s, count, training), grad_mean<A>(cs.q, count, training));
+      staged[j] = ChannelBoth<A>{channel_of(c, mean, rstd, w, b), cg};
+      if (pc.starts(c, I)) store_param_grads(c, cs, dw, db);
+    } else {  // bn_bwd_finalize ran (and wrote dweight / dbias)
+      staged[j] = ChannelBoth<A>{channel_of(c, mean, rstd, w, b), channel_grad_of(c, rstd, w, coef)};
+    }
   }
   __syncthreads();
   walk_flat<U, VEC>(pc, I, [&](const FlatSlot (&sl)[U]) {

@@ -10,7 +10,7 @@ import cunorm
 from cunorm import activations, reference
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
-from tolerances import assert_close, reduction_tol, tol
+from tolerances import assert_close, reduction_tol, to_numpy, tol
 
 ACTIVATIONS = list(activations.ACTIVATIONS)
 ACT_IDS = [str(a) for a in ACTIVATIONS]
@@ -167,6 +167,23 @@ DTYPES = [(numpy.dtype(numpy.float32), numpy.float32), (numpy.dtype(numpy.float1
 DTYPE_IDS = ["fp32", "fp16_fp32params", "bf16_fp32params", "bf16", "fp64"]
 
 
+def _at_kinks(d, w, b, r, mean, rstd, activation, param, axis):
+    """The elements whose float64 pre-activation lies within 1e-4 of a jump in the
+    activation's derivative (ReLU's 0, hardswish's -3 and 3), or None: there the kernel's
+    float pre-activation may land on the other side, and either side's gradient is right."""
+    if activation is None:
+        return None
+    x = d["x"].astype(numpy.float64)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    per_channel = lambda a: numpy.asarray(a, numpy.float64).reshape(shape)
+    z = (x - per_channel(mean)) * per_channel(rstd) * per_channel(w) + per_channel(b)
+    if r is not None:
+        z = z + r.astype(numpy.float64)
+    jump = abs(activations.derivative(z + 1e-4, activation, param) - activations.derivative(z - 1e-4, activation, param))
+    return jump > 1e-2
+
+
 def _gpu_case(rng, shape, channel_axis, dtype, pdtype, activation, training, with_residual=True):
     import cupy
 
@@ -200,6 +217,10 @@ def _gpu_case(rng, shape, channel_axis, dtype, pdtype, activation, training, wit
     rdx, rdw, rdb, rdr = reference.batch_norm_backward(d["dy"], d["x"], hw, hb, mean.get(), rstd.get(), residual=hr,
                                                        activation=activation, activation_param=param,
                                                        training=training, channel_axis=channel_axis)
+    kinks = _at_kinks(d, hw, hb, hr, mean.get(), rstd.get(), activation, param, channel_axis)
+    if kinks is not None:
+        rdx = numpy.where(kinks, to_numpy(dx), rdx)
+        rdr = None if hr is None else numpy.where(kinks, to_numpy(dr), rdr)
     count = d["x"].size // shape[channel_axis]
     assert_close("dx", dx, rdx, rtol, 4 * atol * float(rstd.max().get()))
     assert_close("dweight", dw, rdw, *reduction_tol(numpy.float32 if pdtype == numpy.float32 else pdtype, count))
@@ -304,7 +325,8 @@ def _dense_plan(shape, dtype, pdtype):
 
 @pytest.fixture(params=["fold", "finalize", "fold_many_images", "finalize_many_images"])
 def flat_stats_path(request, monkeypatch):
-    """bn_stats_flat's partials summed by the flat apply or by bn_finalize, with the default
+    """bn_stats_flat's and bn_bwd_sums_flat's partials summed by the flat apply passes or by
+    bn_finalize / bn_bwd_finalize, with the default
     image groups or all of a piece's images in one block (FLAT_STATS_BLOCKS_PER_SM tiny),
     in every dtype (the host takes it for half precision only)."""
     monkeypatch.setattr(_batch_norm, "FLAT_FOLD_CHUNKS", 10**9 if request.param.startswith("fold") else 0)
@@ -320,11 +342,17 @@ def flat_stats_path(request, monkeypatch):
 def test_gpu_flat_stats(rng, shape, dtype, pdtype, flat_stats_path):
     p = _dense_plan(shape, dtype, pdtype)
     assert p.stats is not None, "the case must take bn_stats_flat"
-    assert p.stats.fold == flat_stats_path.startswith("fold")
-    if flat_stats_path.endswith("many_images"):
-        assert p.stats.groups == 1
+    # bn_bwd_sums_flat's pieces are half as long: planes longer than one (float64 I = 1000,
+    # 1024) keep bn_bwd_sums_nc
+    assert (p.sums is not None) == (shape[-1] <= _batch_norm.BLOCK * _batch_norm.FLAT_SUMS_PACKS * p.vec)
+    for st in (p.stats, p.sums):
+        if st is not None:
+            assert st.fold == flat_stats_path.startswith("fold")
+            assert st.groups == 1 or not flat_stats_path.endswith("many_images")
     _gpu_case(rng, shape, 1, dtype, pdtype, "relu", training=True)
     _gpu_case(rng, shape, 1, dtype, pdtype, None, training=True, with_residual=False)
+    _gpu_case(rng, shape, 1, dtype, pdtype, "silu", training=True)  # the generic activation's build
+    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=False)  # eval: the backward's sums only
 
 
 @pytest.mark.gpu
@@ -352,6 +380,7 @@ def test_plans_flat_stats(monkeypatch, fresh_plans):
         p = _batch_norm.plan(_batch_norm.layout((64, 1024, 14, 14), (1024 * 196, 196, 14, 1), 1), BFLOAT16,
                              numpy.float32, 0, 0)
         assert p.stats == _batch_norm.FlatStats(256 * 2 * 8, 7, 10, False)  # 49 pieces x 10 groups <= 528
+        assert p.sums == _batch_norm.FlatStats(256 * 1 * 8, 13, 5, False)  # bn_bwd_sums_flat: 98 pieces x 5
         small = _batch_norm.layout((3, 96, 7, 7), (96 * 49, 49, 7, 1), 1)
         assert _batch_norm.plan(small, numpy.float16, numpy.float32, 0, 0).stats == _batch_norm.FlatStats(
             256 * 2 * 8, 1, 3, True)
@@ -371,14 +400,14 @@ def test_plans_flat_stats(monkeypatch, fresh_plans):
                 for dt in (BFLOAT16, numpy.float32, numpy.float64):
                     with _sm_count(132):
                         p = _batch_norm.plan(lay, dt, numpy.float32, 0, 0)
-                    st = p.stats
-                    if st is None:
-                        continue
-                    CI, L = C * I, st.length
-                    assert I <= L and L % p.vec == 0 and CI % p.vec == 0
-                    for k in range(-(-CI // L)):
-                        assert (min(CI, k * L + L) - 1) // I - k * L // I + 1 <= _batch_norm.FLAT_CHANNELS
-                    assert (st.groups - 1) * st.images < O <= st.groups * st.images
+                    for st in (p.stats, p.sums):
+                        if st is None:
+                            continue
+                        CI, L = C * I, st.length
+                        assert I <= L and L % p.vec == 0 and CI % p.vec == 0
+                        for k in range(-(-CI // L)):
+                            assert (min(CI, k * L + L) - 1) // I - k * L // I + 1 <= _batch_norm.FLAT_CHANNELS
+                        assert (st.groups - 1) * st.images < O <= st.groups * st.images
 
 
 def test_plans_chunk_and_shape_blocks():

@@ -51,6 +51,10 @@ FLAT_STATS_MAX_I = 1024
 FLAT_STATS_PACKS = 2  # = kFlatStatsPacks
 FLAT_STATS_BLOCKS_PER_SM = 4  # 5 (five fit at 51 registers) read -0.01 to -0.02 against 4
 FLAT_FOLD_CHUNKS = 8
+# Their training backward's sums take bn_bwd_sums_flat the same way, pieces of
+# FLAT_SUMS_PACKS packs a thread (NOTES "BatchNorm v10").
+USE_FLAT_SUMS = True
+FLAT_SUMS_PACKS = 1  # = CUNORM_BN_FLAT_SUMS_PACKS
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -61,7 +65,7 @@ def _param_types(t: str) -> tuple:
 
 ACT_CLASSES = (0, 1, 2)  # kernels' ACT: none, ReLU, any other (the id then an argument)
 APPLY_KERNELS = ("bn_apply_nc", "bn_apply_cl", "bn_bwd_sums_nc", "bn_bwd_sums_cl", "bn_bwd_apply_nc", "bn_bwd_apply_cl",
-                 "bn_bwd_apply_flat")
+                 "bn_bwd_apply_flat", "bn_bwd_sums_flat")
 
 
 def act_class(act: int) -> int:
@@ -169,6 +173,11 @@ def _merge(dims):
     return out
 
 
+def pieces(lay, length: int) -> int:
+    """The pieces of ``length`` elements an image of the flat passes falls into."""
+    return -(-(lay.C * lay.I) // length)
+
+
 class FlatStats(NamedTuple):
     """bn_stats_flat's launch: pieces of ``length`` elements, ``images`` a block, ``groups``
     blocks a piece (the partials a channel: 2 * groups); ``fold``: the flat apply sums them
@@ -184,7 +193,7 @@ class FlatStats(NamedTuple):
         return 2 * self.groups
 
     def grid(self, lay) -> int:
-        return -(-(lay.C * lay.I) // self.length) * self.groups
+        return pieces(lay, self.length) * self.groups
 
 
 class Plan(NamedTuple):
@@ -200,6 +209,7 @@ class Plan(NamedTuple):
     acc: numpy.dtype
     flat_len: int  # the flat apply passes' piece length in elements, 0 when they do not apply
     stats: FlatStats | None  # bn_stats_flat's pieces, None when the statistics take bn_stats_nc / _cl
+    sums: FlatStats | None  # bn_bwd_sums_flat's, None when the backward sums take bn_bwd_sums_nc / _cl
 
 
 def pointer_phase(*pointers: int) -> int:
@@ -240,25 +250,28 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
     if grid_y > MAX_GRID_Y and lay.channels_last:
         raise ValueError(f"x: {lay.C} channels is more than the channels-last kernels address")
     flat_len = _flat_len(lay, vec, phase, max_vec(itemsize))
-    stats = _flat_stats(lay, vec, flat_len, device) if dtype.name in FLAT_STATS_DTYPES else None
+    flat_dtype = dtype.name in FLAT_STATS_DTYPES
+    stats = _flat_stats(lay, vec, flat_len, FLAT_STATS_PACKS, device) if flat_dtype and USE_FLAT_STATS else None
+    sums = _flat_stats(lay, vec, flat_len, FLAT_SUMS_PACKS, device) if flat_dtype and USE_FLAT_SUMS else None
     return Plan(lay, vec, ip, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name,
-                acc_dtype(dtype), flat_len, stats)
+                acc_dtype(dtype), flat_len, stats, sums)
 
 
-def _flat_stats(lay: Layout, vec: int, flat_len: int, device: int) -> FlatStats | None:
-    """bn_stats_flat's pieces and image groups, or None where it does not apply: not the flat
-    passes, planes longer than FLAT_STATS_MAX_I (bn_stats_nc's blocks then have packs
-    enough), or C * I not a multiple of the pack (images would not share their packs)."""
+def _flat_stats(lay: Layout, vec: int, flat_len: int, packs: int, device: int) -> FlatStats | None:
+    """bn_stats_flat's (or bn_bwd_sums_flat's) pieces of ``packs`` packs a thread and image
+    groups, or None where it does not apply: not the flat passes, planes longer than
+    FLAT_STATS_MAX_I (the per-channel sums' blocks then have packs enough), or C * I not a
+    multiple of the pack (images would not share their packs)."""
     CI = lay.C * lay.I
-    if not (USE_FLAT_STATS and flat_len and lay.I <= FLAT_STATS_MAX_I and CI % vec == 0):
+    if not (flat_len and lay.I <= FLAT_STATS_MAX_I and CI % vec == 0):
         return None
-    length = min(BLOCK * FLAT_STATS_PACKS * vec, (FLAT_CHANNELS - 2) * lay.I // vec * vec)
+    length = min(BLOCK * packs * vec, (FLAT_CHANNELS - 2) * lay.I // vec * vec)
     if lay.I > length:  # a channel would span three pieces
         return None
-    pieces = -(-CI // length)
+    n = pieces(lay, length)
     # as many image groups as keep the grid within the target (a second wave of a few blocks
     # would double the pass), the images spread evenly over them
-    groups = max(1, min(lay.O, int(FLAT_STATS_BLOCKS_PER_SM * sm_count(device)) // pieces))
+    groups = max(1, min(lay.O, int(FLAT_STATS_BLOCKS_PER_SM * sm_count(device)) // n))
     images = -(-lay.O // groups)
     groups = -(-lay.O // images)
     return FlatStats(length, images, groups, 2 * groups <= FLAT_FOLD_CHUNKS)
@@ -329,9 +342,10 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
     kind = "cl" if p.lay.channels_last else "nc"
     acc = "double" if p.acc == numpy.float64 else "float"
     if backward:
-        first = _kernel(f"bn_bwd_sums_{kind}", p, device, act)
+        first = _kernel(f"bn_bwd_sums_{'flat' if p.sums else kind}", p, device, act)
         # the flat pass takes the finalize's place (its blocks sum the partials they need)
-        channel = 0 if p.flat_len else function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device)
+        fold = p.flat_len and (p.sums is None or p.sums.fold)
+        channel = 0 if fold else function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device)
         apply = _kernel(f"bn_bwd_apply_{'flat' if p.flat_len else kind}", p, device, act)
     else:
         first = _kernel(f"bn_stats_{'flat' if p.stats else kind}", p, device) if training else 0
@@ -397,7 +411,7 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
 
 def _flat_grid(p: Plan) -> int:
     """The flat passes' blocks: every image's pieces."""
-    return -(-(p.lay.C * p.lay.I) // p.flat_len) * p.lay.O
+    return pieces(p.lay, p.flat_len) * p.lay.O
 
 
 def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: int, mean: int, rstd: int,
@@ -407,21 +421,28 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
     q = _passes(p, True, training, act, param, "", device)
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc
-    part = alloc((lay.C, p.chunks + 1, 2), p.acc)  # the partials, then coef [C, 2]
-    coef = part + lay.C * p.chunks * 2 * a_size
-    for c0, grid in q.slices:
-        xo = c0 * sc
-        launch(q.first, grid, BLOCK,
-               (_off(dy, xo, t_size), _off(x, xo, t_size), _off(res, xo, t_size), *q.shape_args,
-                _off(mean, c0, a_size), _off(rstd, c0, a_size), _off(w, c0, w_size), _off(b, c0, w_size), act,
-                q.act_bits, _off(part, c0 * p.chunks * 2, a_size)), stream)
+    chunks = p.sums.chunks if p.sums else p.chunks
+    part = alloc((lay.C, chunks + 1, 2), p.acc)  # the partials, then coef [C, 2]
+    coef = part + lay.C * chunks * 2 * a_size
+    if p.sums:
+        st = p.sums
+        launch(q.first, st.grid(lay), BLOCK, (dy, x, res, lay.C * lay.I, lay.I, st.length, lay.O, st.images, st.groups,
+                                             mean, rstd, w, b, act, q.act_bits, part), stream)
+    else:
+        for c0, grid in q.slices:
+            xo = c0 * sc
+            launch(q.first, grid, BLOCK,
+                   (_off(dy, xo, t_size), _off(x, xo, t_size), _off(res, xo, t_size), *q.shape_args,
+                    _off(mean, c0, a_size), _off(rstd, c0, a_size), _off(w, c0, w_size), _off(b, c0, w_size), act,
+                    q.act_bits, _off(part, c0 * chunks * 2, a_size)), stream)
     count = _f64(float(lay.O * lay.I))
-    if p.flat_len:
+    if q.channel:
+        launch(q.channel, -(-lay.C // 4), 128, (part, chunks, lay.C, count, int(training), dw, db, coef), stream)
+    if p.flat_len:  # folding the partials itself, or (after bn_bwd_finalize) reading coef
         launch(q.apply, _flat_grid(p), BLOCK, (dy, x, res, dx, dres, lay.C * lay.I, lay.I, p.flat_len, lay.O, mean,
-                                              rstd, w, b, act, q.act_bits, part, p.chunks, count, int(training), dw,
-                                              db), stream)
+                                              rstd, w, b, act, q.act_bits, 0 if q.channel else part, chunks, count,
+                                              int(training), dw, db, coef), stream)
         return
-    launch(q.channel, -(-lay.C // 4), 128, (part, p.chunks, lay.C, count, int(training), dw, db, coef), stream)
     for c0, grid in q.slices:
         xo = c0 * sc
         launch(q.apply, grid, BLOCK,
