@@ -54,7 +54,8 @@ def assert_close(name, actual, expected, rtol, atol):
     if bad.any():
         i = numpy.argwhere(bad)[0]
         raise AssertionError(f"{name}: {bad.sum()} of {bad.size} elements off; first at {tuple(i)}: "
-                             f"{actual[tuple(i)]} vs {expected[tuple(i)]} (rtol={rtol}, atol={atol})")
+                             f"{actual[tuple(i)]} vs {expected[tuple(i)]} (rtol={rtol}, "
+                             f"atol={numpy.broadcast_to(atol, actual.shape)[tuple(i)]})")
 
 
 def fp8_step(v, dtype):
