@@ -205,8 +205,7 @@ def _kinks(d, w, b, r, mean, rstd, activation, param, axis):
     if activation is None:
         return None
     x = d["x"].astype(numpy.float64)
-    shape = [1] * x.ndim
-    shape[axis] = -1
+    _, shape = reference._channel_shape(x, axis)
     per_channel = lambda a: numpy.asarray(a, numpy.float64).reshape(shape)
     xhat = (x - per_channel(mean)) * per_channel(rstd)
     z = xhat * per_channel(w) + per_channel(b)
@@ -222,13 +221,11 @@ def _other_side_at_kinks(kinks, dy, dx, w, rstd, rdx, rdw, rdb, rdr, axis):
     says it took the other one: dz there moves by dy * (the derivatives' difference), and
     dbias / dweight / dresidual with it (the channel means in dx by 1 / count of that: left)."""
     at, other, xhat = kinks
-    shape = [1] * dy.ndim
-    shape[axis] = -1
+    axes, shape = reference._channel_shape(dy, axis)
     moved = dy.astype(numpy.float64) * other
     flipped_dx = rdx + (numpy.asarray(w, numpy.float64) * numpy.asarray(rstd, numpy.float64)).reshape(shape) * moved
     a = to_numpy(dx)
     moved = numpy.where(at & (abs(a - flipped_dx) < abs(a - rdx)), moved, 0.0)
-    axes = tuple(i for i in range(dy.ndim) if i != axis % dy.ndim)
     rdx = numpy.where(moved != 0, flipped_dx, rdx)
     rdw = None if rdw is None else rdw + (moved * xhat).sum(axis=axes)
     rdb = None if rdb is None else rdb + moved.sum(axis=axes)

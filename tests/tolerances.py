@@ -54,8 +54,7 @@ def assert_close(name, actual, expected, rtol, atol):
     if bad.any():
         i = numpy.argwhere(bad)[0]
         raise AssertionError(f"{name}: {bad.sum()} of {bad.size} elements off; first at {tuple(i)}: "
-                             f"{actual[tuple(i)]} vs {expected[tuple(i)]} (rtol={rtol}, "
-                             f"atol={numpy.broadcast_to(atol, actual.shape)[tuple(i)]})")
+                             f"{actual[tuple(i)]} vs {expected[tuple(i)]} (rtol={rtol}, atol={atol})")
 
 
 def fp8_step(v, dtype):
