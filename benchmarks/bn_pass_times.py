@@ -1,5 +1,6 @@
 """Each BatchNorm launch's own kernel time, training forward and backward at issue 5's
-channel-major shapes, bn_stats_flat and bn_bwd_sums_flat on and off: the call queued back to back
+channel-major shapes, with the defaults and with one setting of _batch_norm changed at a time
+(SETTINGS: bn_stats_flat and bn_bwd_sums_flat off): the call queued back to back
 (_bench.queued_time_ms) with every launch but one skipped, for each launch in turn (the
 skipped passes' outputs are stale, which does not change what the kept one moves).
 
@@ -14,6 +15,15 @@ from cunorm import _bench
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
 from sweep_bn_config import SHAPES
+
+SETTINGS = {"default": {}, "flat sums off": {"USE_FLAT_STATS": False, "USE_FLAT_SUMS": False}}
+
+
+def _use(settings: dict) -> None:
+    for k, v in settings.items():
+        setattr(_batch_norm, k, v)
+    _batch_norm.plan.cache_clear()
+    _batch_norm._passes.cache_clear()
 
 
 def _pass_times(fn, stream_ptr: int) -> list[float]:
@@ -57,17 +67,18 @@ def main() -> None:
             w, b = cupy.ones(shape[1], numpy.float32), cupy.zeros(shape[1], numpy.float32)
             rm, rv = cupy.zeros(shape[1], numpy.float32), cupy.ones(shape[1], numpy.float32)
             dy = x.copy()
-            for flat in (True, False):
-                _batch_norm.USE_FLAT_STATS = _batch_norm.USE_FLAT_SUMS = flat
-                _batch_norm.plan.cache_clear()
-                _batch_norm._passes.cache_clear()
-                _, mean, rstd = cunorm.batch_norm(x, w, b, rm, rv, return_stats=True)
-                f = _pass_times(lambda: cunorm.batch_norm(x, w, b, rm, rv), stream)
-                g = _pass_times(lambda: cunorm.batch_norm_backward(dy, x, w, b, mean, rstd), stream)
-                print(f"{dtype.name:8s} {str(shape):20s} flat sums={'on ' if flat else 'off'} forward "
+            for name, settings in SETTINGS.items():
+                defaults = {k: getattr(_batch_norm, k) for k in settings}
+                _use(settings)
+                try:
+                    _, mean, rstd = cunorm.batch_norm(x, w, b, rm, rv, return_stats=True)
+                    f = _pass_times(lambda: cunorm.batch_norm(x, w, b, rm, rv), stream)
+                    g = _pass_times(lambda: cunorm.batch_norm_backward(dy, x, w, b, mean, rstd), stream)
+                finally:
+                    _use(defaults)
+                print(f"{dtype.name:8s} {str(shape):20s} {name:13s} forward "
                       f"{' + '.join(f'{t:.1f}' for t in f[:-1])} (whole {f[-1]:.1f}) us; backward "
                       f"{' + '.join(f'{t:.1f}' for t in g[:-1])} (whole {g[-1]:.1f}) us")
-    _batch_norm.USE_FLAT_STATS = _batch_norm.USE_FLAT_SUMS = True
 
 
 if __name__ == "__main__":
