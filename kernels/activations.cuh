@@ -13,10 +13,12 @@ enum Activation {
   kTanh = 7, kMish = 8, kElu = 9, kHardswish = 10, kSoftplus = 11
 };
 
-constexpr float kSoftplusThreshold = 20.0f;
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kInvSqrt2 = 0.7071067811865476f;
-constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+// double, cast to the accumulation type where used: as float constants they held float64's
+// GELU to float precision (1e-8 relative; the float32 kernels' values are the same either way)
+constexpr double kSoftplusThreshold = 20.0;
+constexpr double kSqrt2OverPi = 0.7978845608028654;
+constexpr double kInvSqrt2 = 0.7071067811865476;
+constexpr double kInvSqrt2Pi = 0.3989422804014327;
 
 __device__ __forceinline__ float sigmoid_f(float z) { return 1.0f / (1.0f + __expf(-z)); }
 __device__ __forceinline__ double sigmoid_f(double z) { return 1.0 / (1.0 + exp(-z)); }

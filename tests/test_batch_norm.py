@@ -204,13 +204,7 @@ def _kinks(d, w, b, r, mean, rstd, activation, param, axis):
     gradient is right."""
     if activation is None:
         return None
-    x = d["x"].astype(numpy.float64)
-    _, shape = reference._channel_shape(x, axis)
-    per_channel = lambda a: numpy.asarray(a, numpy.float64).reshape(shape)
-    xhat = (x - per_channel(mean)) * per_channel(rstd)
-    z = xhat * per_channel(w) + per_channel(b)
-    if r is not None:
-        z = z + r.astype(numpy.float64)
+    xhat, z = reference.batch_norm_pre_activation(d["x"], w, b, mean, rstd, residual=r, channel_axis=axis)
     at, up, down = (activations.derivative(v, activation, param) for v in (z, z + 1e-4, z - 1e-4))
     other = numpy.where(abs(up - at) > abs(down - at), up, down) - at
     return abs(other) > 1e-2, other, xhat
@@ -295,6 +289,16 @@ def test_gpu_activations(rng, activation, with_residual, training, channel_axis)
     shape = (4, 6, 5, 7) if channel_axis == 1 else (4, 5, 7, 6)
     _gpu_case(rng, shape, channel_axis, numpy.dtype(numpy.float32), numpy.float32, activation, training,
               with_residual)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
+@pytest.mark.parametrize("shape,channel_axis", [((4, 6, 5, 7), 1), ((4, 5, 7, 6), -1), ((3, 96, 7, 7), 1)],
+                         ids=["nc", "cl", "flat"])
+def test_gpu_activations_float64(rng, shape, channel_axis, activation, training):
+    # float64's tolerance (1e-9) sees constants held to float precision (GELU's 1 / sqrt(2) was)
+    _gpu_case(rng, shape, channel_axis, numpy.dtype(numpy.float64), numpy.float64, activation, training)
 
 
 # Shapes that take several chunks a channel, a walk that wraps runs mid-step (I < 256 packs),
