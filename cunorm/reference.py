@@ -161,6 +161,20 @@ def batch_norm(x, weight=None, bias=None, running_mean=None, running_var=None, *
     return (y, mean, rstd) if return_stats else y
 
 
+def batch_norm_pre_activation(x, weight, bias, mean, rstd, *, residual=None, channel_axis=1):
+    """(xhat, z) in float64: x normalized by the given per-channel statistics, and the
+    activation's input z = xhat * weight + bias + residual (each where given)."""
+    x64 = _f64(x)
+    _, shape = _channel_shape(x64, channel_axis)
+    xhat = (x64 - _f64(mean).reshape(shape)) * _f64(rstd).reshape(shape)
+    z = xhat if weight is None else xhat * _f64(weight).reshape(shape)
+    if bias is not None:
+        z = z + _f64(bias).reshape(shape)
+    if residual is not None:
+        z = z + _f64(residual)
+    return xhat, z
+
+
 def batch_norm_backward(dy, x, weight, bias, mean, rstd, *, residual=None, activation=None,
                         activation_param=None, training=True, channel_axis=1, has_bias=None):
     """(dx, dweight, dbias, dresidual) of batch_norm given the statistics it used. The
@@ -174,14 +188,9 @@ def batch_norm_backward(dy, x, weight, bias, mean, rstd, *, residual=None, activ
         has_bias = bias is not None
     dy, x64 = _f64(dy), _f64(x)
     axes, shape = _channel_shape(x64, channel_axis)
-    mean, rstd = _f64(mean).reshape(shape), _f64(rstd).reshape(shape)
-    xhat = (x64 - mean) * rstd
+    rstd = _f64(rstd).reshape(shape)
+    xhat, z = batch_norm_pre_activation(x64, weight, bias, mean, rstd, residual=residual, channel_axis=channel_axis)
     w = numpy.ones(shape) if weight is None else _f64(weight).reshape(shape)
-    z = xhat * w
-    if bias is not None:
-        z = z + _f64(bias).reshape(shape)
-    if residual is not None:
-        z = z + _f64(residual)
     dz = dy * activations.derivative(z, activation, activation_param)
     dbias = dz.sum(axis=axes) if has_bias else None
     dweight = (dz * xhat).sum(axis=axes) if weight is not None else None

@@ -397,16 +397,36 @@ __device__ __forceinline__ int per_trip(int v, int trip) {
 #define CUNORM_BN_FLAT_STATS_MIN_BLOCKS 4
 #endif
 
+// A bn_stats_flat / bn_bwd_sums_flat block's share of the tensor: piece k (elements [e0, e1)
+// of an image: channels c0 .. c0 + nch - 1, np whole packs) of each image of group g (images
+// [o0, o1)). Blocks go piece-major: block k * groups + g.
+struct FlatShare {
+  int k, g;
+  i64 e0, e1;
+  int c0, nch, np, o0, o1;
+  __device__ __forceinline__ FlatShare(i64 CI, int I, int L, int O, int G, int groups, int vec) {
+    k = blockIdx.x / groups;
+    g = blockIdx.x - k * groups;
+    e0 = i64(k) * L;
+    e1 = min(CI, e0 + L);
+    c0 = int(e0 / I);
+    nch = int((e1 - 1) / I) - c0 + 1;
+    np = int(e1 - e0) / vec;
+    o0 = g * G;
+    o1 = min(O, o0 + G);
+  }
+};
+
 // This thread's pack u of a bn_stats_flat / bn_bwd_sums_flat piece at e0 (the same pack in
 // every image): its first channel j (piece-local), the element cut where channel j + 1 starts
 // (VEC where it does not), and the two channels' staged values (b = a where the pack holds
 // one channel; zeros for a pack past the piece's np, never used).
 template <int VEC, typename C>
-__device__ __forceinline__ void flat_pack(int u, i64 e0, int c0, int I, int np, const C* staged, int& j, int& cut,
-                                          C& a, C& b) {
-  const int e = int(e0) + (threadIdx.x + u * kBnBlock) * VEC, c = e / I;
-  const bool live = threadIdx.x + u * kBnBlock < np;
-  j = c - c0;
+__device__ __forceinline__ void flat_pack(int u, const FlatShare& sh, int I, const C* staged, int& j, int& cut, C& a,
+                                          C& b) {
+  const int e = int(sh.e0) + (threadIdx.x + u * kBnBlock) * VEC, c = e / I;
+  const bool live = threadIdx.x + u * kBnBlock < sh.np;
+  j = c - sh.c0;
   cut = min((c + 1) * I - e, VEC);
   a = live ? staged[j] : C{};
   b = live && cut < VEC ? staged[j + 1] : a;
@@ -420,29 +440,28 @@ __device__ __forceinline__ void flat_pack(int u, i64 e0, int c0, int I, int np, 
 // [C, 2 * groups, 2]; a channel that lies in one piece gets zeros in its second slot.
 template <int VEC, int P, typename A>
 __device__ __forceinline__ void flat_sums_write(const int (&pj)[P], const int (&pcut)[P], const A (&as)[P],
-                                                const A (&aq)[P], const A (&bs)[P], const A (&bq)[P], int np,
-                                                int nch, int c0, i64 e0, i64 e1, int k, int g, int I, int L,
-                                                int groups, A* lo_s, A* lo_q, A* hi_s, A* hi_q, const A* q_scale,
-                                                A* part) {
+                                                const A (&aq)[P], const A (&bs)[P], const A (&bq)[P],
+                                                const FlatShare& sh, int I, int L, int groups, A* lo_s, A* lo_q,
+                                                A* hi_s, A* hi_q, const A* q_scale, A* part) {
 #pragma unroll
   for (int u = 0; u < P; ++u) {
     const int pl = threadIdx.x + u * kBnBlock;
-    if (pl < np) {
+    if (pl < sh.np) {
       lo_s[pl] = as[u]; lo_q[pl] = aq[u];
       if (pcut[u] < VEC) { hi_s[pj[u] + 1] = bs[u]; hi_q[pj[u] + 1] = bq[u]; }
     }
   }
   __syncthreads();
-  for (int j = threadIdx.x; j < nch; j += kBnBlock) {
-    const i64 c = c0 + j;
-    const int start = int(c * I - e0);  // negative for a channel begun in the piece before
-    const int a = start > 0 ? (start + VEC - 1) / VEC : 0, b = min(np, (start + I + VEC - 1) / VEC);
+  for (int j = threadIdx.x; j < sh.nch; j += kBnBlock) {
+    const i64 c = sh.c0 + j;
+    const int start = int(c * I - sh.e0);  // negative for a channel begun in the piece before
+    const int a = start > 0 ? (start + VEC - 1) / VEC : 0, b = min(sh.np, (start + I + VEC - 1) / VEC);
     A ss = hi_s[j], qq = hi_q[j];
     for (int pl = a; pl < b; ++pl) { ss += lo_s[pl]; qq += lo_q[pl]; }
     const i64 first = c * I / L;
-    A* out = part + (c * 2 * groups + 2 * g + (k - first)) * 2;
+    A* out = part + (c * 2 * groups + 2 * sh.g + (sh.k - first)) * 2;
     out[0] = ss; out[1] = q_scale ? qq * q_scale[c] : qq;
-    if (k == first && c * I + I <= e1) { out[2] = A(0); out[3] = A(0); }  // the channel's one piece
+    if (sh.k == first && c * I + I <= sh.e1) { out[2] = A(0); out[3] = A(0); }  // the channel's one piece
   }
 }
 
@@ -455,11 +474,8 @@ bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int g
   __shared__ A pivot[kFlatChannels];
   __shared__ A lo_s[kBnBlock * P], lo_q[kBnBlock * P];  // a pack's part in its first channel
   __shared__ A hi_s[kFlatChannels], hi_q[kFlatChannels];  // a channel's part in the pack it starts inside
-  const int k = blockIdx.x / groups, g = blockIdx.x - k * groups;
-  const i64 e0 = i64(k) * L, e1 = min(CI, e0 + L);
-  const int c0 = int(e0 / I), nch = int((e1 - 1) / I) - c0 + 1, np = int(e1 - e0) / VEC;
-  const int o0 = g * G, o1 = min(O, o0 + G);
-  const T* xt = x + e0 + threadIdx.x * VEC;  // this thread's first pack, image 0 (then + o * CI)
+  const FlatShare sh(CI, I, L, O, G, groups, VEC);
+  const T* xt = x + sh.e0 + threadIdx.x * VEC;  // this thread's first pack, image 0 (then + o * CI)
   // D images' packs a thread in flight at once, the first D's while the pivots are staged
   Pack<T, VEC> v[D][P];
   const auto load_images = [&](int o) {
@@ -467,12 +483,12 @@ bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int g
     for (int d = 0; d < D; ++d)
 #pragma unroll
       for (int u = 0; u < P; ++u)
-        if (o + d < o1 && threadIdx.x + u * kBnBlock < np)
+        if (o + d < sh.o1 && threadIdx.x + u * kBnBlock < sh.np)
           v[d][u] = load_raw<VEC>(xt + i64(o + d) * CI + u * kBnBlock * VEC);
   };
-  load_images(o0);
-  for (int j = threadIdx.x; j < nch; j += kBnBlock) {
-    pivot[j] = cvt<A>(x[i64(c0 + j) * I]);
+  load_images(sh.o0);
+  for (int j = threadIdx.x; j < sh.nch; j += kBnBlock) {
+    pivot[j] = cvt<A>(x[i64(sh.c0 + j) * I]);
     hi_s[j] = A(0); hi_q[j] = A(0);  // stays 0 for channels that start on a pack boundary
   }
   __syncthreads();
@@ -482,16 +498,16 @@ bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int g
   A ka[P], kb[P], as[P], aq[P], bs[P], bq[P];
 #pragma unroll
   for (int u = 0; u < P; ++u) {
-    flat_pack<VEC>(u, e0, c0, I, np, pivot, pj[u], pcut[u], ka[u], kb[u]);
+    flat_pack<VEC>(u, sh, I, pivot, pj[u], pcut[u], ka[u], kb[u]);
     as[u] = aq[u] = bs[u] = bq[u] = A(0);
   }
 #pragma unroll 1
-  for (int o = o0; o < o1; o += D) {
+  for (int o = sh.o0; o < sh.o1; o += D) {
 #pragma unroll
     for (int d = 0; d < D; ++d)
 #pragma unroll
       for (int u = 0; u < P; ++u)
-        if (o + d < o1 && threadIdx.x + u * kBnBlock < np) {
+        if (o + d < sh.o1 && threadIdx.x + u * kBnBlock < sh.np) {
           A xv[VEC];
           unpack(v[d][u], xv);
           const int cut = per_trip(pcut[u], o + d);
@@ -501,9 +517,9 @@ bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int g
             if (e < cut) { as[u] += dv; aq[u] += dv * dv; } else { bs[u] += dv; bq[u] += dv * dv; }
           }
         }
-    if (o + D < o1) load_images(o + D);
+    if (o + D < sh.o1) load_images(o + D);
   }
-  flat_sums_write<VEC, P>(pj, pcut, as, aq, bs, bq, np, nch, c0, e0, e1, k, g, I, L, groups, lo_s, lo_q, hi_s, hi_q,
+  flat_sums_write<VEC, P>(pj, pcut, as, aq, bs, bq, sh, I, L, groups, lo_s, lo_q, hi_s, hi_q,
                           static_cast<const A*>(nullptr), part);
 }
 
@@ -793,25 +809,22 @@ bn_bwd_sums_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __r
   __shared__ A hi_s[kFlatChannels], hi_q[kFlatChannels];
   const auto tag = act_tag<ACT>(act);
   const bool with_res = ACT != 0 && res;
-  const int k = blockIdx.x / groups, g = blockIdx.x - k * groups;
-  const i64 e0 = i64(k) * L, e1 = min(CI, e0 + L);
-  const int c0 = int(e0 / I), nch = int((e1 - 1) / I) - c0 + 1, np = int(e1 - e0) / VEC;
-  const int o0 = g * G, o1 = min(O, o0 + G);
-  const i64 t0 = e0 + threadIdx.x * VEC;  // this thread's first pack, image 0 (then + o * CI)
+  const FlatShare sh(CI, I, L, O, G, groups, VEC);
+  const i64 t0 = sh.e0 + threadIdx.x * VEC;  // this thread's first pack, image 0 (then + o * CI)
   Pack<T, VEC> v[P], gr[P], r[P];
   const auto load_image = [&](int o) {
 #pragma unroll
     for (int u = 0; u < P; ++u)
-      if (threadIdx.x + u * kBnBlock < np) {
+      if (threadIdx.x + u * kBnBlock < sh.np) {
         const i64 at = i64(o) * CI + t0 + u * kBnBlock * VEC;
         v[u] = load_raw<VEC>(x + at);
         gr[u] = load_raw<VEC>(dy + at);
         if (with_res) r[u] = load_raw<VEC>(res + at);
       }
   };
-  if (o0 < o1) load_image(o0);
-  for (int j = threadIdx.x; j < nch; j += kBnBlock) {
-    staged[j] = channel_of(c0 + j, mean, rstd, w, b);
+  if (sh.o0 < sh.o1) load_image(sh.o0);
+  for (int j = threadIdx.x; j < sh.nch; j += kBnBlock) {
+    staged[j] = channel_of(sh.c0 + j, mean, rstd, w, b);
     hi_s[j] = A(0); hi_q[j] = A(0);
   }
   __syncthreads();
@@ -820,14 +833,14 @@ bn_bwd_sums_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __r
   A as[P], aq[P], bs[P], bq[P];
 #pragma unroll
   for (int u = 0; u < P; ++u) {
-    flat_pack<VEC>(u, e0, c0, I, np, staged, pj[u], pcut[u], ca[u], cb[u]);
+    flat_pack<VEC>(u, sh, I, staged, pj[u], pcut[u], ca[u], cb[u]);
     as[u] = aq[u] = bs[u] = bq[u] = A(0);
   }
 #pragma unroll 1
-  for (int o = o0; o < o1; ++o) {
+  for (int o = sh.o0; o < sh.o1; ++o) {
 #pragma unroll
     for (int u = 0; u < P; ++u)
-      if (threadIdx.x + u * kBnBlock < np) {
+      if (threadIdx.x + u * kBnBlock < sh.np) {
         A xv[VEC], gv[VEC], rv[VEC];
         unpack(v[u], xv);
         unpack(gr[u], gv);
@@ -842,9 +855,9 @@ bn_bwd_sums_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __r
           if (in_a) { as[u] += dz; aq[u] += dz * xm; } else { bs[u] += dz; bq[u] += dz * xm; }
         }
       }
-    if (o + 1 < o1) load_image(o + 1);
+    if (o + 1 < sh.o1) load_image(o + 1);
   }
-  flat_sums_write<VEC, P>(pj, pcut, as, aq, bs, bq, np, nch, c0, e0, e1, k, g, I, L, groups, lo_s, lo_q, hi_s, hi_q,
+  flat_sums_write<VEC, P>(pj, pcut, as, aq, bs, bq, sh, I, L, groups, lo_s, lo_q, hi_s, hi_q,
                           rstd, part);
 }
 

@@ -80,42 +80,6 @@ __device__ __forceinline__ void cluster_sums(float (&v)[K], float* slot, float* 
   for (int k = 0; k < K; ++k) v[k] = bcast[k];
 }
 
-// v51 (prepared, off; benchmarks/sweep_cluster_fwd_stage.py measures it): the sums of K
-// values a thread over every thread of the cluster in one exchange. Each warp publishes its
-// warp sum, and warp 0 of every block folds all CLUSTER * TPB / 32 warp sums in one fixed
-// order (rank-major), so every block holds the same bits. group_sum then cluster_sums take
-// three block barriers and a cluster barrier; this takes the cluster barrier and one block
-// barrier. `slot` holds K * TPB / 32 words (alternate two, as cluster_gather's).
-#ifndef CUNORM_CLUSTER_WARP_EXCHANGE
-#define CUNORM_CLUSTER_WARP_EXCHANGE 0
-#endif
-template <int TPB, int CLUSTER, int K>
-__device__ __forceinline__ void cluster_thread_sums(float (&v)[K], float* slot, float* bcast) {
-  constexpr int kWarps = TPB / kWarp, kParts = CLUSTER * kWarps;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = group_warp_sum<kWarp>(v[k]);
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) slot[k * kWarps + warp] = v[k];
-    cluster_fence();
-  }
-  cluster_barrier();  // every warp's sums written (and the previous use of bcast read)
-  if (warp == 0) {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      float t = 0.0f;
-#pragma unroll
-      for (int e = lane; e < kParts; e += kWarp) t += load_cluster(slot + k * kWarps + e % kWarps, e / kWarps);
-      t = group_warp_sum<kWarp>(t);
-      if (lane == 0) bcast[k] = t;
-    }
-  }
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = bcast[k];
-}
-
 // The row's mean (relative to the pivot) and M2 from each block's slice sum and slice M2
 // (about the slice's own mean), merged in rank order by Chan's formula: the same bits in
 // every block. A rank's element count follows from its rank, the row length and the slice.
@@ -205,8 +169,6 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   __shared__ A smem[2 * kWarp];
   __shared__ A slots[2][2];  // [exchange][sum, M2]
   __shared__ A bcast[2];
-  constexpr bool kWarpExchange = CUNORM_CLUSTER_WARP_EXCHANGE;
-  __shared__ A warp_slots[2][kWarpExchange ? 2 * TPB / kWarp : 1];  // [exchange][K][warp] (v51)
   static_assert(sizeof(A) == 4, "clusters serve float accumulation (float64 takes the split path)");
   const unsigned rank = cluster_rank();
   const i64 c0 = i64(rank) * kSlice;
@@ -293,12 +255,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
           sums[1] += d * d;
         }
       });
-      if constexpr (kWarpExchange) {
-        cluster_thread_sums<TPB, CLUSTER>(sums, warp_slots[exchange], bcast);
-      } else {
-        group_sum2<TPB>(sums[0], sums[1], smem);
-        cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
-      }
+      group_sum2<TPB>(sums[0], sums[1], smem);
+      cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
       exchange ^= 1;
       const A mu = sums[0] / A(N), var = sums[1] / A(N) - mu * mu;
       // uniform over the cluster (every block holds the same bits): rows whose pivot lies
@@ -329,12 +287,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     A mu = A(0), var;  // mu: the row's mean less the pivot
     if constexpr (RMS) {
       A sum_sq[1] = {q};
-      if constexpr (kWarpExchange) {
-        cluster_thread_sums<TPB, CLUSTER>(sum_sq, warp_slots[exchange], bcast);
-      } else {
-        sum_sq[0] = group_sum<TPB>(sum_sq[0], smem);
-        cluster_sums<CLUSTER>(sum_sq, slots[exchange], bcast);
-      }
+      sum_sq[0] = group_sum<TPB>(sum_sq[0], smem);
+      cluster_sums<CLUSTER>(sum_sq, slots[exchange], bcast);
       var = sum_sq[0] / A(N);
     } else {
       q = group_sum<TPB>(q, smem);

@@ -179,9 +179,9 @@ def pieces(lay, length: int) -> int:
 
 
 class FlatStats(NamedTuple):
-    """bn_stats_flat's launch: pieces of ``length`` elements, ``images`` a block, ``groups``
-    blocks a piece (the partials a channel: 2 * groups); ``fold``: the flat apply sums them
-    (no bn_finalize launch)."""
+    """The launch of bn_stats_flat (or of bn_bwd_sums_flat): pieces of ``length`` elements,
+    ``images`` a block, ``groups`` blocks a piece (the partials a channel: 2 * groups);
+    ``fold``: the flat apply pass sums them (no bn_finalize / bn_bwd_finalize launch)."""
 
     length: int
     images: int
@@ -337,6 +337,12 @@ class _Passes(NamedTuple):
     act_bits: int  # the activation parameter in the accumulation type's bits
 
 
+def _flat_folds(p: Plan, first: FlatStats | None) -> bool:
+    """Whether the flat apply pass sums the first pass's partials itself (no finalize launch):
+    after the per-channel first pass always, after a flat one where its partials are few."""
+    return bool(p.flat_len) and (first is None or first.fold)
+
+
 @functools.lru_cache(maxsize=1024)
 def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdtype: str, device: int) -> _Passes:
     kind = "cl" if p.lay.channels_last else "nc"
@@ -344,14 +350,13 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
     if backward:
         first = _kernel(f"bn_bwd_sums_{'flat' if p.sums else kind}", p, device, act)
         # the flat pass takes the finalize's place (its blocks sum the partials they need)
-        fold = p.flat_len and (p.sums is None or p.sums.fold)
-        channel = 0 if fold else function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device)
+        channel = 0 if _flat_folds(p, p.sums) else function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device)
         apply = _kernel(f"bn_bwd_apply_{'flat' if p.flat_len else kind}", p, device, act)
     else:
         first = _kernel(f"bn_stats_{'flat' if p.stats else kind}", p, device) if training else 0
         if not training:
             channel = function_ptr(KERNEL_FILE, f"bn_running_stats<{acc}, {c_type(rdtype)}>", device)
-        elif p.flat_len and (p.stats is None or p.stats.fold):  # the flat pass takes the finalize's place
+        elif _flat_folds(p, p.stats):  # the flat pass takes the finalize's place
             channel = 0
         else:
             channel = function_ptr(KERNEL_FILE, f"bn_finalize<{c_type(p.t)}, {c_type(rdtype)}>", device)
