@@ -17,25 +17,10 @@ import cunorm
 from cunorm import _bench
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
+from bn_pass_times import launches
 from sweep_bn_config import SHAPES
 
 FLUSH_BYTES = 128 << 20  # twice the H200's L2
-
-
-def _launches(fn) -> int:
-    """The launches one call of fn makes."""
-    real, n = _batch_norm.launch, [0]
-
-    def counting(*args, **kw):
-        n[0] += 1
-        real(*args, **kw)
-
-    _batch_norm.launch = counting
-    try:
-        fn()
-    finally:
-        _batch_norm.launch = real
-    return n[0]
 
 
 def _timed(fn, stream: int, flush=None) -> float:
@@ -43,7 +28,7 @@ def _timed(fn, stream: int, flush=None) -> float:
     where given."""
     if flush is None:
         return _bench.queued_time_ms(fn, stream) * 1e3
-    n, real, seen = _launches(fn), _batch_norm.launch, [0]
+    n, real, seen = launches(fn), _batch_norm.launch, [0]
 
     def launch(*args, **kw):
         if seen[0] % n == n - 1:

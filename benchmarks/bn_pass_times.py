@@ -26,10 +26,9 @@ def _use(settings: dict) -> None:
     _batch_norm._passes.cache_clear()
 
 
-def _pass_times(fn, stream_ptr: int) -> list[float]:
-    """µs of each launch fn makes, in launch order, then of the whole call."""
-    real = _batch_norm.launch
-    count = [0]
+def launches(fn) -> int:
+    """The launches one call of fn makes (through _batch_norm.launch)."""
+    real, count = _batch_norm.launch, [0]
 
     def counting(*args, **kw):
         count[0] += 1
@@ -40,7 +39,13 @@ def _pass_times(fn, stream_ptr: int) -> list[float]:
         fn()
     finally:
         _batch_norm.launch = real
-    n, times = count[0], []
+    return count[0]
+
+
+def _pass_times(fn, stream_ptr: int) -> list[float]:
+    """µs of each launch fn makes, in launch order, then of the whole call."""
+    real = _batch_norm.launch
+    n, times = launches(fn), []
     for keep in range(n):
         seen = [0]
 
