@@ -1190,3 +1190,208 @@ bn_bwd_apply_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __
     if (dres) dres[at] = cvt<T>(dz);
   });
 }
+
+// ---- one-read training forward: channels staged in shared memory (NOTES "BatchNorm v14")
+// Dense channel-major x (image stride so, channel stride I) with short channels. One
+// persistent block an SM walks stages of G consecutive channels (the host picks G and the
+// copy width CP so that G * I * sizeof(T), so * sizeof(T) and the pointers are multiples of
+// CP): it copies a stage's span of every image into a ring of kStagedRing shared-memory slots
+// with cp.async, kStagedRing - 1 stages ahead, so the loads of the next stages stay in flight
+// while a group of kStagedWarps / G warps a channel takes the channel's statistics from the
+// slot (one pass, shifted by the channel's first element), updates its running statistics,
+// writes y over x in the slot, and the block copies y out in CP-byte stores. x is read once,
+// where the passes read it twice.
+constexpr int kStagedBlock = 1024;
+constexpr int kStagedWarps = kStagedBlock / kWarp;
+#ifndef CUNORM_BN_STAGED_RING
+#define CUNORM_BN_STAGED_RING 4  // = the host's STAGED_RING
+#endif
+constexpr int kStagedRing = CUNORM_BN_STAGED_RING;
+
+// Every (image, word) of one channel's staged runs, EPW elements a word, lanes over them
+// flattened (a lane's next word is ``lanes`` further on, across runs), its shared-memory
+// element offset kept without a division a word: f(offset, image, word in the run).
+template <typename F>
+__device__ __forceinline__ void walk_staged(int lane, int lanes, int O, int I, int EPW, int GI, int gI, F&& f) {
+  const int IW = I / EPW;
+  const int o_step = lanes / IW, iw_step = lanes - o_step * IW;
+  int o = lane / IW, iw = lane - o * IW;
+  int off = o * GI + gI + iw * EPW;
+  const int d_off = o_step * GI + iw_step * EPW, d_wrap = GI - I, end = O * GI;
+  while (off < end) {  // gI + iw * EPW < GI, so off < end exactly while o < O
+    f(off, o, iw);
+    off += d_off;
+    o += o_step;
+    iw += iw_step;
+    if (iw >= IW) {
+      iw -= IW;
+      off += d_wrap;
+      ++o;
+    }
+  }
+}
+
+// Two sums over a group of ``wpc`` consecutive warps (runtime: G is the host's), the warps'
+// sums added in order, so every thread of the group ends with the same bits. All threads of
+// the block call it together.
+template <typename A>
+__device__ __forceinline__ void staged_group_sum2(A& a, A& b, A* red, int wpc) {
+  a = group_warp_sum<kWarp>(a);
+  b = group_warp_sum<kWarp>(b);
+  const int warp = threadIdx.x / kWarp, first = warp / wpc * wpc;
+  if (threadIdx.x % kWarp == 0) {
+    red[warp] = a;
+    red[kStagedWarps + warp] = b;
+  }
+  __syncthreads();
+  a = A(0);
+  b = A(0);
+  for (int k = 0; k < wpc; ++k) {
+    a += red[first + k];
+    b += red[kStagedWarps + first + k];
+  }
+  __syncthreads();
+}
+
+// The span [x + o * so + c0I, + span bytes) of every image o -> shared memory at o * pitch.
+template <int CP, typename T>
+__device__ __forceinline__ void stage_spans_in(unsigned char* s, const T* x, i64 so, i64 c0I, int O, int span,
+                                               int pitch) {
+  const int per = (span + CP - 1) / CP;
+  for (int j = threadIdx.x; j < O * per; j += kStagedBlock) {
+    const int o = j / per, k = j - o * per;
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(x + o * so + c0I) + k * CP;
+    copy_async_part<CP>(s + o * pitch + k * CP, src, min(CP, span - k * CP));
+  }
+}
+
+template <int CP>
+__device__ __forceinline__ void store_chunk(unsigned char* dst, const unsigned char* src) {
+  if constexpr (CP == 16) store16_global(dst, *reinterpret_cast<const uint4*>(src));
+  else if constexpr (CP == 8) *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
+  else *reinterpret_cast<unsigned*>(dst) = *reinterpret_cast<const unsigned*>(src);
+}
+
+// The reverse of stage_spans_in: whole chunks in one store, a span's last partial chunk
+// element by element.
+template <int CP, typename T>
+__device__ __forceinline__ void stage_spans_out(const unsigned char* s, T* y, i64 so, i64 c0I, int O, int span,
+                                                int pitch) {
+  const int per = (span + CP - 1) / CP;
+  for (int j = threadIdx.x; j < O * per; j += kStagedBlock) {
+    const int o = j / per, k = j - o * per;
+    unsigned char* dst = reinterpret_cast<unsigned char*>(y + o * so + c0I) + k * CP;
+    const unsigned char* src = s + o * pitch + k * CP;
+    const int bytes = min(CP, span - k * CP);
+    if (bytes == CP) {
+      store_chunk<CP>(dst, src);
+    } else {
+      for (int e = 0; e < bytes; e += int(sizeof(T)))
+        *reinterpret_cast<T*>(dst + e) = *reinterpret_cast<const T*>(src + e);
+    }
+  }
+}
+
+// A stage's channels: first channel and count (0 past the last stage).
+struct StageOf {
+  int c0, count;
+  __device__ __forceinline__ StageOf(int stage, int G, int C) : c0(stage * G), count(max(0, min(G, C - stage * G))) {}
+};
+
+template <int CP, typename T>
+__device__ __forceinline__ void stage_in(unsigned char* slot, const T* x, i64 so, int I, int O, int G, int C,
+                                         int stage) {
+  const StageOf st(stage, G, C);
+  if (st.count > 0) stage_spans_in<CP>(slot, x, so, i64(st.c0) * I, O, st.count * I * int(sizeof(T)),
+                                       G * I * int(sizeof(T)));
+  copies_commit();  // an empty group past the last stage keeps the ring's count
+}
+
+template <int CP, typename T, typename W, typename R, int EPW, int ACT>
+__device__ __forceinline__ void staged_forward(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y,
+                                               i64 so, int I, int O, int C, int G, const W* __restrict__ w,
+                                               const W* __restrict__ b, int act, typename AccOf<T>::type param,
+                                               double eps, double factor, R* __restrict__ running_mean,
+                                               R* __restrict__ running_var, typename AccOf<T>::type* __restrict__ mean,
+                                               typename AccOf<T>::type* __restrict__ rstd, unsigned char* slots,
+                                               typename AccOf<T>::type* red) {
+  typedef typename AccOf<T>::type A;
+  typedef Pack<T, EPW> Word;
+  const auto tag = act_tag<ACT>(act);
+  const int GI = G * I, slot_bytes = O * GI * int(sizeof(T));
+  const int stages = (C + G - 1) / G;
+  const int wpc = kStagedWarps / G, lanes = wpc * kWarp;
+  const int g = threadIdx.x / lanes, lane = threadIdx.x - g * lanes, gI = g * I;
+  const double n = double(O) * double(I);
+  int k = 0;
+  for (; k < kStagedRing - 1; ++k)
+    stage_in<CP>(slots + k * slot_bytes, x, so, I, O, G, C, int(blockIdx.x) + k * int(gridDim.x));
+  for (int stage = blockIdx.x, i = 0; stage < stages; stage += gridDim.x, ++i, ++k) {
+    __syncthreads();  // the slot about to be refilled was copied out by every thread
+    stage_in<CP>(slots + (k % kStagedRing) * slot_bytes, x, so, I, O, G, C, int(blockIdx.x) + k * int(gridDim.x));
+    copies_wait<kStagedRing - 1>();  // this stage's copies, older than the ones just issued
+    __syncthreads();
+    T* sx = reinterpret_cast<T*>(slots + (i % kStagedRing) * slot_bytes);
+    const StageOf st(stage, G, C);
+    const bool active = g < st.count;
+    const A pivot = active ? cvt<A>(sx[gI]) : A(0);  // the channel's first element
+    A s = A(0), q = A(0);
+    if (active)
+      walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int, int) {
+        A v[EPW];
+        unpack_words(*reinterpret_cast<const Word*>(sx + off), v);
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) {
+          const A d = v[e] - pivot;
+          s += d;
+          q += d * d;
+        }
+      });
+    staged_group_sum2(s, q, red, wpc);
+    if (active) {
+      const i64 c = st.c0 + g;
+      const ChannelMoments mo = moments_of(ChunkSums{double(s), double(q)}, double(pivot), n);
+      if (lane == 0) store_moments(c, mo, n, eps, factor, running_mean, running_var, mean, rstd);
+      const Channel<A> ch = channel_from(c, A(mo.m), rstd_of<A>(mo, eps), w, b);
+      const T* rc = res ? res + c * I : nullptr;
+      walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int o, int iw) {
+        A v[EPW], r[EPW], out[EPW];
+        unpack_words(*reinterpret_cast<const Word*>(sx + off), v);
+        if (rc) {
+          unpack(*reinterpret_cast<const Word*>(rc + o * so + iw * EPW), r);
+        } else {
+#pragma unroll
+          for (int e = 0; e < EPW; ++e) r[e] = A(0);
+        }
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) out[e] = act_forward(tag(), ch.z(v[e], r[e]), param);
+        *reinterpret_cast<Word*>(sx + off) = convert_pack<T>(out);
+      });
+    }
+    __syncthreads();
+    stage_spans_out<CP>(reinterpret_cast<const unsigned char*>(sx), y, so, i64(st.c0) * I, O,
+                        st.count * I * int(sizeof(T)), GI * int(sizeof(T)));
+  }
+  copies_wait<0>();  // the empty groups past the end: nothing outlives the block's shared memory
+}
+
+template <typename T, typename W, typename R, int EPW, int ACT>
+__global__ void __launch_bounds__(kStagedBlock)
+bn_fwd_staged(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, int I, int O, int C,
+              int G, int cp, const W* __restrict__ w, const W* __restrict__ b, int act,
+              typename AccOf<T>::type param, double eps, double factor, R* __restrict__ running_mean,
+              R* __restrict__ running_var, typename AccOf<T>::type* __restrict__ mean,
+              typename AccOf<T>::type* __restrict__ rstd) {
+  typedef typename AccOf<T>::type A;
+  extern __shared__ __align__(16) unsigned char staged_slots[];
+  __shared__ A red[2 * kStagedWarps];
+  if (cp == 16)
+    staged_forward<16, T, W, R, EPW, ACT>(x, res, y, so, I, O, C, G, w, b, act, param, eps, factor, running_mean,
+                                          running_var, mean, rstd, staged_slots, red);
+  else if (cp == 8)
+    staged_forward<8, T, W, R, EPW, ACT>(x, res, y, so, I, O, C, G, w, b, act, param, eps, factor, running_mean,
+                                         running_var, mean, rstd, staged_slots, red);
+  else
+    staged_forward<4, T, W, R, EPW, ACT>(x, res, y, so, I, O, C, G, w, b, act, param, eps, factor, running_mean,
+                                         running_var, mean, rstd, staged_slots, red);
+}
