@@ -46,7 +46,7 @@ def _timed(fn, stream: int, flush=None) -> float:
 def main() -> None:
     stream = cupy.cuda.get_current_stream().ptr
     junk = cupy.ones(FLUSH_BYTES // 4, numpy.float32)
-    sink = cupy.empty(1, numpy.float32)
+    sink = cupy.empty((), numpy.float32)  # a full reduction writes a 0-d array
 
     def flush():
         cupy.sum(junk, out=sink)

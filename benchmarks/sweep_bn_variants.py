@@ -17,9 +17,6 @@ from sweep_bn_config import SHAPES, _case
 # name: (NVRTC defines, host BLOCK, host settings of _batch_norm)
 VARIANTS = {
     "default": ((), 256, {}),
-    "passes_forward": ((), 256, {"USE_STAGED": False}),
-    "staged_ring_2": (("-DCUNORM_BN_STAGED_RING=2",), 256, {"STAGED_RING": 2}),
-    "staged_ring_3": (("-DCUNORM_BN_STAGED_RING=3",), 256, {"STAGED_RING": 3}),
     "per_channel_apply": ((), 256, {"USE_FLAT": False}),
     "flat_packs_4": ((), 256, {"FLAT_PACKS": 4}),
     "flat_packs_16": ((), 256, {"FLAT_PACKS": 16}),
@@ -43,8 +40,7 @@ VARIANTS = {
     "flat_sums_float32": ((), 256, {"FLAT_STATS_DTYPES": ("float16", "bfloat16", "float32"), "USE_FLAT_STATS": False}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
-                 "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
-                 "USE_STAGED", "STAGED_RING")
+                 "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS")
 
 
 def _use(options, block: int, settings: dict) -> None:
@@ -55,7 +51,6 @@ def _use(options, block: int, settings: dict) -> None:
         setattr(_batch_norm, k, v)
     _batch_norm.plan.cache_clear()
     _batch_norm._passes.cache_clear()
-    _batch_norm._staged_kernel.cache_clear()
 
 
 def sweep(log=print, names=None) -> list[dict]:

@@ -96,7 +96,8 @@ def run(copy_gbps: float, dtypes=("bfloat16", "float32"), peers=("torch", "compi
                 f_ms, b_ms, relu_ms, f_host, b_host = _cupy_case(shape, dtype, channels_last)
                 row = {"op": "batch_norm", "shape": list(shape), "dtype": name,
                        "layout": "nhwc" if channels_last else "nchw",
-                       "fwd_GBps": round(2 * numel * s / f_ms / 1e6, 1), "bwd_GBps": round(3 * numel * s / b_ms / 1e6, 1),
+                       "fwd_GBps": round(2 * numel * s / f_ms / 1e6, 1),
+                       "bwd_GBps": round(3 * numel * s / b_ms / 1e6, 1),
                        "fwd_ms": round(f_ms, 4), "bwd_ms": round(b_ms, 4),
                        "fused_relu_residual_vs_plain": round(relu_ms / f_ms, 3),
                        "host_us_fwd": round(f_host, 1), "host_us_bwd": round(b_host, 1)}
@@ -122,7 +123,8 @@ def table(rows: list[dict]) -> str:
         vs = (f"x{r['fwd_speedup_vs_best']:.2f} / x{r['bwd_speedup_vs_best']:.2f}"
               if "fwd_speedup_vs_best" in r else "-")
         lines.append(f"{'':10s} {r['dtype']:8s} {r['layout']:6s} {str(tuple(r['shape'])):>20s} "
-                     f"{r['fwd_of_copy']:8.2f} {r['bwd_of_copy']:8.2f} {vs:>15s} {r['fused_relu_residual_vs_plain']:8.2f} "
+                     f"{r['fwd_of_copy']:8.2f} {r['bwd_of_copy']:8.2f} {vs:>15s} "
+                     f"{r['fused_relu_residual_vs_plain']:8.2f} "
                      f"{r['host_us_fwd']:5.0f} / {r['host_us_bwd']:4.0f}")
     lines.append("kernel time (calls queued behind a spin kernel, ours and torch's alike); vs torch: the best of "
                  "torch eager and torch.compile, forward and backward; res+relu: fused residual + ReLU "

@@ -126,7 +126,8 @@ def overhead(log=print) -> list[dict]:
         row["fwdbwd_wall_ratio"] = round(row["cunorm_fwdbwd_wall_us"] / row["torch_fwdbwd_wall_us"], 2)
         log(f"torch overhead {shape}: fwd {row['cunorm_fwd_wall_us']} vs {row['torch_fwd_wall_us']} us "
             f"(x{row['fwd_wall_ratio']}), fwd+bwd {row['cunorm_fwdbwd_wall_us']} vs {row['torch_fwdbwd_wall_us']} us "
-            f"(x{row['fwdbwd_wall_ratio']}), graph kernel {row['cunorm_fwd_graph_us']} vs {row['torch_fwd_graph_us']} us")
+            f"(x{row['fwdbwd_wall_ratio']}), graph kernel {row['cunorm_fwd_graph_us']} vs "
+            f"{row['torch_fwd_graph_us']} us")
         rows.append(row)
     return rows
 

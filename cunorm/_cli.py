@@ -102,7 +102,8 @@ def run(args, log=lambda s: print(s, file=sys.stderr, flush=True)) -> dict:
         dtype = BFLOAT16 if dt == "bfloat16" else numpy.dtype(dt)
         row = _bench.bench_row_norm(op, dtype, n, m)
         row["default_m"] = m is None
-        line = f"[{i}/{len(jobs)}] {op} {dt} M={row['M']} N={n}: fwd {row['fwd_GBps']:.0f} bwd {row['bwd_GBps']:.0f} GB/s"
+        line = (f"[{i}/{len(jobs)}] {op} {dt} M={row['M']} N={n}: fwd {row['fwd_GBps']:.0f} "
+                f"bwd {row['bwd_GBps']:.0f} GB/s")
         for name in peers:
             from ._bench_peers import time_peer
 

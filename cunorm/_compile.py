@@ -168,8 +168,9 @@ def hip_compile_check(filename: str, name_expressions: list[str], arch: str = "g
         src = pathlib.Path(tmp) / (pathlib.Path(filename).stem + ".hip")
         src.write_text(kernel_source(filename) + "\n" + forced + "\n")
         env = dict(os.environ, HIP_PLATFORM="amd")  # hipcc would pick nvcc where CUDA is installed
-        done = subprocess.run([hipcc, f"--offload-arch={arch}", "-std=c++17", "-O1", "-Wno-pragma-once-outside-header", "-c", str(src), "-o",
-                               str(pathlib.Path(tmp) / "out.o")], capture_output=True, text=True, env=env)
+        done = subprocess.run([hipcc, f"--offload-arch={arch}", "-std=c++17", "-O1", "-Wno-pragma-once-outside-header",
+                               "-c", str(src), "-o", str(pathlib.Path(tmp) / "out.o")],
+                              capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{filename} (hipcc, {arch}):\n{done.stdout}{done.stderr}")
 

@@ -188,7 +188,8 @@ def print_summary(record: dict) -> None:
                        f"x{r.get('residual_fwd_speedup_vs_torch')} / x{r.get('residual_fwdbwd_speedup_vs_torch')}; "
                        f"FP8 {r['fp8_fwd_of_copy']} ({r.get('fp8_host_us')})")
     for r in record.get("sanitizer") or []:
-        print(f"compute-sanitizer {r['tool']}: " + (f"{r['errors']} errors" if r["ran"] else f"not run ({r['reason']})"))
+        outcome = f"{r['errors']} errors" if r["ran"] else f"not run ({r['reason']})"
+        print(f"compute-sanitizer {r['tool']}: " + outcome)
 
 
 def _section(title: str, rows, line) -> None:

@@ -55,7 +55,8 @@ def main() -> None:
             z, zr = cunorm.rms_norm(xs, ws, return_stats=True)
             b, bm, br = cunorm.batch_norm(imgs, return_stats=True)
             outs = [y, *cunorm.layer_norm_backward(dys, xs, ws, mean, rstd), z,
-                    *cunorm.rms_norm_backward(dys, xs, ws, zr), b, cunorm.batch_norm_backward(imgs, imgs, None, None, bm, br)[0]]
+                    *cunorm.rms_norm_backward(dys, xs, ws, zr), b,
+                    cunorm.batch_norm_backward(imgs, imgs, None, None, bm, br)[0]]
             outs = [numpy.asarray(o.get() if xp is cupy else o, dtype=numpy.float64) for o in outs]
             if xp is cupy:
                 got = outs

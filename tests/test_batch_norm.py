@@ -3,8 +3,6 @@ API's checks and NumPy path, the kernels' layout analysis, and the GPU kernels a
 reference in both memory layouts (nc: channel-major; cl: channels last)."""
 from __future__ import annotations
 
-import math
-
 import numpy
 import pytest
 
@@ -136,15 +134,12 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     asked = []
     monkeypatch.setattr(_batch_norm, "function_ptr", lambda f, name, dev: asked.append(name) or 1)
     monkeypatch.setattr(_batch_norm, "sm_count", lambda dev: 132)
-    monkeypatch.setattr(_batch_norm, "smem_limits", lambda dev: H200_SMEM)
-    monkeypatch.setattr(_batch_norm, "allow_smem", lambda fn, smem: None)
     _batch_norm.plan.cache_clear()
     _batch_norm._passes.cache_clear()
-    _batch_norm._staged_kernel.cache_clear()
-    layouts = [_batch_norm.layout((4, 16, 5, 6), (480, 30, 6, 1), 1), _batch_norm.layout((4, 5, 6, 16), (480, 96, 16, 1), 3),
+    layouts = [_batch_norm.layout((4, 16, 5, 6), (480, 30, 6, 1), 1),
+               _batch_norm.layout((4, 5, 6, 16), (480, 96, 16, 1), 3),
                _batch_norm.layout((8, 3, 7, 7), (147, 49, 7, 1), 1),
-               _batch_norm.layout((2, 96, 7, 7), (4704, 49, 7, 1), 1),  # the flat apply passes
-               _batch_norm.layout((4, 16, 6, 6), (576, 36, 6, 1), 1)]  # bn_fwd_staged, words of 2 half elements
+               _batch_norm.layout((2, 96, 7, 7), (4704, 49, 7, 1), 1)]  # the flat apply passes
     try:
         for t in _batch_norm.DTYPES:
             dt = BFLOAT16 if t == "bfloat16" else numpy.dtype(t)
@@ -157,16 +152,12 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
                             for training in (True, False):
                                 _batch_norm._passes(p, False, training, act, 0.01, pdt.name, 0)
                                 _batch_norm._passes(p, True, training, act, 0.01, "", 0)
-                            if p.staged:
-                                _batch_norm._staged_kernel(p, act, pdt.name, 0)
     finally:
         _batch_norm.plan.cache_clear()
         _batch_norm._passes.cache_clear()
-        _batch_norm._staged_kernel.cache_clear()
     missing = sorted(set(asked) - names)
     assert not missing, missing[:5]
     assert len(set(asked)) > 100
-    assert {n.split("<")[0] for n in asked} >= {"bn_fwd_staged", "bn_apply_flat", "bn_stats_nc", "bn_stats_cl"}
 
 
 def test_kink_correction_takes_the_kernels_side_only_where_it_flipped(rng):
@@ -328,20 +319,11 @@ def _replanned(value):
     _batch_norm._passes.cache_clear()
 
 
-@pytest.fixture
-def passes_forward(monkeypatch):
-    """The training forward through its three passes (bn_fwd_staged off), which the tests of
-    those passes' kernels need where the staged forward would take their shapes."""
-    monkeypatch.setattr(_batch_norm, "USE_STAGED", False)
-    yield from _replanned(None)
-
-
 @pytest.fixture(params=["flat", "per_channel"])
 def apply_path(request, monkeypatch):
     """Dense channel-major tensors through the flat apply passes, or (flat off) the
     per-channel ones they would otherwise take."""
     monkeypatch.setattr(_batch_norm, "USE_FLAT", request.param == "flat")
-    monkeypatch.setattr(_batch_norm, "USE_STAGED", False)  # the training forward through the passes too
     yield from _replanned(request.param)
 
 
@@ -364,7 +346,7 @@ FLAT_SHAPES = [(3, 96, 7, 7), (2, 37, 11, 13), (5, 3, 1533), (1, 2049, 9), (2, 1
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", FLAT_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gpu_flat_apply_passes(rng, shape, dtype, pdtype, passes_forward):
+def test_gpu_flat_apply_passes(rng, shape, dtype, pdtype):
     lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape))), 1)
     with _sm_count(132):
         p = _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), 0, 0)
@@ -376,7 +358,7 @@ def test_gpu_flat_apply_passes(rng, shape, dtype, pdtype, passes_forward):
 @pytest.mark.gpu
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
-def test_gpu_flat_apply_passes_activations(rng, activation, training, passes_forward):
+def test_gpu_flat_apply_passes_activations(rng, activation, training):
     _gpu_case(rng, (2, 37, 11, 13), 1, BFLOAT16, numpy.float32, activation, training)
 
 
@@ -402,7 +384,6 @@ def flat_stats_path(request, monkeypatch):
     in every dtype (the host takes it for half precision only)."""
     monkeypatch.setattr(_batch_norm, "FLAT_FOLD_CHUNKS", 10**9 if request.param.startswith("fold") else 0)
     monkeypatch.setattr(_batch_norm, "FLAT_STATS_DTYPES", _batch_norm.DTYPES)  # float32 / float64 too
-    monkeypatch.setattr(_batch_norm, "USE_STAGED", False)  # the training forward through bn_stats_flat
     if request.param.endswith("many_images"):
         monkeypatch.setattr(_batch_norm, "FLAT_STATS_BLOCKS_PER_SM", 1e-6)
     yield from _replanned(request.param)
@@ -428,7 +409,7 @@ def test_gpu_flat_stats(rng, shape, dtype, pdtype, flat_stats_path):
 
 
 @pytest.mark.gpu
-def test_gpu_flat_stats_deterministic(rng, passes_forward):
+def test_gpu_flat_stats_deterministic(rng):
     import cupy
 
     # half precision: float32 keeps bn_stats_nc
@@ -521,115 +502,20 @@ def test_plans_chunk_and_shape_blocks():
         assert (p.chunks - 1) * p.per_chunk < 32 * 49 <= p.chunks * p.per_chunk
 
 
-H200_SMEM = (232448, 233472)  # shared memory a block may opt in to, of an SM (sm_90)
-
-
 class _sm_count:
-    """The planner's SM count (and an H200's shared memory) pinned: no GPU needed."""
+    """The planner's SM count pinned (no GPU needed)."""
 
     def __init__(self, n):
         self.n = n
 
     def __enter__(self):
-        self.saved = _batch_norm.sm_count, _batch_norm.smem_limits
+        self.saved = _batch_norm.sm_count
         _batch_norm.sm_count = lambda device: self.n
-        _batch_norm.smem_limits = lambda device: H200_SMEM
         _batch_norm.plan.cache_clear()
 
     def __exit__(self, *exc):
-        _batch_norm.sm_count, _batch_norm.smem_limits = self.saved
+        _batch_norm.sm_count = self.saved
         _batch_norm.plan.cache_clear()
-
-
-# ---- bn_fwd_staged: the one-read training forward ---------------------------------------------
-
-def test_plans_staged_forward(fresh_plans):
-    # the benchmark's channel-major shapes: the fewest channels a stage whose spans are whole
-    # copies, then the widest copies, STAGED_RING stages in a block's shared memory, a block an
-    # SM; over that, channels last, or pointers off 16 bytes: the passes
-    def staged(shape, dtype, phase=0, strides=None):
-        strides = strides or tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape)))
-        with _sm_count(132):
-            return _batch_norm.plan(_batch_norm.layout(shape, strides, 1), dtype, numpy.float32, phase, 0).staged
-
-    S, R = _batch_norm.Staged, _batch_norm.STAGED_RING
-    assert staged((64, 1024, 14, 14), BFLOAT16) == S(1, 8, 4, R * 64 * 392, 132)  # 392-byte runs: 8-byte words
-    assert staged((256, 2048, 7, 7), BFLOAT16) == S(2, 4, 1, R * 256 * 2 * 98, 132)  # 98-byte runs: 4-byte copies
-    assert staged((64, 1024, 14, 14), numpy.float32) == S(1, 16, 4, R * 64 * 784, 132)
-    assert staged((256, 2048, 7, 7), numpy.float32) == S(1, 4, 1, R * 256 * 196, 132)
-    assert staged((32, 256, 56, 56), BFLOAT16) is None  # 200 KB a channel
-    assert staged((128, 64, 112, 112), BFLOAT16) is None
-    assert staged((64, 1024, 14, 14), BFLOAT16, phase=4) is None
-    assert staged((8, 3, 99), numpy.float32, strides=(3 * 99 + 5, 99, 1)) == S(1, 4, 1, R * 8 * 396, 3)  # gaps
-    assert staged((8, 3, 99), BFLOAT16, strides=(3 * 99 + 2, 99, 1)) is None  # image stride off 4 bytes
-    with _sm_count(132):
-        cl = _batch_norm.layout((64, 14, 14, 1024), (14 * 14 * 1024, 14 * 1024, 1024, 1), 3)
-        assert _batch_norm.plan(cl, BFLOAT16, numpy.float32, 0, 0).staged is None
-    # every choice: whole copies a span (but the last stage's), copies dividing the image
-    # stride, words dividing runs and image strides, the ring within a block's shared memory
-    for I in (1, 3, 7, 9, 49, 91, 196, 499, 3136):
-        for C in (1, 3, 7, 96, 1000):
-            for O in (1, 2, 5, 64):
-                for dt in (BFLOAT16, numpy.float32, numpy.float64):
-                    st = staged((O, C, I), dt)
-                    itemsize = numpy.dtype(dt).itemsize
-                    run, stride = I * itemsize, C * I * itemsize if O > 1 else 0
-                    if st is None:  # channels last (I = 1 or C = 1), else no 4-byte copies fit
-                        least = R * O * run * (4 // math.gcd(4, run))
-                        assert I == 1 or C == 1 or least > H200_SMEM[0] or stride % 4, (O, C, I, dt)
-                        continue
-                    G, word = st.channels, st.epw * itemsize
-                    assert G == st.cp // math.gcd(st.cp, run) and stride % st.cp == 0
-                    assert run % word == 0 and stride % word == 0 and word <= 16
-                    assert st.smem == R * O * G * run <= H200_SMEM[0] and st.blocks == min(-(-C // G), 132)
-
-
-# Dense channel-major shapes bn_fwd_staged takes in every dtype: a last stage of fewer channels
-# (odd C at bf16's two a stage) whose spans end inside a copy (I = 91), words of 1-8 elements,
-# 4-, 8- and 16-byte copies, one image, more stages a block than its ring holds (C = 1000,
-# 2049 over 132 blocks), 14 x 14 and 28 x 28 planes.
-STAGED_SHAPES = [(1, 3, 7, 13), (4, 3, 5, 6), (2, 16, 4, 4), (3, 96, 7, 7), (3, 5, 60), (2, 9, 1000),
-                 (2, 1000, 9), (4, 2049, 9), (16, 128, 7, 7), (16, 256, 14, 14), (2, 96, 28, 28)]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("shape", STAGED_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gpu_staged_forward(rng, shape, dtype, pdtype):
-    p = _dense_plan(shape, dtype, pdtype)
-    assert p.staged is not None, "the case must take bn_fwd_staged"
-    _gpu_case(rng, shape, 1, dtype, pdtype, "relu", training=True)
-    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=True, with_residual=False)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("with_residual", [True, False], ids=["residual", "plain"])
-@pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
-def test_gpu_staged_forward_activations(rng, activation, with_residual):
-    assert _dense_plan((3, 96, 7, 7), BFLOAT16, numpy.float32).staged is not None
-    _gpu_case(rng, (3, 96, 7, 7), 1, BFLOAT16, numpy.float32, activation, True, with_residual)
-    _gpu_case(rng, (2, 6, 5, 7), 1, numpy.dtype(numpy.float64), numpy.float64, activation, True, with_residual)
-
-
-@pytest.mark.gpu
-def test_gpu_staged_forward_matches_the_passes(rng):
-    # the same y (to rounding) and running statistics whichever forward runs; deterministic
-    import cupy
-
-    x = cupy.asarray(rng.standard_normal((16, 64, 14, 14)).astype(numpy.float32) * 3 + 100)
-    runs = []
-    for use in (True, True, False):
-        _batch_norm.USE_STAGED = use
-        _batch_norm.plan.cache_clear()
-        try:
-            rm, rv = cupy.zeros(64, numpy.float32), cupy.ones(64, numpy.float32)
-            runs.append((*cunorm.batch_norm(x, running_mean=rm, running_var=rv, return_stats=True), rm, rv))
-        finally:
-            _batch_norm.USE_STAGED = True
-            _batch_norm.plan.cache_clear()
-    assert all((a == b).all() for a, b in zip(runs[0], runs[1]))
-    for name, a, b in zip(("y", "mean", "rstd", "running_mean", "running_var"), runs[0], runs[2]):
-        assert_close(name, a, b, 1e-5, 1e-5)
 
 
 @pytest.mark.gpu

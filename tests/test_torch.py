@@ -33,6 +33,23 @@ def test_cpu_values_match_torch(shape, nd):
     torch.testing.assert_close(ct.rms_norm(x, shape[-nd:], None, 1e-3), F.rms_norm(x, shape[-nd:], None, 1e-3))
 
 
+def test_cpu_eager_apply_takes_dead_functorch_wrappers():
+    # the eager path skips Function.apply's Python layer; a tensor that escaped a finished
+    # functorch transform (a dead wrapper) still gives torch's values and gradients
+    x = torch.randn(3, 8, dtype=torch.float64)
+    escaped = []
+    torch.func.grad(lambda t: escaped.append(t * 2) or t.sum())(x)
+    dead = escaped[0]
+    assert torch._C._functorch.is_functorch_wrapped_tensor(dead)
+    for ours, theirs, params in ((ct.layer_norm, F.layer_norm, 2), (ct.rms_norm, F.rms_norm, 1)):
+        ps = [torch.randn(8, dtype=torch.float64, requires_grad=True) for _ in range(params)]
+        got = torch.autograd.grad(ours(dead, (8,), *ps).square().sum(), ps)
+        want = torch.autograd.grad(theirs(dead, (8,), *ps).square().sum(), ps)
+        torch.testing.assert_close(ours(dead, (8,), *ps), theirs(dead, (8,), *ps))
+        for g, h in zip(got, want):
+            torch.testing.assert_close(g, h)
+
+
 @pytest.mark.parametrize("weight,bias", [(True, True), (True, False), (False, False), (False, True)])
 def test_cpu_gradcheck_layer_norm(weight, bias):
     x = torch.randn(3, 6, dtype=torch.float64, requires_grad=True)

@@ -7,14 +7,13 @@ Framework-neutral like _row_norm: pointers in, the frontend's stream, scratch th
 from __future__ import annotations
 
 import functools
-import math
 from typing import NamedTuple
 
 import numpy
 
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import allow_smem, launch, make_current, pick_vec, scalar_bits, sm_count
+from .._launch import launch, make_current, pick_vec, scalar_bits, sm_count
 
 KERNEL_FILE = "batch_norm.cu"
 BLOCK = 256  # = kBnBlock
@@ -56,12 +55,6 @@ FLAT_FOLD_CHUNKS = 8
 # FLAT_SUMS_PACKS packs a thread (NOTES "BatchNorm v10").
 USE_FLAT_SUMS = True
 FLAT_SUMS_PACKS = 1  # = CUNORM_BN_FLAT_SUMS_PACKS
-# The training forward of dense channel-major x with short channels takes bn_fwd_staged: one
-# persistent launch reading x once (stages of G channels through a ring of shared-memory
-# slots), in place of the statistics, finalize and apply passes. NOTES "BatchNorm v14".
-USE_STAGED = True
-STAGED_BLOCK = 1024  # = kStagedBlock, one block an SM
-STAGED_RING = 4  # = CUNORM_BN_STAGED_RING: stages in shared memory, all but one in flight
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -94,17 +87,9 @@ def instantiations() -> list[str]:
                 names += [f"bn_apply_flat<{ct}, {cw}, {c_type(r)}, {vec}, {a}>" for r in _param_types(t)
                           for a in ACT_CLASSES]
         for w in _param_types(t):
-            names += [f"bn_fwd_staged<{ct}, {c_type(w)}, {c_type(r)}, {e}, {a}>" for r in _param_types(t)
-                      for e in _staged_words(t) for a in ACT_CLASSES]
-        for w in _param_types(t):
             cw = c_type(w)
             names += [f"bn_finalize<{ct}, {cw}>", f"bn_running_stats<{acc}, {cw}>", f"bn_bwd_finalize<{acc}, {cw}>"]
     return names
-
-
-def _staged_words(t: str) -> tuple:
-    """bn_fwd_staged's EPW choices (elements a word of its channel walk, 16 bytes at most)."""
-    return tuple(e for e in (1, 2, 4, 8) if e * numpy.dtype(_np(t)).itemsize <= 16)
 
 
 def _vec_choices(t: str) -> tuple:
@@ -211,53 +196,6 @@ class FlatStats(NamedTuple):
         return pieces(lay, self.length) * self.groups
 
 
-class Staged(NamedTuple):
-    """The launch of bn_fwd_staged: stages of ``channels`` (G), copies of ``cp`` bytes, channel
-    walk words of ``epw`` elements, ``smem`` bytes of ring slots, ``blocks`` persistent blocks."""
-
-    channels: int
-    cp: int
-    epw: int
-    smem: int
-    blocks: int
-
-
-@functools.lru_cache(maxsize=None)
-def smem_limits(device: int) -> tuple:
-    """(shared memory a block may opt in to, shared memory of an SM), bytes."""
-    from cupy_backends.cuda.api import runtime
-
-    return (runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-            runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerMultiprocessor, device))
-
-
-def _staged(lay: Layout, itemsize: int, phase: int, device: int) -> Staged | None:
-    """bn_fwd_staged's launch, or None where it does not apply: not dense channel-major within
-    an image (sc == I), pointers off 16 bytes, image strides off 4 bytes, or STAGED_RING
-    stages of the fewest channels whose spans are whole copies over a block's shared memory.
-    The fewest channels a stage (the most stages a block, so its ring keeps loads in flight),
-    then the widest copies."""
-    if not USE_STAGED or lay.channels_last or phase != 0 or lay.sc != lay.I:
-        return None
-    run = lay.I * itemsize
-    strides = lay.so * itemsize if lay.O > 1 else 0
-    best = None
-    for cp in (16, 8, 4):
-        G = cp // math.gcd(cp, run)  # the fewest channels whose span is whole copies
-        smem = STAGED_RING * lay.O * G * run
-        if strides % cp or smem > smem_limits(device)[0]:
-            continue
-        if best is None or G < best[0]:
-            best = (G, cp, smem)
-    if best is None:
-        return None
-    G, cp, smem = best
-    # words: the widest that divide every run and image stride (the residual is read in them)
-    word = next(w for w in (16, 8, 4, 2, 1) if w >= itemsize and w % itemsize == 0 and run % w == 0 and
-                strides % w == 0)
-    return Staged(G, cp, word // itemsize, smem, min(-(-lay.C // G), sm_count(device)))
-
-
 class Plan(NamedTuple):
     lay: Layout
     vec: int
@@ -272,7 +210,6 @@ class Plan(NamedTuple):
     flat_len: int  # the flat apply passes' piece length in elements, 0 when they do not apply
     stats: FlatStats | None  # bn_stats_flat's pieces, None when the statistics take bn_stats_nc / _cl
     sums: FlatStats | None  # bn_bwd_sums_flat's, None when the backward sums take bn_bwd_sums_nc / _cl
-    staged: Staged | None  # bn_fwd_staged's launch, None when the training forward takes the passes
 
 
 def pointer_phase(*pointers: int) -> int:
@@ -317,7 +254,7 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
     stats = _flat_stats(lay, vec, flat_len, FLAT_STATS_PACKS, device) if flat_dtype and USE_FLAT_STATS else None
     sums = _flat_stats(lay, vec, flat_len, FLAT_SUMS_PACKS, device) if flat_dtype and USE_FLAT_SUMS else None
     return Plan(lay, vec, ip, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name,
-                acc_dtype(dtype), flat_len, stats, sums, _staged(lay, itemsize, phase, device))
+                acc_dtype(dtype), flat_len, stats, sums)
 
 
 def _flat_stats(lay: Layout, vec: int, flat_len: int, packs: int, device: int) -> FlatStats | None:
@@ -413,7 +350,8 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
     if backward:
         first = _kernel(f"bn_bwd_sums_{'flat' if p.sums else kind}", p, device, act)
         # the flat pass takes the finalize's place (its blocks sum the partials they need)
-        channel = 0 if _flat_folds(p, p.sums) else function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>", device)
+        channel = 0 if _flat_folds(p, p.sums) else function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>",
+                                                                 device)
         apply = _kernel(f"bn_bwd_apply_{'flat' if p.flat_len else kind}", p, device, act)
     else:
         first = _kernel(f"bn_stats_{'flat' if p.stats else kind}", p, device) if training else 0
@@ -439,12 +377,6 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
     """Writes y and mean/rstd (per channel, acc dtype); training also updates the running
     statistics in place (where given)."""
     make_current(device)
-    if training and p.staged:
-        st, lay = p.staged, p.lay
-        launch(_staged_kernel(p, act, numpy.dtype(rdtype).name, device), st.blocks, STAGED_BLOCK,
-               (x, res, y, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, w, b, act, scalar_bits(param, p.acc),
-                _f64(eps), _f64(factor), running_mean, running_var, mean, rstd), stream, st.smem)
-        return
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device)
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc  # cl: one launch, channel offsets inside
@@ -455,7 +387,8 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
         part = alloc((lay.C, chunks, 2), p.acc)
         if p.stats:
             st = p.stats
-            launch(q.first, st.grid(lay), BLOCK, (x, lay.C * lay.I, lay.I, st.length, lay.O, st.images, st.groups, part),
+            launch(q.first, st.grid(lay), BLOCK,
+                   (x, lay.C * lay.I, lay.I, st.length, lay.O, st.images, st.groups, part),
                    stream)
         else:
             for c0, grid in q.slices:
@@ -481,15 +414,6 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
                (_off(x, xo, t_size), _off(res, xo, t_size), _off(y, xo, t_size), *q.shape_args,
                 _off(mean, c0, a_size), _off(rstd, c0, a_size), _off(w, c0, w_size), _off(b, c0, w_size), act,
                 q.act_bits), stream)
-
-
-@functools.lru_cache(maxsize=1024)
-def _staged_kernel(p: Plan, act: int, rdtype: str, device: int) -> int:
-    """bn_fwd_staged for the plan, allowed its shared memory."""
-    fn = function_ptr(KERNEL_FILE, f"bn_fwd_staged<{c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {p.staged.epw}, "
-                      f"{act_class(act)}>", device)
-    allow_smem(fn, p.staged.smem)
-    return fn
 
 
 def _flat_grid(p: Plan) -> int:
