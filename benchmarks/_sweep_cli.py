@@ -24,7 +24,7 @@ def rebuild_row_norms(options) -> None:
     from cunorm.ops import _fused, _row_norm
 
     _compile.COMPILE_OPTIONS = tuple(options)
-    _compile._modules.clear()
+    _compile.drop_modules()
     for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan,
                   _fused.fused_forward_plan, _fused.fused_backward_plan):
         cache.cache_clear()

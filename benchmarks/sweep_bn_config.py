@@ -21,7 +21,7 @@ SETTINGS = ((32, 8, 4), (16, 8, 4), (64, 8, 4), (32, 4, 4), (32, 16, 4), (32, 32
 
 def _use(inflight: int, blocks_per_sm: int, min_trips: int) -> None:
     _compile.COMPILE_OPTIONS = (f"-DCUNORM_BN_INFLIGHT_BYTES={inflight}",)
-    _compile._modules.clear()
+    _compile.drop_modules()
     _batch_norm.BLOCKS_PER_SM = _batch_norm.BLOCKS_PER_SM_CL = blocks_per_sm
     _batch_norm.MIN_TRIPS = min_trips
     _batch_norm.plan.cache_clear()
@@ -57,7 +57,7 @@ def sweep(log=print) -> list[dict]:
                         rows.append(row)
     finally:
         _compile.COMPILE_OPTIONS = defaults[0]
-        _compile._modules.clear()
+        _compile.drop_modules()
         _batch_norm.BLOCKS_PER_SM, _batch_norm.BLOCKS_PER_SM_CL, _batch_norm.MIN_TRIPS = defaults[1:]
         _batch_norm.plan.cache_clear()
         _batch_norm._passes.cache_clear()

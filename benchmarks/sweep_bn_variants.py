@@ -3,9 +3,11 @@ passes against the per-channel ones, their piece length and register bound, the 
 pass's own in-flight bytes and the block size, bn_stats_flat's settings, against the defaults. Kernel time
 (_bench.queued_time_ms), training forward and backward, fractions of copy.
 
-    python benchmarks/sweep_bn_variants.py [--json out.json] [--variants a,b]
+    [BN_SWEEP_SHAPES=NxCxHxW,...] python benchmarks/sweep_bn_variants.py [--json out.json] [--variants a,b]
 """
 from __future__ import annotations
+
+import os
 
 import numpy
 
@@ -17,6 +19,14 @@ from sweep_bn_config import SHAPES, _case
 # name: (NVRTC defines, host BLOCK, host settings of _batch_norm)
 VARIANTS = {
     "default": ((), 256, {}),
+    "passes_forward": ((), 256, {"USE_STAGED": False}),
+    "passes": ((), 256, {"USE_STAGED": False, "USE_STAGED_BWD": False}),
+    "staged_block_256": ((), 256, {"STAGED_BLOCKS": (256, 256)}),
+    "staged_block_512": ((), 256, {"STAGED_BLOCKS": (512, 512)}),
+    "staged_1536_threads": (("-DCUNORM_BN_STAGED_THREADS_PER_SM=1536",), 256, {}),
+    "staged_resident_4": ((), 256, {"STAGED_MIN_RESIDENT": 4}),
+    "staged_fewest_channels": ((), 256, {"STAGED_PREFER_WIDE": False}),
+    "staged_any_word": ((), 256, {"STAGED_MIN_WORD": 1}),
     "per_channel_apply": ((), 256, {"USE_FLAT": False}),
     "flat_packs_4": ((), 256, {"FLAT_PACKS": 4}),
     "flat_packs_16": ((), 256, {"FLAT_PACKS": 16}),
@@ -40,17 +50,25 @@ VARIANTS = {
     "flat_sums_float32": ((), 256, {"FLAT_STATS_DTYPES": ("float16", "bfloat16", "float32"), "USE_FLAT_STATS": False}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
-                 "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS")
+                 "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
+                 "USE_STAGED", "USE_STAGED_BWD", "STAGED_MIN_RESIDENT", "STAGED_PREFER_WIDE", "STAGED_MIN_WORD", "STAGED_BLOCKS")
 
 
 def _use(options, block: int, settings: dict) -> None:
     _compile.COMPILE_OPTIONS = tuple(options)
-    _compile._modules.clear()
+    _compile.drop_modules()
     _batch_norm.BLOCK = block
     for k, v in settings.items():
         setattr(_batch_norm, k, v)
     _batch_norm.plan.cache_clear()
     _batch_norm._passes.cache_clear()
+    _batch_norm._staged_kernel.cache_clear()
+
+
+def _shapes() -> tuple:
+    """The bench's shapes, or BN_SWEEP_SHAPES's (``NxCxHxW,...``)."""
+    given = os.environ.get("BN_SWEEP_SHAPES")
+    return tuple(tuple(int(d) for d in s.split("x")) for s in given.split(",")) if given else SHAPES
 
 
 def sweep(log=print, names=None) -> list[dict]:
@@ -62,7 +80,7 @@ def sweep(log=print, names=None) -> list[dict]:
             if names and name not in names:
                 continue
             _use(options, block, {**defaults[2], **settings})
-            for shape in SHAPES:
+            for shape in _shapes():
                 for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
                     for cl in (False, True):
                         f, b = _case(shape, dtype, cl)

@@ -80,6 +80,17 @@ def function_ptr(filename: str, name_expression: str, device: int) -> int:
     return fn[1]
 
 
+def drop_modules() -> None:
+    """Forgets the loaded kernels (the sweeps recompile under other options) and what _launch
+    keeps keyed by their pointers, which a reloaded kernel may reuse."""
+    from . import _launch
+
+    _modules.clear()
+    _launch._smem_allowed.clear()
+    for cache in (_launch.blocks_per_sm, _launch.max_active_clusters):
+        cache.cache_clear()
+
+
 # Why CuPy's on-disk kernel cache was given up in this process (empty while it works).
 _cache_unusable: list[str] = []
 

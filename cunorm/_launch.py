@@ -175,15 +175,22 @@ def max_active_clusters(function_ptr: int, block: int, smem: int, cluster: int) 
     return count.value
 
 
-@functools.lru_cache(maxsize=None)
+# function pointer -> the most dynamic shared memory allowed so far (clear it with the
+# compiled modules, as the sweeps do: a reloaded kernel may reuse a pointer)
+_smem_allowed: dict = {}
+
+
 def allow_smem(function_ptr: int, smem: int) -> None:
     """Lets a kernel launch with ``smem`` bytes of dynamic shared memory (once a kernel's
     static and dynamic shared memory pass 48 KiB together it must opt in; the opt-in names
-    the dynamic bytes alone, so any nonzero request opts in)."""
-    if smem > 0:
+    the dynamic bytes alone, so any nonzero request opts in). The allowance only rises: plans
+    are cached, and a later plan of the same kernel with less shared memory must not lower
+    it under an earlier cached plan's launch (CUDA_ERROR_INVALID_VALUE)."""
+    if smem > _smem_allowed.get(function_ptr, 0):
         from cupy_backends.cuda.api import driver
 
         driver.funcSetAttribute(function_ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+        _smem_allowed[function_ptr] = smem
 
 
 @functools.lru_cache(maxsize=256)

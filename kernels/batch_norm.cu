@@ -564,18 +564,27 @@ __device__ __forceinline__ ChannelMoments moments_of(ChunkSums cs, double pivot,
 template <typename A>
 __device__ __forceinline__ A rstd_of(ChannelMoments mo, double eps) { return A(1.0 / sqrt(mo.var + eps)); }
 
-// Writes a channel's mean and rstd and updates its running statistics (where given;
-// factor = momentum, or 1 / batches for the cumulative average; unbiased variance).
+// Updates a channel's running statistics in place (where given; factor = momentum, or
+// 1 / batches for the cumulative average; unbiased variance) from their values rm, rv read
+// beforehand (a kernel may load them early to hide the latency).
+template <typename A, typename R>
+__device__ __forceinline__ void update_running(i64 c, ChannelMoments mo, double n, double factor, A rm, A rv,
+                                               R* running_mean, R* running_var) {
+  if (running_mean) running_mean[c] = cvt<R>((1.0 - factor) * double(rm) + factor * mo.m);
+  if (running_var) {
+    const double unbiased = n > 1 ? mo.var * n / (n - 1) : nan("");
+    running_var[c] = cvt<R>((1.0 - factor) * double(rv) + factor * unbiased);
+  }
+}
+
+// Writes a channel's mean and rstd and updates its running statistics.
 template <typename A, typename R>
 __device__ __forceinline__ void store_moments(i64 c, ChannelMoments mo, double n, double eps, double factor,
                                               R* running_mean, R* running_var, A* mean, A* rstd) {
   mean[c] = A(mo.m);
   rstd[c] = rstd_of<A>(mo, eps);
-  if (running_mean) running_mean[c] = cvt<R>((1.0 - factor) * double(cvt<A>(running_mean[c])) + factor * mo.m);
-  if (running_var) {
-    const double unbiased = n > 1 ? mo.var * n / (n - 1) : nan("");
-    running_var[c] = cvt<R>((1.0 - factor) * double(cvt<A>(running_var[c])) + factor * unbiased);
-  }
+  update_running(c, mo, n, factor, running_mean ? cvt<A>(running_mean[c]) : A(0),
+                 running_var ? cvt<A>(running_var[c]) : A(0), running_mean, running_var);
 }
 
 // Per channel (one warp each): mean and rstd from the partials (count elements each channel),
@@ -1189,4 +1198,333 @@ bn_bwd_apply_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __
     dx[at] = cvt<T>(c.cg.dx(dz, xv - c.ch.mean));
     if (dres) dres[at] = cvt<T>(dz);
   });
+}
+
+// ---- one-read training forward: channels staged in shared memory (NOTES "BatchNorm v14c")
+// Dense channel-major x (image stride so, channel stride I) with short channels. A block
+// takes one stage of G consecutive channels (the host picks the widest copies CP, of 16, 8
+// or 4 bytes, dividing so * sizeof(T) and the pointers' offsets whose stage fits, G the
+// fewest channels whose span of an image is whole copies): it copies the stage's span of every image into shared memory with
+// cp.async, a group of BLOCK / 32 / G warps a channel takes the channel's statistics from
+// there in one pass (shifted by the channel's first element), writes y over x, and the block
+// copies y out in CP-byte stores. x is read once, where the passes read it twice. Several
+// blocks an SM (their shared memory permitting) overlap one's copies with another's
+// arithmetic; a stage's fixed work is kept to a few dozen instructions a thread (v14b, one
+// persistent block an SM, spent ~1,100 a stage of ~12 elements a thread).
+// Blocks of 256 threads where four stages fit an SM's shared memory, 512 where fewer do:
+// enough threads resident either way (NOTES "BatchNorm v14c"; both at 56-60 registers, no
+// spills, for CUNORM_BN_STAGED_THREADS_PER_SM threads an SM). G <= BLOCK / 32 warps.
+#ifndef CUNORM_BN_STAGED_THREADS_PER_SM
+#define CUNORM_BN_STAGED_THREADS_PER_SM 1024  // 1536: 40 registers, 84-232 bytes spilled
+#endif
+
+// Every (image, word) of one channel's staged runs, EPW elements a word, lanes over them
+// flattened (a lane's next word is ``lanes`` further on, across runs), its shared-memory
+// element offset kept without a division a word: f(offset, image, word in the run).
+template <typename F>
+__device__ __forceinline__ void walk_staged(int lane, int lanes, int O, int I, int EPW, int GI, int gI, F&& f) {
+  const int IW = I / EPW;
+  const int o_step = lanes / IW, iw_step = lanes - o_step * IW;
+  int o = lane / IW, iw = lane - o * IW;
+  int off = o * GI + gI + iw * EPW;
+  const int d_off = o_step * GI + iw_step * EPW, d_wrap = GI - I, end = O * GI;
+  while (off < end) {  // gI + iw * EPW < GI, so off < end exactly while o < O
+    f(off, o, iw);
+    off += d_off;
+    o += o_step;
+    iw += iw_step;
+    if (iw >= IW) {
+      iw -= IW;
+      off += d_wrap;
+      ++o;
+    }
+  }
+}
+
+// Each (image, chunk) of a stage's spans, ``per`` chunks an image, the block's threads over
+// them flattened, without a division a chunk: f(image, chunk).
+template <int BLOCK, typename F>
+__device__ __forceinline__ void walk_chunks(int O, int per, F&& f) {
+  const int o_step = BLOCK / per, k_step = BLOCK - o_step * per;
+  int o = threadIdx.x / per, k = threadIdx.x - o * per;
+  while (o < O) {
+    f(o, k);
+    o += o_step;
+    k += k_step;
+    if (k >= per) {
+      k -= per;
+      ++o;
+    }
+  }
+}
+
+// Two sums over a group of ``wpc`` consecutive warps (runtime: G is the host's): each warp
+// of the group adds the group's warp sums with the same shuffle tree, so every thread of the
+// group ends with the same bits. All threads of the block call it together.
+template <int WARPS, typename A>
+__device__ __forceinline__ void staged_group_sum2(A& a, A& b, A* red, int wpc) {
+  a = group_warp_sum<kWarp>(a);
+  b = group_warp_sum<kWarp>(b);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, first = warp / wpc * wpc;
+  if (lane == 0) {
+    red[warp] = a;
+    red[WARPS + warp] = b;
+  }
+  __syncthreads();
+  a = lane < wpc ? red[first + lane] : A(0);
+  b = lane < wpc ? red[WARPS + first + lane] : A(0);
+  a = group_warp_sum<kWarp>(a);
+  b = group_warp_sum<kWarp>(b);
+}
+
+template <int CP>
+__device__ __forceinline__ void store_chunk(unsigned char* dst, const unsigned char* src) {
+  if constexpr (CP == 16) store16_global(dst, *reinterpret_cast<const uint4*>(src));
+  else if constexpr (CP == 8) *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
+  else *reinterpret_cast<unsigned*>(dst) = *reinterpret_cast<const unsigned*>(src);
+}
+
+// A stage's span of every image: ``span`` bytes at src + o * so (bytes), staged at dst + o *
+// pitch, copied in CP-byte pieces (the last of a span zero-filled past its end: nothing past
+// it is read). Committed by the caller.
+template <int BLOCK, int CP>
+__device__ __forceinline__ void stage_in(unsigned char* dst, const unsigned char* src, i64 so, int O, int span,
+                                         int pitch) {
+  const int per = (span + CP - 1) / CP;
+  walk_chunks<BLOCK>(O, per, [&](int o, int k) {
+    copy_async_part<CP>(dst + o * pitch + k * CP, src + o * so + k * CP, min(CP, span - k * CP));
+  });
+}
+
+// The reverse: the staged spans stored to dst + o * so, the last piece of a span element by
+// element (E-byte elements).
+template <int BLOCK, int CP, int E>
+__device__ __forceinline__ void stage_out(unsigned char* dst, const unsigned char* src, i64 so, int O, int span,
+                                          int pitch) {
+  const int per = (span + CP - 1) / CP;
+  walk_chunks<BLOCK>(O, per, [&](int o, int k) {
+    unsigned char* d = dst + o * so + k * CP;
+    const unsigned char* from = src + o * pitch + k * CP;
+    const int bytes = min(CP, span - k * CP);
+    if (bytes == CP) {
+      store_chunk<CP>(d, from);
+    } else {
+      for (int e = 0; e < bytes; e += E) {
+        if constexpr (E == 8) *reinterpret_cast<uint2*>(d + e) = *reinterpret_cast<const uint2*>(from + e);
+        else if constexpr (E == 4) *reinterpret_cast<unsigned*>(d + e) = *reinterpret_cast<const unsigned*>(from + e);
+        else *reinterpret_cast<unsigned short*>(d + e) = *reinterpret_cast<const unsigned short*>(from + e);
+      }
+    }
+  });
+}
+
+// A channel's mean and rstd as the apply uses them: float arithmetic for float x (double for
+// double), about the pivot.
+template <typename A>
+struct StagedMoments {
+  A mean, rstd;
+  __device__ __forceinline__ StagedMoments(A s, A q, A pivot, A n, double eps) {
+    const A shift = s / n;
+    const A var = q / n - shift * shift;
+    mean = pivot + shift;
+    rstd = rsqrt_acc(var > A(0) ? var + A(eps) : A(eps));
+  }
+};
+
+template <int BLOCK, int CP, typename T, typename W, typename R, int EPW, int ACT>
+__device__ __forceinline__ void staged_forward(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y,
+                                               i64 so, int I, int O, int C, int G, const W* __restrict__ w,
+                                               const W* __restrict__ b, int act, typename AccOf<T>::type param,
+                                               double eps, double factor, R* __restrict__ running_mean,
+                                               R* __restrict__ running_var, typename AccOf<T>::type* __restrict__ mean,
+                                               typename AccOf<T>::type* __restrict__ rstd, unsigned char* staged,
+                                               typename AccOf<T>::type* red) {
+  typedef typename AccOf<T>::type A;
+  typedef Pack<T, EPW> Word;
+  const auto tag = act_tag<ACT>(act);
+  const int c0 = blockIdx.x * G, count = min(G, C - c0), GI = G * I;
+  const int span = count * I * int(sizeof(T)), pitch = GI * int(sizeof(T));
+  const i64 c0I = i64(c0) * I, so_bytes = so * i64(sizeof(T));
+  stage_in<BLOCK, CP>(staged, reinterpret_cast<const unsigned char*>(x + c0I), so_bytes, O, span, pitch);
+  copies_commit();
+  constexpr int kWarps = BLOCK / kWarp;
+  const int wpc = kWarps / G, lanes = wpc * kWarp;
+  const int g = threadIdx.x / lanes, lane = threadIdx.x - g * lanes, gI = g * I;
+  const bool active = g < count;
+  const i64 c = c0 + g;
+  // the channel's parameters load while the copies land
+  const A wc = active && w ? cvt<A>(w[c]) : A(1), bc = active && b ? cvt<A>(b[c]) : A(0);
+  const A rm = active && lane == 0 && running_mean ? cvt<A>(running_mean[c]) : A(0);
+  const A rv = active && lane == 0 && running_var ? cvt<A>(running_var[c]) : A(0);
+  copies_wait<0>();
+  __syncthreads();
+  T* sx = reinterpret_cast<T*>(staged);
+  const A pivot = active ? cvt<A>(sx[gI]) : A(0);  // the channel's first element
+  A s = A(0), q = A(0);
+  if (active)
+    walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int, int) {
+      A v[EPW];
+      unpack_words(*reinterpret_cast<const Word*>(sx + off), v);
+#pragma unroll
+      for (int e = 0; e < EPW; ++e) {
+        const A d = v[e] - pivot;
+        s += d;
+        q += d * d;
+      }
+    });
+  staged_group_sum2<kWarps>(s, q, red, wpc);
+  const double n = double(O) * double(I);
+  if (active) {
+    const StagedMoments<A> mo(s, q, pivot, A(n), eps);
+    if (lane == 0) {  // mean and rstd as y uses them; the running statistics from the same sums in double
+      mean[c] = mo.mean;
+      rstd[c] = mo.rstd;
+      update_running(c, moments_of(ChunkSums{double(s), double(q)}, double(pivot), n), n, factor, rm, rv,
+                     running_mean, running_var);
+    }
+    const Channel<A> ch{mo.mean, mo.rstd * wc, bc};
+    const T* rc = res ? res + c * I : nullptr;
+    walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int o, int iw) {
+      A v[EPW], r[EPW], out[EPW];
+      unpack_words(*reinterpret_cast<const Word*>(sx + off), v);
+      if (rc) {
+        unpack(*reinterpret_cast<const Word*>(rc + o * so + iw * EPW), r);
+      } else {
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) r[e] = A(0);
+      }
+#pragma unroll
+      for (int e = 0; e < EPW; ++e) out[e] = act_forward(tag(), ch.z(v[e], r[e]), param);
+      *reinterpret_cast<Word*>(sx + off) = convert_pack<T>(out);
+    });
+  }
+  __syncthreads();
+  stage_out<BLOCK, CP, sizeof(T)>(reinterpret_cast<unsigned char*>(y + c0I), staged, so_bytes, O, span, pitch);
+}
+
+template <int BLOCK, typename T, typename W, typename R, int EPW, int ACT>
+__global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
+bn_fwd_staged(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, int I, int O, int C,
+              int G, int cp, const W* __restrict__ w, const W* __restrict__ b, int act,
+              typename AccOf<T>::type param, double eps, double factor, R* __restrict__ running_mean,
+              R* __restrict__ running_var, typename AccOf<T>::type* __restrict__ mean,
+              typename AccOf<T>::type* __restrict__ rstd) {
+  typedef typename AccOf<T>::type A;
+  extern __shared__ __align__(16) unsigned char staged_spans[];
+  __shared__ A red[2 * BLOCK / kWarp];
+  if (cp == 16)
+    staged_forward<BLOCK, 16, T, W, R, EPW, ACT>(x, res, y, so, I, O, C, G, w, b, act, param, eps, factor,
+                                                 running_mean, running_var, mean, rstd, staged_spans, red);
+  else if (cp == 8)
+    staged_forward<BLOCK, 8, T, W, R, EPW, ACT>(x, res, y, so, I, O, C, G, w, b, act, param, eps, factor,
+                                                running_mean, running_var, mean, rstd, staged_spans, red);
+  else
+    staged_forward<BLOCK, 4, T, W, R, EPW, ACT>(x, res, y, so, I, O, C, G, w, b, act, param, eps, factor,
+                                                running_mean, running_var, mean, rstd, staged_spans, red);
+}
+
+// ---- one-read backward: x and dy staged in shared memory (NOTES "BatchNorm v15")
+// The layout and stages of bn_fwd_staged, with dy's spans staged after x's (2 O G I elements
+// a block). A group of warps a channel sums dz and dz (x - mean) over its staged elements
+// (dz = dy act'(z), z recomputed from x and the residual, read from global memory where an
+// activation needs it), writes dweight / dbias itself (the block holds the whole channel: no
+// partials, no finalize), then dx over x in shared memory (and dres = dz to global memory),
+// which the block stores in CP-byte pieces. One launch reading x and dy once, where the
+// passes take three and read both twice.
+template <int BLOCK, int CP, typename T, typename W, int EPW, int ACT>
+__device__ __forceinline__ void staged_backward(const T* __restrict__ dy, const T* __restrict__ x,
+                                                const T* __restrict__ res, T* __restrict__ dx, T* __restrict__ dres,
+                                                i64 so, int I, int O, int C, int G,
+                                                const typename AccOf<T>::type* __restrict__ mean,
+                                                const typename AccOf<T>::type* __restrict__ rstd,
+                                                const W* __restrict__ w, const W* __restrict__ b, int act,
+                                                typename AccOf<T>::type param, int training, W* __restrict__ dw,
+                                                W* __restrict__ db, unsigned char* staged,
+                                                typename AccOf<T>::type* red) {
+  typedef typename AccOf<T>::type A;
+  typedef Pack<T, EPW> Word;
+  const auto tag = act_tag<ACT>(act);
+  const int c0 = blockIdx.x * G, count = min(G, C - c0), GI = G * I;
+  const int span = count * I * int(sizeof(T)), pitch = GI * int(sizeof(T)), half = O * pitch;
+  const i64 c0I = i64(c0) * I, so_bytes = so * i64(sizeof(T));
+  stage_in<BLOCK, CP>(staged, reinterpret_cast<const unsigned char*>(x + c0I), so_bytes, O, span, pitch);
+  stage_in<BLOCK, CP>(staged + half, reinterpret_cast<const unsigned char*>(dy + c0I), so_bytes, O, span, pitch);
+  copies_commit();
+  constexpr int kWarps = BLOCK / kWarp;
+  const int wpc = kWarps / G, lanes = wpc * kWarp;
+  const int g = threadIdx.x / lanes, lane = threadIdx.x - g * lanes, gI = g * I;
+  const bool active = g < count;
+  const i64 c = c0 + g;
+  // the channel's constants load while the copies land
+  const Channel<A> ch = active ? channel_of(c, mean, rstd, w, b) : Channel<A>{A(0), A(0), A(0)};
+  const A rs = active ? rstd[c] : A(0), wc = active && w ? cvt<A>(w[c]) : A(1);
+  copies_wait<0>();
+  __syncthreads();
+  T* sx = reinterpret_cast<T*>(staged);
+  const T* sg = reinterpret_cast<const T*>(staged + half);
+  const T* rc = ACT != 0 && res ? res + c * I : nullptr;
+  const auto dz_at = [&](int off, int o, int iw, A (&xv)[EPW], A (&dz)[EPW]) {
+    A gv[EPW], rv[EPW];
+    unpack_words(*reinterpret_cast<const Word*>(sx + off), xv);
+    unpack_words(*reinterpret_cast<const Word*>(sg + off), gv);
+    if (rc) {
+      unpack(*reinterpret_cast<const Word*>(rc + o * so + iw * EPW), rv);
+    } else {
+#pragma unroll
+      for (int e = 0; e < EPW; ++e) rv[e] = A(0);
+    }
+#pragma unroll
+    for (int e = 0; e < EPW; ++e) dz[e] = element_dz<ACT>(tag, ch, xv[e], gv[e], rv[e], param);
+  };
+  A s1 = A(0), s2 = A(0);
+  if (active)
+    walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int o, int iw) {
+      A xv[EPW], dz[EPW];
+      dz_at(off, o, iw, xv, dz);
+#pragma unroll
+      for (int e = 0; e < EPW; ++e) {
+        s1 += dz[e];
+        s2 += dz[e] * (xv[e] - ch.mean);
+      }
+    });
+  staged_group_sum2<kWarps>(s1, s2, red, wpc);
+  if (active) {
+    const A sq = s2 * rs;  // sum dz * xhat
+    const double n = double(O) * double(I);
+    if (lane == 0) store_param_grads(c, ChunkSums{double(s1), double(sq)}, dw, db);
+    const A a = rs * wc, m2 = grad_mean<A>(double(sq), n, training);
+    const ChannelGrad<A> cg{a, grad_mean<A>(double(s1), n, training), a * rs * m2};
+    T* drc = dres ? dres + c * I : nullptr;
+    walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int o, int iw) {
+      A xv[EPW], dz[EPW], out[EPW];
+      dz_at(off, o, iw, xv, dz);
+      if (drc) *reinterpret_cast<Word*>(drc + o * so + iw * EPW) = convert_pack<T>(dz);
+#pragma unroll
+      for (int e = 0; e < EPW; ++e) out[e] = cg.dx(dz[e], xv[e] - ch.mean);
+      *reinterpret_cast<Word*>(sx + off) = convert_pack<T>(out);
+    });
+  }
+  __syncthreads();
+  stage_out<BLOCK, CP, sizeof(T)>(reinterpret_cast<unsigned char*>(dx + c0I), staged, so_bytes, O, span, pitch);
+}
+
+template <int BLOCK, typename T, typename W, int EPW, int ACT>
+__global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
+bn_bwd_staged(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
+              T* __restrict__ dres, i64 so, int I, int O, int C, int G, int cp,
+              const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
+              const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param, int training,
+              W* __restrict__ dw, W* __restrict__ db) {
+  typedef typename AccOf<T>::type A;
+  extern __shared__ __align__(16) unsigned char staged_spans[];
+  __shared__ A red[2 * BLOCK / kWarp];
+  if (cp == 16)
+    staged_backward<BLOCK, 16, T, W, EPW, ACT>(dy, x, res, dx, dres, so, I, O, C, G, mean, rstd, w, b, act, param,
+                                               training, dw, db, staged_spans, red);
+  else if (cp == 8)
+    staged_backward<BLOCK, 8, T, W, EPW, ACT>(dy, x, res, dx, dres, so, I, O, C, G, mean, rstd, w, b, act, param,
+                                              training, dw, db, staged_spans, red);
+  else
+    staged_backward<BLOCK, 4, T, W, EPW, ACT>(dy, x, res, dx, dres, so, I, O, C, G, mean, rstd, w, b, act, param,
+                                              training, dw, db, staged_spans, red);
 }

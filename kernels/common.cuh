@@ -204,6 +204,61 @@ __device__ __forceinline__ void store_pack_whole(T* p, const A (&in)[VEC]) {
   }
 }
 
+// ---- asynchronous copies global -> shared (cp.async; plain copies on HIP) --------------------
+// A thread's copies land in shared memory without passing through its registers; it waits
+// for its own with copies_wait (a barrier then shows them to the block).
+__device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool inside) {
+#if defined(CUNORM_HIP)
+  *static_cast<uint4*>(smem) = inside ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
+#else
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  // src-size 0 fills the chunk with zeros (packs past the row)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(inside ? 16 : 0)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void copy4_async(void* smem, const void* gmem) {
+#if defined(CUNORM_HIP)
+  *static_cast<unsigned*>(smem) = *static_cast<const unsigned*>(gmem);
+#else
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem) : "memory");
+#endif
+}
+
+// CP (4, 8 or 16) bytes, of which the first ``bytes`` are read and the rest filled with zeros
+// (a span's end inside a chunk: nothing past it is read).
+template <int CP>
+__device__ __forceinline__ void copy_async_part(void* smem, const void* gmem, int bytes) {
+#if defined(CUNORM_HIP)
+  for (int k = 0; k < CP; ++k)
+    static_cast<unsigned char*>(smem)[k] = k < bytes ? static_cast<const unsigned char*>(gmem)[k] : 0;
+#else
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (CP == 16)  // .cg (L2 only) exists for 16-byte copies alone
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"(CP), "r"(bytes)
+                 : "memory");
+#endif
+}
+
+__device__ __forceinline__ void copies_commit() {
+#if !defined(CUNORM_HIP)
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most PENDING committed groups of this thread's copies are still in flight.
+template <int PENDING>
+__device__ __forceinline__ void copies_wait() {
+#if !defined(CUNORM_HIP)
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+#endif
+}
+
+
 // A compile-time branch taken by a generic lambda (``if constexpr (decltype(flag)::value)``).
 template <bool B> struct Flag { static constexpr bool value = B; };
 

@@ -206,40 +206,6 @@ struct Staged {  // whether the backward stages rows of T in VEC-packs (the host
   static constexpr bool value = CUNORM_BWD_STAGE && sizeof(T) == 2 && VEC * sizeof(T) == 16;
 };
 
-__device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool inside) {
-#if defined(CUNORM_HIP)
-  *static_cast<uint4*>(smem) = inside ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
-#else
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  // src-size 0 fills the chunk with zeros (packs past the row)
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(inside ? 16 : 0)
-               : "memory");
-#endif
-}
-
-__device__ __forceinline__ void copy4_async(void* smem, const void* gmem) {
-#if defined(CUNORM_HIP)
-  *static_cast<unsigned*>(smem) = *static_cast<const unsigned*>(gmem);
-#else
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem) : "memory");
-#endif
-}
-
-__device__ __forceinline__ void copies_commit() {
-#if !defined(CUNORM_HIP)
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Waits until at most PENDING committed groups of this thread's copies are still in flight.
-template <int PENDING>
-__device__ __forceinline__ void copies_wait() {
-#if !defined(CUNORM_HIP)
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
-#endif
-}
-
 // How a staged backward tile of TPR threads a row stages (v44; the host mirrors the depth in
 // cunorm/_config.py bwd_stage_depth, whose comment holds the measurements of both):
 //   depth: rows in its buffers, the current one and depth - 1 in flight;

@@ -3,6 +3,8 @@ API's checks and NumPy path, the kernels' layout analysis, and the GPU kernels a
 reference in both memory layouts (nc: channel-major; cl: channels last)."""
 from __future__ import annotations
 
+import math
+
 import numpy
 import pytest
 
@@ -134,12 +136,16 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     asked = []
     monkeypatch.setattr(_batch_norm, "function_ptr", lambda f, name, dev: asked.append(name) or 1)
     monkeypatch.setattr(_batch_norm, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(_batch_norm, "smem_limits", lambda dev: H200_SMEM)
+    monkeypatch.setattr(_batch_norm, "allow_smem", lambda fn, smem: None)
     _batch_norm.plan.cache_clear()
     _batch_norm._passes.cache_clear()
+    _batch_norm._staged_kernel.cache_clear()
     layouts = [_batch_norm.layout((4, 16, 5, 6), (480, 30, 6, 1), 1),
                _batch_norm.layout((4, 5, 6, 16), (480, 96, 16, 1), 3),
                _batch_norm.layout((8, 3, 7, 7), (147, 49, 7, 1), 1),
-               _batch_norm.layout((2, 96, 7, 7), (4704, 49, 7, 1), 1)]  # the flat apply passes
+               _batch_norm.layout((2, 96, 7, 7), (4704, 49, 7, 1), 1),  # the flat apply passes
+               _batch_norm.layout((4, 16, 6, 6), (576, 36, 6, 1), 1)]  # bn_fwd_staged, words of 2 half elements
     try:
         for t in _batch_norm.DTYPES:
             dt = BFLOAT16 if t == "bfloat16" else numpy.dtype(t)
@@ -152,12 +158,16 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
                             for training in (True, False):
                                 _batch_norm._passes(p, False, training, act, 0.01, pdt.name, 0)
                                 _batch_norm._passes(p, True, training, act, 0.01, "", 0)
+                            if p.staged:
+                                _batch_norm._staged_kernel(p, act, pdt.name, 0)
     finally:
         _batch_norm.plan.cache_clear()
         _batch_norm._passes.cache_clear()
+        _batch_norm._staged_kernel.cache_clear()
     missing = sorted(set(asked) - names)
     assert not missing, missing[:5]
     assert len(set(asked)) > 100
+    assert {n.split("<")[0] for n in asked} >= {"bn_fwd_staged", "bn_apply_flat", "bn_stats_nc", "bn_stats_cl"}
 
 
 def test_kink_correction_takes_the_kernels_side_only_where_it_flipped(rng):
@@ -319,11 +329,23 @@ def _replanned(value):
     _batch_norm._passes.cache_clear()
 
 
+@pytest.fixture
+def passes(monkeypatch):
+    """The training forward and the backward through their passes (bn_fwd_staged and
+    bn_bwd_staged off), which the tests of those passes' kernels need where the staged
+    kernels would take their shapes."""
+    monkeypatch.setattr(_batch_norm, "USE_STAGED", False)
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_BWD", False)
+    yield from _replanned(None)
+
+
 @pytest.fixture(params=["flat", "per_channel"])
 def apply_path(request, monkeypatch):
     """Dense channel-major tensors through the flat apply passes, or (flat off) the
     per-channel ones they would otherwise take."""
     monkeypatch.setattr(_batch_norm, "USE_FLAT", request.param == "flat")
+    monkeypatch.setattr(_batch_norm, "USE_STAGED", False)  # the training forward and the backward through
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_BWD", False)  # the passes too
     yield from _replanned(request.param)
 
 
@@ -346,7 +368,7 @@ FLAT_SHAPES = [(3, 96, 7, 7), (2, 37, 11, 13), (5, 3, 1533), (1, 2049, 9), (2, 1
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", FLAT_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gpu_flat_apply_passes(rng, shape, dtype, pdtype):
+def test_gpu_flat_apply_passes(rng, shape, dtype, pdtype, passes):
     lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape))), 1)
     with _sm_count(132):
         p = _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), 0, 0)
@@ -358,7 +380,7 @@ def test_gpu_flat_apply_passes(rng, shape, dtype, pdtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
-def test_gpu_flat_apply_passes_activations(rng, activation, training):
+def test_gpu_flat_apply_passes_activations(rng, activation, training, passes):
     _gpu_case(rng, (2, 37, 11, 13), 1, BFLOAT16, numpy.float32, activation, training)
 
 
@@ -384,6 +406,8 @@ def flat_stats_path(request, monkeypatch):
     in every dtype (the host takes it for half precision only)."""
     monkeypatch.setattr(_batch_norm, "FLAT_FOLD_CHUNKS", 10**9 if request.param.startswith("fold") else 0)
     monkeypatch.setattr(_batch_norm, "FLAT_STATS_DTYPES", _batch_norm.DTYPES)  # float32 / float64 too
+    monkeypatch.setattr(_batch_norm, "USE_STAGED", False)  # the training forward through bn_stats_flat
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_BWD", False)  # the backward through bn_bwd_sums_flat
     if request.param.endswith("many_images"):
         monkeypatch.setattr(_batch_norm, "FLAT_STATS_BLOCKS_PER_SM", 1e-6)
     yield from _replanned(request.param)
@@ -409,7 +433,7 @@ def test_gpu_flat_stats(rng, shape, dtype, pdtype, flat_stats_path):
 
 
 @pytest.mark.gpu
-def test_gpu_flat_stats_deterministic(rng):
+def test_gpu_flat_stats_deterministic(rng, passes):
     import cupy
 
     # half precision: float32 keeps bn_stats_nc
@@ -502,20 +526,160 @@ def test_plans_chunk_and_shape_blocks():
         assert (p.chunks - 1) * p.per_chunk < 32 * 49 <= p.chunks * p.per_chunk
 
 
+H200_SMEM = (232448, 233472)  # shared memory a block may opt in to, of an SM (sm_90)
+
+
 class _sm_count:
-    """The planner's SM count pinned (no GPU needed)."""
+    """The planner's SM count (and an H200's shared memory) pinned: no GPU needed."""
 
     def __init__(self, n):
         self.n = n
 
     def __enter__(self):
-        self.saved = _batch_norm.sm_count
+        self.saved = _batch_norm.sm_count, _batch_norm.smem_limits
         _batch_norm.sm_count = lambda device: self.n
+        _batch_norm.smem_limits = lambda device: H200_SMEM
         _batch_norm.plan.cache_clear()
 
     def __exit__(self, *exc):
-        _batch_norm.sm_count = self.saved
+        _batch_norm.sm_count, _batch_norm.smem_limits = self.saved
         _batch_norm.plan.cache_clear()
+
+
+# ---- bn_fwd_staged: the one-read training forward ---------------------------------------------
+
+def test_plans_staged_forward(fresh_plans, monkeypatch):
+    # the benchmark's channel-major shapes: the widest copies whose stage (the fewest channels
+    # whose spans are whole copies) fits half an SM's shared memory, where the channel walk's
+    # words are 8 bytes or more; over that, channels last, or pointers off 16 bytes: the passes
+    def staged(shape, dtype, phase=0, strides=None):
+        strides = strides or tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape)))
+        with _sm_count(132):
+            return _batch_norm.plan(_batch_norm.layout(shape, strides, 1), dtype, numpy.float32, phase, 0).staged
+
+    S = _batch_norm.Staged
+    limit = H200_SMEM[1] // 2 - _batch_norm.STAGED_RESERVED_SMEM
+    assert staged((64, 1024, 14, 14), BFLOAT16) == S(2, 16, 4, 64 * 2 * 392, 512, 256)  # 392-byte runs: 8-byte words
+    assert staged((64, 1024, 14, 14), numpy.float32) == S(1, 16, 4, 64 * 784, 1024, 256)
+    assert staged((256, 2048, 7, 7), BFLOAT16) is None  # 98-byte runs: 2-byte words
+    assert staged((256, 2048, 7, 7), numpy.float32) is None  # 196-byte runs: 4-byte words
+    assert staged((16, 64, 28, 28), BFLOAT16) == S(1, 16, 8, 16 * 1568, 64, 256)
+    # any word, the fewest channels first: narrower copies of fewer channels
+    monkeypatch.setattr(_batch_norm, "STAGED_MIN_WORD", 1)
+    monkeypatch.setattr(_batch_norm, "STAGED_PREFER_WIDE", False)
+    _batch_norm.plan.cache_clear()
+    assert staged((64, 1024, 14, 14), BFLOAT16) == S(1, 8, 4, 64 * 392, 1024, 256)
+    assert staged((256, 2048, 7, 7), BFLOAT16) == S(2, 4, 1, 256 * 2 * 98, 1024, 256)  # 98-byte runs: 4-byte copies
+    assert staged((256, 2048, 7, 7), numpy.float32) == S(1, 4, 1, 256 * 196, 2048, 256)
+    monkeypatch.setattr(_batch_norm, "STAGED_PREFER_WIDE", True)
+    _batch_norm.plan.cache_clear()
+    assert staged((256, 2048, 7, 7), BFLOAT16) == S(4, 8, 1, 256 * 4 * 98, 512, 512)  # 8-byte copies (16: 200 KB); two an SM
+    assert staged((256, 2048, 7, 7), numpy.float32) == S(2, 8, 1, 256 * 2 * 196, 1024, 512)
+    assert staged((32, 256, 56, 56), BFLOAT16) is None  # 200 KB a channel
+    assert staged((128, 64, 112, 112), BFLOAT16) is None
+    assert staged((64, 1024, 14, 14), BFLOAT16, phase=4) is None
+    assert staged((8, 3, 99), numpy.float32, strides=(3 * 99 + 5, 99, 1)) == S(2, 8, 1, 8 * 2 * 396, 2, 256)  # gaps
+    assert staged((8, 3, 99), BFLOAT16, strides=(3 * 99 + 2, 99, 1)) is None  # image stride off 4 bytes
+    with _sm_count(132):
+        cl = _batch_norm.layout((64, 14, 14, 1024), (14 * 14 * 1024, 14 * 1024, 1024, 1), 3)
+        assert _batch_norm.plan(cl, BFLOAT16, numpy.float32, 0, 0).staged is None
+    # every choice: whole copies a span (but the last stage's), copies dividing the image
+    # stride, words dividing runs and image strides, a stage within the limit
+    for I in (1, 3, 7, 9, 49, 91, 196, 499, 3136):
+        for C in (1, 3, 7, 96, 1000):
+            for O in (1, 2, 5, 64):
+                for dt in (BFLOAT16, numpy.float32, numpy.float64):
+                    st = staged((O, C, I), dt)
+                    itemsize = numpy.dtype(dt).itemsize
+                    run, stride = I * itemsize, C * I * itemsize if O > 1 else 0
+                    if st is None:  # channels last (I = 1 or C = 1), else no 4-byte copies fit
+                        least = O * run * (4 // math.gcd(4, run))
+                        assert I == 1 or C == 1 or least > limit or stride % 4, (O, C, I, dt)
+                        continue
+                    G, word = st.channels, st.epw * itemsize
+                    assert G == st.cp // math.gcd(st.cp, run) and stride % st.cp == 0
+                    assert run % word == 0 and stride % word == 0 and word <= 16
+                    assert st.smem == O * G * run <= limit and st.blocks == -(-C // G)
+                    assert st.threads == (256 if H200_SMEM[1] // (st.smem + 1024) >= 4 else 512)
+
+
+@pytest.fixture(params=["widest_copies", "fewest_channels"])
+def staged_any_word(request, monkeypatch):
+    """bn_fwd_staged wherever it can run (words of any width, not only the 8 bytes or more the
+    planner keeps it to), stages chosen by the widest copies (the default) or the fewest
+    channels: the kernel's every word and copy width under test."""
+    monkeypatch.setattr(_batch_norm, "STAGED_MIN_WORD", 1)
+    monkeypatch.setattr(_batch_norm, "STAGED_PREFER_WIDE", request.param == "widest_copies")
+    yield from _replanned(request.param)
+
+
+# Dense channel-major shapes bn_fwd_staged and bn_bwd_staged take in every dtype
+# (staged_any_word): a last stage of fewer channels (odd C at bf16's two a stage) whose spans
+# end inside a copy (I = 91), words of 1-8 elements, 4-, 8- and 16-byte copies, one image,
+# C = 1000 and 2050 stages, 14 x 14 and 28 x 28 planes.
+STAGED_SHAPES = [(1, 3, 7, 13), (4, 3, 5, 6), (2, 16, 4, 4), (3, 96, 7, 7), (3, 5, 60), (2, 9, 1000),
+                 (2, 1000, 9), (4, 2050, 9), (16, 128, 7, 7), (16, 256, 14, 14), (2, 96, 28, 28)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", STAGED_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_staged_forward_and_backward(rng, shape, dtype, pdtype, staged_any_word):
+    p = _dense_plan(shape, dtype, pdtype)
+    assert p.staged is not None and p.staged_bwd is not None, "the case must take bn_fwd_staged / bn_bwd_staged"
+    _gpu_case(rng, shape, 1, dtype, pdtype, "relu", training=True)
+    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=True, with_residual=False)
+    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=False)  # eval: the staged backward alone
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("with_residual", [True, False], ids=["residual", "plain"])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
+def test_gpu_staged_activations(rng, activation, with_residual, training, staged_any_word):
+    assert _dense_plan((3, 96, 7, 7), BFLOAT16, numpy.float32).staged_bwd is not None
+    _gpu_case(rng, (3, 96, 7, 7), 1, BFLOAT16, numpy.float32, activation, training, with_residual)
+    _gpu_case(rng, (2, 6, 5, 7), 1, numpy.dtype(numpy.float64), numpy.float64, activation, training, with_residual)
+
+
+def _staged_or_passes(monkeypatch, staged: bool) -> None:
+    monkeypatch.setattr(_batch_norm, "USE_STAGED", staged)
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_BWD", staged)
+    _batch_norm.plan.cache_clear()
+
+
+@pytest.mark.gpu
+def test_gpu_staged_kernels_match_the_passes(rng, monkeypatch, fresh_plans):
+    # the same y, statistics and gradients (to rounding) whichever kernels run; deterministic
+    import cupy
+
+    shape = (16, 64, 14, 14)
+    assert _dense_plan(shape, numpy.dtype(numpy.float32), numpy.float32).staged_bwd is not None
+    x = cupy.asarray(rng.standard_normal(shape).astype(numpy.float32) * 3 + 100)
+    dy = cupy.asarray(rng.standard_normal(shape).astype(numpy.float32))
+    w, b = cupy.asarray(rng.standard_normal(64).astype(numpy.float32)), cupy.zeros(64, numpy.float32)
+    runs = []
+    for staged in (True, True, False):
+        _staged_or_passes(monkeypatch, staged)
+        rm, rv = cupy.zeros(64, numpy.float32), cupy.ones(64, numpy.float32)
+        y, mean, rstd = cunorm.batch_norm(x, w, b, running_mean=rm, running_var=rv, return_stats=True)
+        dx, dw, db, _ = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd)
+        runs.append((y, mean, rstd, rm, rv, dx, dw, db))
+    assert all((a == b).all() for a, b in zip(runs[0], runs[1]))
+    names = ("y", "mean", "rstd", "running_mean", "running_var", "dx", "dweight", "dbias")
+    for name, a, b in zip(names, runs[0], runs[2]):
+        assert_close(name, a, b, *((1e-4, 1e-3) if name.startswith("d") else (1e-5, 1e-5)))  # float sums, reordered
+
+
+@pytest.mark.gpu
+def test_gpu_staged_forward_plans_sharing_a_kernel_keep_their_shared_memory(rng):
+    # plans are cached: a smaller stage of the same instantiation launched between two of a
+    # larger one must not lower the kernel's shared-memory allowance under the larger
+    big, small = (128, 64, 14, 14), (80, 64, 14, 14)  # 100,352 and 62,720 bytes a stage
+    f32 = numpy.dtype(numpy.float32)
+    assert _dense_plan(big, f32, f32).staged.smem > _dense_plan(small, f32, f32).staged.smem > 48 * 1024
+    for shape in (big, small, big):
+        _gpu_case(rng, shape, 1, f32, numpy.float32, None, training=True, with_residual=False)
 
 
 @pytest.mark.gpu

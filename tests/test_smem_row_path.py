@@ -36,6 +36,20 @@ def test_cpu_every_case_here_takes_the_shared_memory_path():
     assert not _holds_in_smem(65536)  # past ROW_SMEM_MAX
 
 
+def test_cpu_shared_memory_allowance_only_rises(monkeypatch):
+    # plans are cached per shape: a later plan of the same kernel asking for less dynamic
+    # shared memory must not lower the allowance an earlier cached plan launches under
+    driver = pytest.importorskip("cupy_backends.cuda.api.driver", reason="CuPy is not installed")
+    from cunorm import _launch
+
+    calls = []
+    monkeypatch.setattr(driver, "funcSetAttribute", lambda fn, attr, value: calls.append((fn, value)))
+    monkeypatch.setattr(_launch, "_smem_allowed", {})
+    for fn, smem in ((1, 100_000), (1, 60_000), (2, 60_000), (1, 100_000), (1, 0), (1, 120_000)):
+        _launch.allow_smem(fn, smem)
+    assert calls == [(1, 100_000), (2, 60_000), (1, 120_000)]
+
+
 def test_cpu_every_shared_memory_tile_is_compiled():
     names = set(_row_norm.instantiations())
     for n in ROW_LENGTHS:

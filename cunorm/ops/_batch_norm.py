@@ -7,13 +7,14 @@ Framework-neutral like _row_norm: pointers in, the frontend's stream, scratch th
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import numpy
 
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import launch, make_current, pick_vec, scalar_bits, sm_count
+from .._launch import allow_smem, launch, make_current, pick_vec, scalar_bits, sm_count
 
 KERNEL_FILE = "batch_norm.cu"
 BLOCK = 256  # = kBnBlock
@@ -55,6 +56,26 @@ FLAT_FOLD_CHUNKS = 8
 # FLAT_SUMS_PACKS packs a thread (NOTES "BatchNorm v10").
 USE_FLAT_SUMS = True
 FLAT_SUMS_PACKS = 1  # = CUNORM_BN_FLAT_SUMS_PACKS
+# The training forward of dense channel-major x with short channels takes bn_fwd_staged: one
+# launch reading x once (a block stages G whole channels in shared memory), in place of the
+# statistics, finalize and apply passes. NOTES "BatchNorm v14c".
+USE_STAGED = True
+STAGED_MIN_RESIDENT = 2  # blocks an SM whose stages must fit its shared memory (overlap)
+# The backward of the same x takes bn_bwd_staged (x and dy staged): one launch reading both
+# once, in place of the sums, finalize and dx passes. NOTES "BatchNorm v15".
+USE_STAGED_BWD = True
+# 256-thread blocks where this many stages fit an SM, else 512 (CUNORM_BN_STAGED_THREADS_PER_SM
+# threads an SM by registers either way): bf16 (64, 1024, 14, 14), 50 KB stages, 0.459 -> 0.515
+# of copy at 256; fp32 (128, 256, 14, 14), 100 KB stages, 0.468 -> 0.527 at 512 (NOTES v14c).
+STAGED_SMALL_BLOCK_MIN_RESIDENT = 4
+STAGED_BLOCKS = (256, 512)
+STAGED_RESERVED_SMEM = 1024  # shared memory the driver keeps a block (sm_80 / sm_90)
+# The widest copies whose stage fits, then the fewest channels: bf16 14 x 14 0.467 -> 0.511
+# of copy (16-byte copies of two channels against 8-byte ones of one).
+STAGED_PREFER_WIDE = True
+# Channel walks in words under 8 bytes lose to the passes: 7 x 7 planes (49-element runs,
+# one-element words) read bf16 0.29 / fp32 0.41 of copy staged against the passes' 0.41 / 0.50.
+STAGED_MIN_WORD = 8
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -87,9 +108,19 @@ def instantiations() -> list[str]:
                 names += [f"bn_apply_flat<{ct}, {cw}, {c_type(r)}, {vec}, {a}>" for r in _param_types(t)
                           for a in ACT_CLASSES]
         for w in _param_types(t):
+            names += [f"bn_fwd_staged<{n}, {ct}, {c_type(w)}, {c_type(r)}, {e}, {a}>" for n in STAGED_BLOCKS
+                      for r in _param_types(t) for e in _staged_words(t) for a in ACT_CLASSES]
+            names += [f"bn_bwd_staged<{n}, {ct}, {c_type(w)}, {e}, {a}>" for n in STAGED_BLOCKS
+                      for e in _staged_words(t) for a in ACT_CLASSES]
+        for w in _param_types(t):
             cw = c_type(w)
             names += [f"bn_finalize<{ct}, {cw}>", f"bn_running_stats<{acc}, {cw}>", f"bn_bwd_finalize<{acc}, {cw}>"]
     return names
+
+
+def _staged_words(t: str) -> tuple:
+    """bn_fwd_staged's and bn_bwd_staged's EPW choices (elements a word of its channel walk, 16 bytes at most)."""
+    return tuple(e for e in (1, 2, 4, 8) if e * numpy.dtype(_np(t)).itemsize <= 16)
 
 
 def _vec_choices(t: str) -> tuple:
@@ -196,6 +227,61 @@ class FlatStats(NamedTuple):
         return pieces(lay, self.length) * self.groups
 
 
+class Staged(NamedTuple):
+    """The launch of bn_fwd_staged or bn_bwd_staged: stages of ``channels`` (G), copies of ``cp`` bytes, channel
+    walk words of ``epw`` elements, ``smem`` bytes a block, ``blocks`` blocks (a stage each)
+    of ``threads`` threads."""
+
+    channels: int
+    cp: int
+    epw: int
+    smem: int
+    blocks: int
+    threads: int
+
+
+@functools.lru_cache(maxsize=None)
+def smem_limits(device: int) -> tuple:
+    """(shared memory a block may opt in to, shared memory of an SM), bytes."""
+    from cupy_backends.cuda.api import runtime
+
+    return (runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+            runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerMultiprocessor, device))
+
+
+def _staged(lay: Layout, itemsize: int, phase: int, device: int, tensors: int = 1) -> Staged | None:
+    """bn_fwd_staged's launch (``tensors`` = 1: x staged) or bn_bwd_staged's (2: x and dy), or
+    None where it does not apply: not dense channel-major within an image (sc == I), pointers
+    off 16 bytes, image strides off 4 bytes, a stage too large for STAGED_MIN_RESIDENT blocks
+    an SM, or channel walks in words under STAGED_MIN_WORD bytes. The widest copies whose
+    stage fits (STAGED_PREFER_WIDE; else the fewest channels), G the fewest channels whose
+    spans are whole copies."""
+    if not (USE_STAGED if tensors == 1 else USE_STAGED_BWD) or lay.channels_last or phase != 0 or lay.sc != lay.I:
+        return None
+    run = lay.I * itemsize
+    strides = lay.so * itemsize if lay.O > 1 else 0
+    per_block, per_sm = smem_limits(device)
+    limit = min(per_block, per_sm // STAGED_MIN_RESIDENT - STAGED_RESERVED_SMEM)
+    best = None
+    for cp in (16, 8, 4):
+        G = cp // math.gcd(cp, run)  # the fewest channels whose span is whole copies
+        smem = tensors * lay.O * G * run
+        if strides % cp or smem > limit:
+            continue
+        if best is None or G < best[0] and not STAGED_PREFER_WIDE:
+            best = (G, cp, smem)
+    if best is None:
+        return None
+    G, cp, smem = best
+    # words: the widest that divide every run and image stride (the residual is read in them)
+    word = next(w for w in (16, 8, 4, 2, 1) if w >= itemsize and w % itemsize == 0 and run % w == 0 and
+                strides % w == 0)
+    if word < STAGED_MIN_WORD:
+        return None
+    small = per_sm // (smem + STAGED_RESERVED_SMEM) >= STAGED_SMALL_BLOCK_MIN_RESIDENT and G <= STAGED_BLOCKS[0] // 32
+    return Staged(G, cp, word // itemsize, smem, -(-lay.C // G), STAGED_BLOCKS[0] if small else STAGED_BLOCKS[1])
+
+
 class Plan(NamedTuple):
     lay: Layout
     vec: int
@@ -210,6 +296,8 @@ class Plan(NamedTuple):
     flat_len: int  # the flat apply passes' piece length in elements, 0 when they do not apply
     stats: FlatStats | None  # bn_stats_flat's pieces, None when the statistics take bn_stats_nc / _cl
     sums: FlatStats | None  # bn_bwd_sums_flat's, None when the backward sums take bn_bwd_sums_nc / _cl
+    staged: Staged | None  # bn_fwd_staged's launch, None when the training forward takes the passes
+    staged_bwd: Staged | None  # bn_bwd_staged's, None when the backward takes the passes
 
 
 def pointer_phase(*pointers: int) -> int:
@@ -254,7 +342,8 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
     stats = _flat_stats(lay, vec, flat_len, FLAT_STATS_PACKS, device) if flat_dtype and USE_FLAT_STATS else None
     sums = _flat_stats(lay, vec, flat_len, FLAT_SUMS_PACKS, device) if flat_dtype and USE_FLAT_SUMS else None
     return Plan(lay, vec, ip, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name,
-                acc_dtype(dtype), flat_len, stats, sums)
+                acc_dtype(dtype), flat_len, stats, sums, _staged(lay, itemsize, phase, device),
+                _staged(lay, itemsize, phase, device, 2))
 
 
 def _flat_stats(lay: Layout, vec: int, flat_len: int, packs: int, device: int) -> FlatStats | None:
@@ -377,6 +466,12 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
     """Writes y and mean/rstd (per channel, acc dtype); training also updates the running
     statistics in place (where given)."""
     make_current(device)
+    if training and p.staged:
+        st, lay = p.staged, p.lay
+        launch(_staged_kernel(p, act, numpy.dtype(rdtype).name, device), st.blocks, st.threads,
+               (x, res, y, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, w, b, act, scalar_bits(param, p.acc),
+                _f64(eps), _f64(factor), running_mean, running_var, mean, rstd), stream, st.smem)
+        return
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device)
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc  # cl: one launch, channel offsets inside
@@ -416,6 +511,17 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
                 q.act_bits), stream)
 
 
+@functools.lru_cache(maxsize=1024)
+def _staged_kernel(p: Plan, act: int, rdtype: str, device: int, backward: bool = False) -> int:
+    """bn_fwd_staged (bn_bwd_staged) for the plan, allowed its shared memory."""
+    st = p.staged_bwd if backward else p.staged
+    name = (f"bn_bwd_staged<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {st.epw}, {act_class(act)}>" if backward else
+            f"bn_fwd_staged<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {st.epw}, {act_class(act)}>")
+    fn = function_ptr(KERNEL_FILE, name, device)
+    allow_smem(fn, st.smem)
+    return fn
+
+
 def _flat_grid(p: Plan) -> int:
     """The flat passes' blocks: every image's pieces."""
     return pieces(p.lay, p.flat_len) * p.lay.O
@@ -425,6 +531,12 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
              dw: int, db: int, training: bool, act: int, param: float, alloc, stream: int, device: int) -> None:
     """Writes dx, and dweight / dbias / dresidual where their pointers are non-null."""
     make_current(device)
+    if p.staged_bwd:
+        st, lay = p.staged_bwd, p.lay
+        launch(_staged_kernel(p, act, "", device, True), st.blocks, st.threads,
+               (dy, x, res, dx, dres, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, mean, rstd, w, b, act,
+                scalar_bits(param, p.acc), int(training), dw, db), stream, st.smem)
+        return
     q = _passes(p, True, training, act, param, "", device)
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc
