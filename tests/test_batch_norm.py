@@ -160,6 +160,8 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
                                 _batch_norm._passes(p, True, training, act, 0.01, "", 0)
                             if p.staged:
                                 _batch_norm._staged_kernel(p, act, pdt.name, 0)
+                            if p.staged_bwd:
+                                _batch_norm._staged_kernel(p, act, "", 0, True)
     finally:
         _batch_norm.plan.cache_clear()
         _batch_norm._passes.cache_clear()
@@ -167,7 +169,8 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     missing = sorted(set(asked) - names)
     assert not missing, missing[:5]
     assert len(set(asked)) > 100
-    assert {n.split("<")[0] for n in asked} >= {"bn_fwd_staged", "bn_apply_flat", "bn_stats_nc", "bn_stats_cl"}
+    assert {n.split("<")[0] for n in asked} >= {"bn_fwd_staged", "bn_bwd_staged", "bn_apply_flat", "bn_stats_nc",
+                                                "bn_stats_cl"}
 
 
 def test_kink_correction_takes_the_kernels_side_only_where_it_flipped(rng):
@@ -573,7 +576,8 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
     assert staged((256, 2048, 7, 7), numpy.float32) == S(1, 4, 1, 256 * 196, 2048, 256)
     monkeypatch.setattr(_batch_norm, "STAGED_PREFER_WIDE", True)
     _batch_norm.plan.cache_clear()
-    assert staged((256, 2048, 7, 7), BFLOAT16) == S(4, 8, 1, 256 * 4 * 98, 512, 512)  # 8-byte copies (16: 200 KB); two an SM
+    # 8-byte copies (16: 200 KB), two stages an SM
+    assert staged((256, 2048, 7, 7), BFLOAT16) == S(4, 8, 1, 256 * 4 * 98, 512, 512)
     assert staged((256, 2048, 7, 7), numpy.float32) == S(2, 8, 1, 256 * 2 * 196, 1024, 512)
     assert staged((32, 256, 56, 56), BFLOAT16) is None  # 200 KB a channel
     assert staged((128, 64, 112, 112), BFLOAT16) is None
