@@ -426,6 +426,36 @@ def test_gpu_fast_backward_twice_on_one_graph(op, rows):
             assert_close(f"{op} rows={rows} {name}", g.cpu().double(), ref.cpu(), rtol, 4 * atol)
 
 
+@gpu
+@pytest.mark.parametrize("shape,dtype", [((64, 4096), torch.bfloat16), ((300, 512), torch.bfloat16),
+                                         ((600, 1024), torch.float32), ((3, 7), torch.float32)],
+                         ids=["column_plan", "row_plan_small_x", "row_plan_dx_in_backward", "odd_row"])
+def test_gpu_prepared_backward_serves_plain_calls(shape, dtype, monkeypatch):
+    """A plain eager call's backward runs what its forward prepared: the one-launch column
+    plan's argument list (few rows), or the plan with its scratch made in the backward (more
+    rows; dx too past PREPARED_DX_BYTES), never the signature-keyed general backward."""
+    _cuda_or_skip()
+    import cunorm.torch as package
+
+    def general(*args, **kwargs):
+        raise AssertionError("the general backward ran")
+
+    monkeypatch.setattr(package, "_backward_impl", general)
+    n = shape[-1]
+    x = torch.randn(shape, device="cuda").to(dtype).requires_grad_()
+    w = (1 + 0.1 * torch.randn(n, device="cuda")).to(dtype).requires_grad_()
+    b = (0.1 * torch.randn(n, device="cuda")).to(dtype).requires_grad_()
+    dy = torch.randn(shape, device="cuda").to(dtype)
+    for op in ("layer_norm", "rms_norm"):
+        params = (w, b) if op == "layer_norm" else (w,)
+        for _ in range(2):  # the second call takes the cached signature and plan
+            grads = torch.autograd.grad(getattr(ct, op)(x, (n,), *params), (x, *params), dy)
+        _, ref_grads = _reference_grads(op, x, params, dy)
+        for name, g, ref in zip(("dx", "dweight", "dbias"), grads, ref_grads):
+            rtol, atol = reduction_tol(_np_dtype(dtype), 1 if name == "dx" else shape[0])
+            assert_close(f"{op} {shape} {name}", g.cpu().double(), ref.cpu(), rtol, 4 * atol)
+
+
 def _misaligned_copy(t):
     """t's values in memory one element past an allocation's start (16-byte alignment lost)."""
     flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:]

@@ -430,13 +430,12 @@ def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rs
     """Launches a backward: writes dx and, where their pointers are non-null, dweight and
     dbias. Deterministic: fixed reduction trees, no atomics. ``alloc(shape, dtype) ->
     pointer`` gives the scratch (dW/dB partials; tile sums on the split path)."""
+    if plan.column_blocks:
+        grid, args = column_launch(plan, dy, x, weight, mean, rstd, dx, dw, db)
+        launch(plan.main, grid, plan.block, args, stream)
+        return
     stats = (weight, mean, rstd)
     m, n, groups, acc = plan.m, plan.n, plan.groups, plan.acc
-    if plan.column_blocks:
-        grid = plan.blocks + (plan.column_blocks if dw or db else 0)
-        launch(plan.main, grid, plan.block,
-               (dy, *plan.dy_args, x, *plan.x_args, *stats, dx, dw, db, m, n, plan.blocks), stream)
-        return
     row_sums, tiles = 0, 1
     if plan.split is not None:
         sums, finalize, tiles = plan.split
@@ -449,6 +448,15 @@ def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rs
     launch(plan.main, plan.blocks * tiles, plan.block,
            (dy, *plan.dy_args, x, *plan.x_args, *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream, plan.smem)
     reduce_partial_rows(plan.reduce, dw_part, dw, db_part, db, groups, n, stream)
+
+
+def column_launch(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rstd: int, dx: int, dw: int,
+                  db: int) -> tuple[int, list]:
+    """(grid, arguments) of a column plan's one launch (``plan.column_blocks``): dy's pointer
+    is the first argument, so a caller that prepares the list before dy exists fills in
+    slot 0 (torch's prepared backward)."""
+    grid = plan.blocks + (plan.column_blocks if dw or db else 0)
+    return grid, [dy, *plan.dy_args, x, *plan.x_args, weight, mean, rstd, dx, dw, db, plan.m, plan.n, plan.blocks]
 
 
 def partial_rows(dw: int, db: int, groups: int, n: int, acc: numpy.dtype, alloc) -> tuple[int, int]:

@@ -71,27 +71,26 @@ class _LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, nd, weight, bias, eps):
-        fast = []
-        y, stats = _forward(x, nd, weight, bias, eps, False, fast)
+        if x.is_cuda:  # the fast path called directly: this runs on every eager call
+            need = ctx.needs_input_grad
+            y, stats, ctx.prepared = _cuda_forward(x, nd, weight, bias, eps, False, True,
+                                                   (need[2] and weight is not None, bias is not None and need[3]))
+        else:
+            (y, stats), ctx.prepared = _forward_impl(x, nd, weight, bias, eps, False), None
         ctx.save_for_backward(x, weight, stats)
         ctx.nd, ctx.bias_dtype = nd, None if bias is None else bias.dtype
-        ctx.fast = ctx.outputs = None
-        if fast:  # the fast path means weight and bias share a dtype
-            need = ctx.needs_input_grad
-            ctx.fast = fast[0]
-            ctx.outputs = fast[0].outputs(x, weight, need[2] and weight is not None, bias is not None and need[3])
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, stats = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        has_bias = ctx.bias_dtype is not None and need[3]
-        if ctx.fast is not None:
-            outputs, ctx.outputs = ctx.outputs, None  # one backward gets them (retain_graph: more)
-            grads = ctx.fast(dy, x, weight, stats, need[2] and weight is not None, has_bias, outputs)
+        prepared, ctx.prepared = ctx.prepared, None  # it serves one backward (retain_graph: more)
+        if prepared is not None:
+            grads = prepared(dy, x, weight, stats)
             if grads is not None:
                 return grads[0], None, grads[1], grads[2], None
+        need = ctx.needs_input_grad
+        has_bias = ctx.bias_dtype is not None and need[3]
         w = _reducing_weight(weight, ctx.bias_dtype if has_bias else None)
         dx, dw, db = _backward_impl(dy, x, w, stats, ctx.nd, False, has_bias, need[2])
         if w is not weight:
@@ -104,67 +103,42 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, nd, weight, eps):
-        fast = []
-        y, stats = _forward(x, nd, weight, None, eps, True, fast)
+        if x.is_cuda:
+            y, stats, ctx.prepared = _cuda_forward(x, nd, weight, None, eps, True, True,
+                                                   (ctx.needs_input_grad[2] and weight is not None, False))
+        else:
+            (y, stats), ctx.prepared = _forward_impl(x, nd, weight, None, eps, True), None
         ctx.save_for_backward(x, weight, stats)
         ctx.nd = nd
-        ctx.fast = ctx.outputs = None
-        if fast:
-            ctx.fast = fast[0]
-            ctx.outputs = fast[0].outputs(x, weight, ctx.needs_input_grad[2] and weight is not None, False)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, stats = ctx.saved_tensors
-        need_dw = ctx.needs_input_grad[2]
-        if ctx.fast is not None:
-            outputs, ctx.outputs = ctx.outputs, None
-            grads = ctx.fast(dy, x, weight, stats, need_dw and weight is not None, False, outputs)
+        prepared, ctx.prepared = ctx.prepared, None
+        if prepared is not None:
+            grads = prepared(dy, x, weight, stats)
             if grads is not None:
                 return grads[0], None, grads[1], None
-        dx, dw, _ = _backward_impl(dy, x, weight, stats, ctx.nd, True, False, need_dw)
+        dx, dw, _ = _backward_impl(dy, x, weight, stats, ctx.nd, True, False, ctx.needs_input_grad[2])
         return dx, None, dw, None
 
 
 # The Functions' apply without torch.autograd.Function.apply's Python layer: its default-
 # argument binding and pytree walk cost ~4 us of an eager call (a third of an empty Function's
 # forward, NOTES "Issue 3: the Function's own apply"). Outside functorch transforms that layer
-# only unwraps dead functorch wrappers, which _unwrap does for the tensor arguments; inside
-# them, the full apply.
+# only unwraps dead functorch wrappers, which the wrappers below do for the tensor arguments;
+# inside them, the full apply.
 _LAYER_NORM_APPLY = super(torch.autograd.Function, _LayerNormFunction).apply
 _RMS_NORM_APPLY = super(torch.autograd.Function, _RMSNormFunction).apply
 _functorch_active = torch._C._are_functorch_transforms_active
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
-def _unwrap(t):
-    return None if t is None else _unwrap_if_dead(t)
-
-
-def _layer_norm_apply(x, nd, weight, bias, eps):
-    if _functorch_active():
-        return _LayerNormFunction.apply(x, nd, weight, bias, eps)
-    return _LAYER_NORM_APPLY(_unwrap_if_dead(x), nd, _unwrap(weight), _unwrap(bias), eps)
-
-
-def _rms_norm_apply(x, nd, weight, eps):
-    if _functorch_active():
-        return _RMSNormFunction.apply(x, nd, weight, eps)
-    return _RMS_NORM_APPLY(_unwrap_if_dead(x), nd, _unwrap(weight), eps)
-
-
-def _forward(x, nd, weight, bias, eps, rms, fast):
-    """The Functions' forward: the CUDA fast path called directly (one call layer fewer on a
-    host-bound path), the CPU reference otherwise."""
-    if x.is_cuda:
-        return _cuda_forward(x, nd, weight, bias, eps, rms, True, fast)
-    return _forward_impl(x, nd, weight, bias, eps, rms)
-
-
-def _needs_grad(x, weight, bias=None) -> bool:
-    return torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
-                                        or (bias is not None and bias.requires_grad))
+def _fused_options_set(residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax) -> bool:
+    """Whether a fused option differs from its default (the plain call skips their checks)."""
+    return not (residual is None and residual_dtype is None and not weight_offset and out_dtype is None
+                and out_scale is None and not return_amax)
 
 
 _FUSED_DOC = """
@@ -185,13 +159,21 @@ def layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Opt
     nd = _normalized_ndim(input, normalized_shape)
     eps = _checks.eps(eps, None)
     input = _autocast_fp32(input, True, autocast_to_fp32)
-    opts = _fused.options(input, weight, residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax)
-    if opts is not None:
-        return _fused.call(input, nd, weight, bias, eps, False, opts)
+    if _fused_options_set(residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax):
+        opts = _fused.options(input, weight, residual, residual_dtype, weight_offset, out_dtype, out_scale,
+                              return_amax)
+        if opts is not None:
+            return _fused.call(input, nd, weight, bias, eps, False, opts)
     if torch.compiler.is_compiling():
         return torch.ops.cunorm.layer_norm_fwd(input, nd, weight, bias, eps)[0]
-    if _needs_grad(input, weight, bias):
-        return _layer_norm_apply(input, nd, weight, bias, eps)
+    # the eager call with a gradient, its helpers written out (each Python call costs ~0.3 us
+    # on the H200 host, and this path is host-bound: NOTES v53)
+    if torch.is_grad_enabled() and (input.requires_grad or (weight is not None and weight.requires_grad)
+                                    or (bias is not None and bias.requires_grad)):
+        if _functorch_active():
+            return _LayerNormFunction.apply(input, nd, weight, bias, eps)
+        return _LAYER_NORM_APPLY(_unwrap_if_dead(input), nd, None if weight is None else _unwrap_if_dead(weight),
+                                 None if bias is None else _unwrap_if_dead(bias), eps)
     return _forward_impl(input, nd, weight, bias, eps, rms=False, stats=False)[0]
 
 
@@ -201,13 +183,17 @@ def rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optio
              out_dtype: Optional[torch.dtype] = None, out_scale: Optional[float] = None, return_amax: bool = False):
     nd = _normalized_ndim(input, normalized_shape)
     eps = _default_eps(input.dtype) if eps is None else _checks.eps(eps, None)
-    opts = _fused.options(input, weight, residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax)
-    if opts is not None:
-        return _fused.call(input, nd, weight, None, eps, True, opts)
+    if _fused_options_set(residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax):
+        opts = _fused.options(input, weight, residual, residual_dtype, weight_offset, out_dtype, out_scale,
+                              return_amax)
+        if opts is not None:
+            return _fused.call(input, nd, weight, None, eps, True, opts)
     if torch.compiler.is_compiling():
         return torch.ops.cunorm.rms_norm_fwd(input, nd, weight, eps)[0]
-    if _needs_grad(input, weight):
-        return _rms_norm_apply(input, nd, weight, eps)
+    if torch.is_grad_enabled() and (input.requires_grad or (weight is not None and weight.requires_grad)):
+        if _functorch_active():
+            return _RMSNormFunction.apply(input, nd, weight, eps)
+        return _RMS_NORM_APPLY(_unwrap_if_dead(input), nd, None if weight is None else _unwrap_if_dead(weight), eps)
     return _forward_impl(input, nd, weight, None, eps, rms=True, stats=False)[0]
 
 

@@ -16,7 +16,7 @@ import numpy
 import torch
 
 from .. import _config
-from .._launch import View, contiguous_strides, make_current, remember, rows_of
+from .._launch import View, contiguous_strides, launch, make_current, remember, rows_of
 from ..ops import _row_norm
 from ._common import _NUMPY_DTYPE, _TORCH_DTYPE, _acc, _as_dtype, _check_backward, _check_tensors, _stats_shape
 
@@ -88,38 +88,40 @@ _backward_plans: dict = {}
 
 
 
-def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True, backward_state=None):
-    """(y, stats or None); stats as _stats_shape says, in float32 (float64 for float64 x).
-    When the call takes the fast path, a list passed as ``backward_state`` receives its
-    signature's FastBackward."""
+def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True, grads=None):
+    """(y, stats or None, PreparedBackward or None); stats as _stats_shape says, in float32
+    (float64 for float64 x). ``grads``, (need_dw, has_bias) of a forward whose backward the
+    eager Functions run, has the fast path prepare that backward (stats are then made)."""
     dev = x.get_device()
     if torch._C._cuda_getDevice() != dev:  # torch.cuda.current_device() without its lazy-init check
         with torch.cuda.device(dev):
-            return _cuda_forward(x, nd, weight, bias, eps, rms, stats, backward_state)
-    y = _like(x)
+            return _cuda_forward(x, nd, weight, bias, eps, rms, stats, grads)
+    y = torch.empty_like(x) if x.is_contiguous() else torch.empty(x.shape, dtype=x.dtype, device=x.device)  # _like
     xp, yp = x.data_ptr(), y.data_ptr()
     wp = 0 if weight is None else weight.data_ptr()
     bp = 0 if bias is None else bias.data_ptr()
-    key = (x.shape, x.stride(), x.dtype, dev, nd, rms, eps, _meta(weight), _meta(bias), (xp | yp) & 15,
-           (wp | bp) & 15)
+    # the parameters' metadata written out (not through a helper): this line runs every call
+    key = (x.shape, x.stride(), x.dtype, dev, nd, rms, eps,
+           None if weight is None else (weight.dtype, weight.shape, weight.stride(), weight.get_device()),
+           None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
+           (xp | yp) & 15, (wp | bp) & 15)
     entry = _forward_plans.get(key)
     if entry is None:
         entry = _forward_entry(key, x, nd, weight, bias, eps, rms)
     if entry is _GENERAL:
         return _cuda_forward_general(x, nd, weight, bias, eps, rms, stats)
     plan, stats_shape, acc, fast = entry
-    if backward_state is not None:
-        backward_state.append(fast)
-    mean = rstd = 0
+    sp = mean = rstd = 0
     st = None
     if stats:
         st = x.new_empty(stats_shape, dtype=acc)
-        mean = rstd = st.data_ptr()
-        if not rms:
-            rstd += plan.m * plan.acc.itemsize
+        sp = st.data_ptr()
+        mean, rstd = (0, sp) if rms else (sp, sp + plan.m * plan.acc.itemsize)
     make_current(dev)
     _row_norm.run_forward(plan, xp, yp, wp, bp, mean, rstd, _Scratch(dev) if plan.tiles > 1 else None, _stream(dev))
-    return y, st
+    if grads is None:
+        return y, st, None
+    return y, st, fast.prepare(x, y, weight, xp, wp, sp, mean, rstd, *grads)
 
 
 def _forward_entry(key, x, nd, weight, bias, eps, rms):
@@ -130,7 +132,8 @@ def _forward_entry(key, x, nd, weight, bias, eps, rms):
         plan = _row_norm.forward_plan(tuple(x.shape), tuple(x.stride()), _NUMPY_DTYPE[x.dtype], _NUMPY_DTYPE[pdt],
                                       nd, rms, eps, key[3], key[-2], key[-1])
         if plan is not None:
-            fast = FastBackward(key[3], nd, rms, tuple(x.stride()), key[-2], key[-1])
+            fast = FastBackward(key[3], nd, rms, tuple(x.stride()), key[-2], key[-1],
+                                x.numel() * x.element_size() <= _config.PREPARED_DX_BYTES)
             entry = (plan, _stats_shape(x, nd, rms), _TORCH_DTYPE[plan.acc], fast)
     remember(_forward_plans, key, entry, _MAX_PLANS)
     return entry
@@ -138,15 +141,16 @@ def _forward_entry(key, x, nd, weight, bias, eps, rms):
 
 def _cuda_forward_general(x, nd, weight, bias, eps, rms, stats):
     """Empty tensors; otherwise copy x where the kernels cannot address its rows, cast the
-    parameters to a compiled dtype, and take the fast path with those."""
+    parameters to a compiled dtype, and take the fast path with those. (y, stats, None)."""
     if x.numel() == 0:
         y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
         st = torch.empty(_stats_shape(x, nd, rms), dtype=_acc(x.dtype), device=x.device) if stats else None
         if st is not None:  # statistics of an empty row are undefined
             st.fill_(math.nan)
-        return y, st
+        return y, st, None
     x = _addressable(x, nd)
     weight, bias = _params(x, weight, bias)
+    # no prepared backward: it would address the copies, not the tensors the Functions save
     return _cuda_forward(x, nd, weight, bias, eps, rms, stats)
 
 
@@ -185,62 +189,90 @@ def _cuda_backward(dy, x, weight, stats, nd, rms, has_bias, need_dw=True):
 
 
 class FastBackward:
-    """The eager backward of one fast-path forward signature, called on torch's autograd
-    device thread, where host work takes 1.5 to 3 times as long as on the caller's
-    (benchmarks/NOTES.md, v5 and v14): no signature lookup, its outputs allocated by the
-    forward, only checks that dy and the saved tensors (which saved-tensor hooks may have
-    moved) still fit the plan. The plan, for a C-contiguous dy, is made on the first backward."""
+    """The eager backward of one fast-path forward signature: its plan, made by the first
+    forward that needs a gradient (dy C-contiguous), and for each such forward a
+    PreparedBackward."""
 
-    __slots__ = ("plan", "dev", "nd", "rms", "x_strides", "x_align", "p_align")
+    __slots__ = ("plan", "dev", "nd", "rms", "x_strides", "x_align", "p_align", "prepare_dx")
 
-    def __init__(self, dev, nd, rms, x_strides, x_align, p_align):
+    def __init__(self, dev, nd, rms, x_strides, x_align, p_align, prepare_dx: bool):
         self.plan, self.dev, self.nd, self.rms = None, dev, nd, rms
         self.x_strides, self.x_align, self.p_align = x_strides, x_align, p_align
+        self.prepare_dx = prepare_dx  # x is small (_config.PREPARED_DX_BYTES): the forward makes dx
 
-    def outputs(self, x, weight, need_dw: bool, has_bias: bool) -> tuple:
-        """(dx or None, dweight or None, dbias or None) for the backward, allocated by the
-        forward on the caller's thread: the parameter gradients always, dx when x is small
-        (host-bound calls, _config.PREPARED_DX_BYTES). They serve one backward."""
-        dx = _like(x) if x.numel() * x.element_size() <= _config.PREPARED_DX_BYTES else None
-        return (dx, *self._grads(x, weight, need_dw, has_bias))
-
-    def _grads(self, x, weight, need_dw, has_bias):
-        if weight is not None:
-            return (torch.empty_like(weight) if need_dw else None, torch.empty_like(weight) if has_bias else None)
-        return None, x.new_empty(x.shape[x.ndim - self.nd:]) if has_bias else None
-
-    def __call__(self, dy, x, weight, stats, need_dw: bool, has_bias: bool, outputs=None):
-        """(dx, dweight or None, dbias or None), or None where dy, the saved tensors or the
-        current device do not fit (the caller then takes the general backward). ``outputs``:
-        what ``outputs`` allocated in the forward, or None."""
-        if not dy.is_contiguous() or x.stride() != self.x_strides or torch._C._cuda_getDevice() != self.dev:
-            return None
-        xp, dyp = x.data_ptr(), dy.data_ptr()
-        wp = 0 if weight is None else weight.data_ptr()
-        # as aligned as the forward's pointers (the plan's vector width assumes it)
-        if ((xp | dyp) & 15) | self.x_align != self.x_align or (wp & 15) | self.p_align != self.p_align:
-            return None
-        dx, dw, db = outputs if outputs is not None else (None, *self._grads(x, weight, need_dw, has_bias))
-        if dx is None:
-            dx = torch.empty_like(dy)
-        dxp = dx.data_ptr()
-        if (dxp & 15) | self.x_align != self.x_align:
-            return None
+    def prepare(self, x, y, weight, xp: int, wp: int, sp: int, mean: int, rstd: int, need_dw: bool,
+                has_bias: bool) -> Optional["PreparedBackward"]:
+        """The backward of the forward call that wrote y and the statistics at ``sp`` (mean
+        and rstd pointers as the kernels take them); None where the signature has no backward
+        plan (the general backward then serves)."""
         plan = self.plan
         if plan is None:
-            plan = self.plan = self._backward_plan(x, weight)
-        sp = stats.data_ptr()
-        mean, rstd = (0, sp) if self.rms else (sp, sp + plan.m * plan.acc.itemsize)
-        make_current(self.dev)
-        _row_norm.run_backward(plan, dyp, xp, wp, mean, rstd, dxp, 0 if dw is None else dw.data_ptr(),
-                               0 if db is None else db.data_ptr(), _Scratch(self.dev), _stream(self.dev))
-        return dx, dw, db
+            shape = tuple(x.shape)
+            wdt = _NUMPY_DTYPE[x.dtype if weight is None else weight.dtype]
+            plan = self.plan = _row_norm.backward_plan(shape, self.x_strides, contiguous_strides(shape),
+                                                       _NUMPY_DTYPE[x.dtype], wdt, wdt, self.nd, self.rms, self.dev,
+                                                       self.x_align, self.p_align)
+            if plan is None:
+                return None
+        return PreparedBackward(self, plan, y, weight, xp, wp, sp, mean, rstd, need_dw, has_bias)
 
-    def _backward_plan(self, x, weight):
-        shape = tuple(x.shape)
-        wdt = _NUMPY_DTYPE[x.dtype if weight is None else weight.dtype]
-        return _row_norm.backward_plan(shape, self.x_strides, contiguous_strides(shape), _NUMPY_DTYPE[x.dtype], wdt,
-                                       wdt, self.nd, self.rms, self.dev, self.x_align, self.p_align)
+
+class PreparedBackward:
+    """One forward call's backward, made by the forward on the caller's thread so that
+    torch's autograd device thread, where the same host work takes 1.5 to 3 times as long
+    (benchmarks/NOTES.md, v5, v14, v53), only checks dy and the saved tensors and launches.
+    The forward allocates the parameter gradients, and dx while x is small; a one-launch
+    (column) plan with dx allocated gets its argument list too, dy's slot left to fill.
+    Serves one backward: the Functions drop it after the first (a retained graph's next
+    backward takes the general path)."""
+
+    __slots__ = ("fast", "plan", "xp", "wp", "sp", "mean", "rstd", "dx", "dw", "db", "grid", "args")
+
+    def __init__(self, fast: FastBackward, plan, y, weight, xp: int, wp: int, sp: int, mean: int, rstd: int,
+                 need_dw: bool, has_bias: bool):
+        self.fast, self.plan, self.xp, self.wp, self.sp, self.mean, self.rstd = fast, plan, xp, wp, sp, mean, rstd
+        if weight is not None:
+            self.dw = torch.empty_like(weight) if need_dw else None
+            self.db = torch.empty_like(weight) if has_bias else None
+        else:
+            self.dw, self.db = None, y.new_empty(y.shape[y.ndim - fast.nd:]) if has_bias else None
+        dx = torch.empty_like(y) if fast.prepare_dx else None  # y: C-contiguous, x's shape and dtype
+        if dx is not None and (dx.data_ptr() & 15) | fast.x_align != fast.x_align:
+            dx = None  # as aligned as the forward's pointers (the plan's vector width assumes it)
+        self.dx, self.grid, self.args = dx, 0, None
+        if dx is not None and plan.column_blocks:
+            dw, db = self.dw, self.db
+            self.grid, self.args = _row_norm.column_launch(plan, 0, xp, wp, mean, rstd, dx.data_ptr(),
+                                                           0 if dw is None else dw.data_ptr(),
+                                                           0 if db is None else db.data_ptr())
+
+    def __call__(self, dy, x, weight, stats):
+        """(dx, dweight or None, dbias or None), or None where dy, the saved tensors (which
+        saved-tensor hooks may have moved) or the current device do not fit the plan (the
+        caller then takes the general backward)."""
+        fast = self.fast
+        if not dy.is_contiguous() or torch._C._cuda_getDevice() != fast.dev:
+            return None
+        dyp = dy.data_ptr()
+        if (x.data_ptr() != self.xp or stats.data_ptr() != self.sp or x.stride() != fast.x_strides
+                or (weight is not None and weight.data_ptr() != self.wp) or (dyp & 15) | fast.x_align != fast.x_align):
+            return None
+        make_current(fast.dev)
+        args = self.args
+        if args is not None:
+            args[0] = dyp
+            launch(self.plan.main, self.grid, self.plan.block, args, _stream(fast.dev))
+            return self.dx, self.dw, self.db
+        dx = self.dx
+        if dx is None:
+            dx = torch.empty_like(dy)
+            if (dx.data_ptr() & 15) | fast.x_align != fast.x_align:
+                return None
+        dw, db = self.dw, self.db
+        _row_norm.run_backward(self.plan, dyp, self.xp, self.wp, self.mean, self.rstd, dx.data_ptr(),
+                               0 if dw is None else dw.data_ptr(), 0 if db is None else db.data_ptr(),
+                               _Scratch(fast.dev), _stream(fast.dev))
+        return dx, dw, db
 
 
 def _backward_entry(key, dy, x, weight, stats, nd, rms):

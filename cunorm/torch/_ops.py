@@ -11,10 +11,10 @@ from ._cpu import _cpu_backward, _cpu_forward
 from ._cuda import _cuda_backward, _cuda_forward
 
 
-def _forward_impl(x, nd, weight, bias, eps, rms, stats=True, backward_state=None):
+def _forward_impl(x, nd, weight, bias, eps, rms, stats=True):
     """(y, stats or None) on x's device."""
     if x.is_cuda:
-        return _cuda_forward(x, nd, weight, bias, eps, rms, stats, backward_state)
+        return _cuda_forward(x, nd, weight, bias, eps, rms, stats)[:2]
     return _cpu_forward(x, nd, weight, bias, eps, rms, stats)
 
 
