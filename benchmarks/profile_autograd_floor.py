@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import statistics
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +27,7 @@ import cunorm.torch as ct
 import cunorm.torch._cuda as tc
 from cunorm import _bench_torch
 from cunorm._launch import launch, make_current
+from profile_host import _Floor, hops  # the LayerNorm-shaped floor; a forward + backward cut at its seams
 
 try:
     import cunorm_old.torch as old
@@ -39,18 +39,6 @@ CALLS = 100
 _bench_torch.WALL_CALLS = CALLS
 wall_us = _bench_torch._wall_us
 _stream = tc._stream
-
-
-class _Floor(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, nd, w, b, eps):
-        ctx.save_for_backward(x, w, b)
-        return torch.empty_like(x)
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, w, b = ctx.saved_tensors
-        return torch.empty_like(dy), None, torch.empty_like(w), torch.empty_like(b), None
 
 
 def _make(fwd_kernel: bool, bwd_kernel: bool, fplan, bplan):
@@ -87,35 +75,6 @@ def _make(fwd_kernel: bool, bwd_kernel: bool, fplan, bplan):
             return ctx.grads
 
     return _Prep
-
-
-def hops(apply, fn_cls, label, x, w, b, dy, n_calls=300):
-    marks = []
-    orig = fn_cls.backward
-
-    def timed(ctx, g):
-        t0 = time.perf_counter()
-        r = orig(ctx, g)
-        marks.append((t0, time.perf_counter()))
-        return r
-
-    fn_cls.backward = staticmethod(timed)
-    try:
-        rows = []
-        for _ in range(n_calls):
-            t0 = time.perf_counter()
-            y = apply(x, 1, w, b, 1e-5)
-            t1 = time.perf_counter()
-            y.backward(dy)
-            t4 = time.perf_counter()
-            t2, t3 = marks[-1]
-            rows.append((t1 - t0, t2 - t1, t3 - t2, t4 - t3))
-        torch.cuda.synchronize()
-    finally:
-        fn_cls.backward = orig
-    med = [statistics.median(c) * 1e6 for c in zip(*rows)]
-    print(f"  hops {label:12s} forward {med[0]:6.1f} | hop in {med[1]:6.1f} | python backward {med[2]:6.1f} | "
-          f"hop out {med[3]:6.1f}")
 
 
 def main():
@@ -160,10 +119,10 @@ def main():
             print(f"  {k:20s} {statistics.median(t):8.1f}  x{statistics.median(t) / base:.2f}   "
                   f"[{min(t):.1f} .. {max(t):.1f}]")
         for k in ("floor", "prep+both"):
-            hops(applies[k], classes[k], k, x, w, b, dy)
-        hops(ct._LAYER_NORM_APPLY, ct._LayerNormFunction, "cunorm", x, w, b, dy)
+            hops(classes[k], lambda k=k: applies[k](x, 1, w, b, 1e-5), dy, f"  hops {k}", 300)
+        hops(ct._LayerNormFunction, lambda: ct._LAYER_NORM_APPLY(x, 1, w, b, 1e-5), dy, "  hops cunorm", 300)
         if old is not None:
-            hops(old._LAYER_NORM_APPLY, old._LayerNormFunction, "old", x, w, b, dy)
+            hops(old._LayerNormFunction, lambda: old._LAYER_NORM_APPLY(x, 1, w, b, 1e-5), dy, "  hops old", 300)
         nog = {"torch no-grad fwd": lambda: F.layer_norm(x.detach(), (n,), w.detach(), b.detach()),
                "cunorm no-grad fwd": lambda: ct.layer_norm(x.detach(), (n,), w.detach(), b.detach()),
                "torch grad fwd": lambda: F.layer_norm(x, (n,), w, b),
