@@ -27,6 +27,7 @@ import cunorm.torch as ct
 import cunorm.torch._cuda as tc
 from cunorm import _bench_torch
 from cunorm._launch import launch, make_current
+from cunorm.ops._row_norm import column_launch
 from profile_host import _Floor, hops  # the LayerNorm-shaped floor; a forward + backward cut at its seams
 
 try:
@@ -43,7 +44,7 @@ _stream = tc._stream
 
 def _make(fwd_kernel: bool, bwd_kernel: bool, fplan, bplan):
     """A Function with every output allocated by the forward, launching the kernels it is
-    asked for from prebuilt argument tuples."""
+    asked for from argument lists the forward built."""
     acc_bytes = fplan.m * fplan.acc.itemsize
 
     class _Prep(torch.autograd.Function):
@@ -58,9 +59,9 @@ def _make(fwd_kernel: bool, bwd_kernel: bool, fplan, bplan):
                 launch(fplan.kernels[0], fplan.grid, fplan.block,
                        (xp, *fplan.row_args, y.data_ptr(), wp, b.data_ptr(), sp, sp + acc_bytes, *fplan.tail),
                        _stream(0), fplan.smem)
-            if bwd_kernel:
-                ctx.tail = (xp, *bplan.x_args, wp, sp, sp + acc_bytes, dx.data_ptr(), dw.data_ptr(), db.data_ptr(),
-                            bplan.m, bplan.n, bplan.blocks)
+            if bwd_kernel:  # the adapter's own argument list (dy's slot 0 filled in by the backward)
+                ctx.grid, ctx.args = column_launch(bplan, 0, xp, wp, sp, sp + acc_bytes, dx.data_ptr(), dw.data_ptr(),
+                                                   db.data_ptr())
             ctx.save_for_backward(x, w, st)
             ctx.grads = (dx, None, dw, db, None)
             return y
@@ -70,8 +71,8 @@ def _make(fwd_kernel: bool, bwd_kernel: bool, fplan, bplan):
             ctx.saved_tensors
             if bwd_kernel:
                 make_current(0)
-                launch(bplan.main, bplan.blocks + bplan.column_blocks, bplan.block,
-                       (dy.data_ptr(), *bplan.dy_args, *ctx.tail), _stream(0))
+                ctx.args[0] = dy.data_ptr()
+                launch(bplan.main, ctx.grid, bplan.block, ctx.args, _stream(0))
             return ctx.grads
 
     return _Prep
