@@ -137,7 +137,8 @@ def copy_gbps(nbytes: int = 2 * 2**30) -> float:
     return 2 * nbytes / ms / 1e6
 
 
-def bench_row_norm(op: str, dtype, n: int, m: int | None = None) -> dict:
+def row_norm_calls(op: str, dtype, n: int, m: int | None = None):
+    """(forward call, backward call, M, itemsize): the CuPy API on the benchmark's inputs."""
     import cupy
 
     import cunorm
@@ -156,7 +157,13 @@ def bench_row_norm(op: str, dtype, n: int, m: int | None = None) -> dict:
         fwd = lambda: cunorm.rms_norm(x, w, return_stats=True)
         _, rstd = fwd()
         bwd = lambda: cunorm.rms_norm_backward(dy, x, w, rstd)
-    s = x.itemsize
+    return fwd, bwd, m, x.itemsize
+
+
+def bench_row_norm(op: str, dtype, n: int, m: int | None = None) -> dict:
+    import cupy
+
+    fwd, bwd, m, s = row_norm_calls(op, dtype, n, m)
     stream = cupy.cuda.get_current_stream().ptr
     fwd_ms, bwd_ms = queued_time_ms(fwd, stream), queued_time_ms(bwd, stream)
     return {"op": op, "dtype": numpy.dtype(dtype).name, "M": m, "N": n,

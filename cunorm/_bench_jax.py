@@ -2,7 +2,9 @@
 shapes, next to the CuPy API's bandwidth and to XLA's own fused jax.numpy LayerNorm (the
 peer a JAX user has). Same bytes model as _bench; time per call is wall time over a run of
 asynchronously dispatched calls (the median of SAMPLES runs), which the GPU bounds at these
-sizes when the host keeps up."""
+sizes when the host keeps up. The CuPy API is timed here the same way (PROGRAM x CALLS calls a
+run), not by the benchmark's kernel time: a run's wall time also holds its first dispatch
+and its final synchronisation, which both sides then pay alike (NOTES v54)."""
 from __future__ import annotations
 
 import statistics
@@ -18,17 +20,18 @@ SAMPLES = 5
 ROUNDS = 3
 
 
-def _wall_ms(fn, *args) -> float:
+def _wall_ms(fn, *args, calls: int = CALLS, block=None) -> float:
+    block = block or _block
     for _ in range(3):
         out = fn(*args)
-    _block(out)
+    block(out)
     samples = []
     for _ in range(SAMPLES):
         t0 = time.perf_counter()
-        for _ in range(CALLS):
+        for _ in range(calls):
             out = fn(*args)
-        _block(out)
-        samples.append((time.perf_counter() - t0) / CALLS * 1e3)
+        block(out)
+        samples.append((time.perf_counter() - t0) / calls * 1e3)
     return statistics.median(samples)
 
 
@@ -36,6 +39,12 @@ def _block(out):
     import jax
 
     jax.block_until_ready(out)
+
+
+def _cupy_block(out):
+    import cupy
+
+    cupy.cuda.get_current_stream().synchronize()
 
 
 def _xla_layer_norm(x, w, b, eps=1e-5):
@@ -87,16 +96,16 @@ def bandwidth(row_lengths=None, log=print) -> list[dict]:
     """LayerNorm inside jit at every row length of the CuPy benchmark (unless told otherwise):
     ``fwd_GBps``/``bwd_GBps`` with PROGRAM norms in one jitted program (against XLA's the same
     way), ``*_percall_GBps`` with one norm per jitted call; ``*_vs_cupy`` against the CuPy
-    API's bandwidth at the same shape (``cupy_*_GBps``), each the median of ROUNDS turns
-    taken alternately with the JAX programs'. The CuPy table of the check runs minutes
-    earlier: against it the worst of 22 shapes read 0.939-0.979 over eight checks, a
-    different shape each time (the GPU's drift, benchmarks/NOTES.md v31)."""
+    API's bandwidth at the same shape (``cupy_*_GBps``, timed as the JAX runs are), each the
+    median of ROUNDS turns taken alternately with the JAX programs' (the GPU drifts: with one
+    turn each, one shape read 0.92-1.06 of the CuPy API from one run to the next,
+    benchmarks/NOTES.md v31, v40)."""
     import jax
     import jax.numpy as jnp
 
     import cunorm.jax as cj
 
-    from ._bench import ROW_LENGTHS, TOTAL_ELEMENTS, add_vs_cupy, bench_row_norm
+    from ._bench import ROW_LENGTHS, TOTAL_ELEMENTS, add_vs_cupy, row_norm_calls
     from ._checks import BFLOAT16
 
     row_lengths = row_lengths or ROW_LENGTHS
@@ -120,18 +129,19 @@ def bandwidth(row_lengths=None, log=print) -> list[dict]:
                      "xla_bwd_GBps": (PROGRAM * b_bytes, lambda: _wall_ms(bwd_xla, dys, xs, w, b)),
                      "fwd_percall_GBps": (f_bytes, lambda: _wall_ms(fwd_call, x, w, b)),
                      "bwd_percall_GBps": (b_bytes, lambda: _wall_ms(bwd_call, dy, x, w, mean, rstd))}
-            samples = {key: [] for key in ("cupy_fwd_GBps", "cupy_bwd_GBps", *timed)}
+            cupy_fwd, cupy_bwd, _, _ = row_norm_calls("layer_norm", BFLOAT16 if name == "bfloat16" else numpy.float32, n)
+            wide = PROGRAM * CALLS  # as many norms a run as the in-program JAX numbers
+            timed["cupy_fwd_GBps"] = (f_bytes, lambda: _wall_ms(cupy_fwd, calls=wide, block=_cupy_block))
+            timed["cupy_bwd_GBps"] = (b_bytes, lambda: _wall_ms(cupy_bwd, calls=wide, block=_cupy_block))
+            samples = {key: [] for key in timed}
             for _ in range(ROUNDS):  # the CuPy API and the JAX programs take turns (the GPU drifts)
-                cupy_row = bench_row_norm("layer_norm", BFLOAT16 if name == "bfloat16" else numpy.float32, n)
-                samples["cupy_fwd_GBps"].append(cupy_row["fwd_GBps"])
-                samples["cupy_bwd_GBps"].append(cupy_row["bwd_GBps"])
                 for key, (nbytes, measure) in timed.items():
                     samples[key].append(nbytes / measure() / 1e6)
             row = {"op": "layer_norm", "dtype": name, "M": m, "N": n, "program": PROGRAM, "rounds": ROUNDS,
                    **{key: round(statistics.median(v), 1) for key, v in samples.items()}}
-            del xs, dys, stats
-            cupy_row = dict(cupy_row, fwd_GBps=row["cupy_fwd_GBps"], bwd_GBps=row["cupy_bwd_GBps"])
-            add_vs_cupy(row, [cupy_row])
+            del xs, dys, stats, cupy_fwd, cupy_bwd
+            add_vs_cupy(row, [{"op": "layer_norm", "dtype": name, "N": n, "fwd_GBps": row["cupy_fwd_GBps"],
+                               "bwd_GBps": row["cupy_bwd_GBps"]}])
             for kind in ("fwd", "bwd"):
                 if f"{kind}_vs_cupy" in row:
                     row[f"{kind}_percall_vs_cupy"] = round(

@@ -74,8 +74,8 @@ def run_tests(out: pathlib.Path, extra: list[str]) -> dict:
     return {"passed": counts.passed, "failed": counts.failed, "skipped": counts.skipped, "exit_code": int(code)}
 
 
-def _torch_numbers(cupy_rows) -> dict | None:
-    """The PyTorch adapter's overhead and bandwidth, where torch with CUDA is installed."""
+def _torch_bench():
+    """cunorm._bench_torch where torch with CUDA is installed, else None."""
     try:
         import torch
     except ImportError:
@@ -84,9 +84,18 @@ def _torch_numbers(cupy_rows) -> dict | None:
         return None
     from . import _bench_torch
 
+    return _bench_torch
+
+
+def _torch_numbers(cupy_rows, overhead) -> dict | None:
+    """The PyTorch adapter's overhead (``overhead``: taken before the CuPy benchmark; again
+    here, after it: the host reads slower there, benchmarks/NOTES.md v54) and bandwidth."""
+    bench = _torch_bench()
+    if bench is None:
+        return None
     log = lambda s: print(s, flush=True)  # noqa: E731
-    return {"overhead": _bench_torch.overhead(log), "bandwidth": _bench_torch.bandwidth(cupy_rows, log=log),
-            "small_batch": _bench_torch.small_batches(log)}
+    return {"overhead": overhead, "overhead_after_bench": bench.overhead(log),
+            "bandwidth": bench.bandwidth(cupy_rows, log=log), "small_batch": bench.small_batches(log)}
 
 
 def _jax_numbers() -> dict | None:
@@ -158,10 +167,14 @@ def print_summary(record: dict) -> None:
         for r in record["bench"]:
             print(f"{r['op']:10s} {r['dtype']:8s} {r['N']:7d} {r['fwd_GBps'] / copy:6.2f} {r['bwd_GBps'] / copy:6.2f}")
     if record.get("torch"):
-        print("torch adapter, bf16 LayerNorm wall time per call (cunorm / torch):")
-        for r in record["torch"]["overhead"]:
-            print(f"  {tuple(r['shape'])}: fwd x{r['fwd_wall_ratio']}, fwd+bwd x{r['fwdbwd_wall_ratio']}, "
-                  f"graph-replay kernel {r['cunorm_fwd_graph_us']} vs {r['torch_fwd_graph_us']} us")
+        print("torch adapter, bf16 LayerNorm wall time per call (cunorm / torch), before the CuPy benchmark "
+              "[after it]:")
+        after = record["torch"].get("overhead_after_bench") or [{}] * len(record["torch"]["overhead"])
+        for r, a in zip(record["torch"]["overhead"], after):
+            print(f"  {tuple(r['shape'])}: fwd x{r['fwd_wall_ratio']} [x{a.get('fwd_wall_ratio')}], fwd+bwd "
+                  f"x{r['fwdbwd_wall_ratio']} [x{a.get('fwdbwd_wall_ratio')}] (torch {r['torch_fwdbwd_wall_us']:.0f} "
+                  f"[{a.get('torch_fwdbwd_wall_us', 0):.0f}] us), graph-replay kernel {r['cunorm_fwd_graph_us']} vs "
+                  f"{r['torch_fwd_graph_us']} us")
         worst = min(min(r.get("fwd_vs_cupy", 1), r.get("bwd_vs_cupy", 1)) for r in record["torch"]["bandwidth"])
         print(f"  large shapes: torch path at >= {worst:.3f} of the CuPy API's bandwidth")
         small = record["torch"].get("small_batch") or []
@@ -239,8 +252,10 @@ def main(argv=None) -> int:
     if not args.no_bench:
         record["copy_GBps"] = round(_bench.copy_gbps(), 1)
         print(f"device-to-device copy: {record['copy_GBps']} GB/s", flush=True)
+        torch_bench = _torch_bench()
+        overhead = torch_bench and torch_bench.overhead(lambda s: print(s, flush=True))
         record["bench"] = _bench.run(log=lambda s: print(s, flush=True))
-        record["torch"] = _torch_numbers(record["bench"])
+        record["torch"] = _torch_numbers(record["bench"], overhead)
         record["jax"] = _jax_numbers()
         from . import _bench_bn
 
