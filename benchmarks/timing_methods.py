@@ -21,7 +21,6 @@ import cupy
 import numpy
 import torch
 
-import cunorm
 import cunorm.torch as ct
 from cunorm import _bench
 from cunorm._bench_torch import GRAPH_CALLS, _graph_us
@@ -38,19 +37,11 @@ def cupy_rows(copy: float) -> None:
     for op in ("layer_norm", "rms_norm"):
         for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
             for n in ROW_LENGTHS:
-                m = _bench.TOTAL_ELEMENTS // n
-                rng = cupy.random.default_rng(0)
-                x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
-                w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(dtype)
-                b = (0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(dtype)
-                if op == "layer_norm":
-                    fwd = lambda: cunorm.layer_norm(x, w, b, return_stats=True)  # noqa: E731
-                else:
-                    fwd = lambda: cunorm.rms_norm(x, w, return_stats=True)  # noqa: E731
+                fwd, _, m, itemsize = _bench.row_norm_calls(op, dtype, n)
                 stream = cupy.cuda.get_current_stream().ptr
                 ms = {"plain": _bench.time_ms(fwd), "queued": _bench.queued_time_ms(fwd, stream)}
                 print(f"cupy  {op:10s} {numpy.dtype(dtype).name:8s} N={n:<6d} fwd  "
-                      f"{_fractions(ms, 2 * m * n * x.itemsize, copy)}  host_us {_bench.host_us(fwd):.1f}", flush=True)
+                      f"{_fractions(ms, 2 * m * n * itemsize, copy)}  host_us {_bench.host_us(fwd):.1f}", flush=True)
 
 
 def torch_rows(copy: float) -> None:
