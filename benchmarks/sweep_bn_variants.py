@@ -27,6 +27,8 @@ VARIANTS = {
     "staged_resident_4": ((), 256, {"STAGED_MIN_RESIDENT": 4}),
     "staged_fewest_channels": ((), 256, {"STAGED_PREFER_WIDE": False}),
     "staged_any_word": ((), 256, {"STAGED_MIN_WORD": 1}),
+    "staged_no_clusters": ((), 256, {"STAGED_CLUSTERS": ()}),
+    "staged_clusters_2": ((), 256, {"STAGED_CLUSTERS": (2,)}),
     "per_channel_apply": ((), 256, {"USE_FLAT": False}),
     "flat_packs_4": ((), 256, {"FLAT_PACKS": 4}),
     "flat_packs_16": ((), 256, {"FLAT_PACKS": 16}),
@@ -52,7 +54,7 @@ VARIANTS = {
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
                  "USE_STAGED", "USE_STAGED_BWD", "STAGED_MIN_RESIDENT", "STAGED_PREFER_WIDE", "STAGED_MIN_WORD",
-                 "STAGED_BLOCKS")
+                 "STAGED_BLOCKS", "STAGED_CLUSTERS")
 
 
 def _use(options, block: int, settings: dict) -> None:

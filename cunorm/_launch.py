@@ -153,7 +153,7 @@ def blocks_per_sm(function_ptr: int, block: int, smem: int = 0) -> int:
     return max(1, driver.occupancyMaxActiveBlocksPerMultiprocessor(function_ptr, block, smem))
 
 
-class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig (cuda.h), no launch attributes
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig (cuda.h)
     _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_bytes", ctypes.c_uint),
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
 
@@ -235,6 +235,34 @@ def launch(function_ptr: int, grid, block, args, stream: int, smem: int = 0) -> 
     gx, gy = grid if isinstance(grid, tuple) else (grid, 1)
     bx, by = block if isinstance(block, tuple) else (block, 1)
     _driver.launchKernel(function_ptr, gx, gy, 1, bx, by, 1, smem, stream, buffers.params_ptr, 0)
+
+
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute (cuda.h): an id, then a 64-byte value
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+
+
+@functools.lru_cache(maxsize=None)
+def _launch_kernel_ex():
+    fn = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def launch_cluster(function_ptr: int, grid: int, block: int, args, stream: int, smem: int, cluster: int) -> None:
+    """launch, with the grid's blocks in thread-block clusters of ``cluster`` along x chosen at
+    launch time (cuLaunchKernelEx; sm_90): one kernel build serves every cluster size."""
+    buffers = _args
+    buffers.slots[: len(args)] = args
+    attr = _LaunchAttribute(_CLUSTER_DIMENSION)
+    attr.value[0], attr.value[1], attr.value[2] = cluster, 1, 1
+    config = _LaunchConfig((grid, 1, 1), (block, 1, 1), smem, stream or None, ctypes.addressof(attr), 1)
+    err = _launch_kernel_ex()(ctypes.addressof(config), function_ptr, buffers.params_ptr, None)
+    if err:
+        raise RuntimeError(f"cunorm: cuLaunchKernelEx failed with CUresult {err} (clusters of {cluster})")
 
 
 ARENA_ALIGN = 256  # every scratch block starts 256-byte aligned, as allocators hand them out

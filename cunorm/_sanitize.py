@@ -57,9 +57,11 @@ def run(log=print) -> int:
         cunorm.rms_norm(x, w, out_dtype=ml_dtypes.float8_e4m3fn, out_scale=4.0, return_amax=True)
         calls += 3
     # BatchNorm, NCHW and channels last through the passes, then the staged kernels (float32
-    # one channel a stage; bf16 two, the last stage one), training forward and backward
+    # one channel a stage; bf16 two, the last stage one; float32 forward stages over clusters
+    # of 2 blocks, 6 + 5 images, on sm_90), training forward and backward
     for shape, axis, dt in (((4, 24, 9, 11), 1, numpy.float32), ((4, 9, 11, 24), -1, numpy.float32),
-                            ((8, 20, 14, 14), 1, numpy.float32), ((4, 5, 14, 14), 1, ml_dtypes.bfloat16)):
+                            ((8, 20, 14, 14), 1, numpy.float32), ((4, 5, 14, 14), 1, ml_dtypes.bfloat16),
+                            ((11, 2, 64, 64), 1, numpy.float32)):
         x = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt))
         c = shape[axis]
         w, b = cupy.ones(c, numpy.float32), cupy.zeros(c, numpy.float32)

@@ -1331,35 +1331,97 @@ struct StagedMoments {
   }
 };
 
-template <int BLOCK, int CP, typename T, typename W, typename R, int EPW, int ACT>
+// The block's share of a stage (v17): the whole stage unclustered; split over the K blocks
+// of a thread-block cluster, OB images a block from rank r's first (the last blocks fewer or
+// none).
+template <bool CLUSTER>
+struct StagedShare {
+  int stage, rank, o0, O;
+  __device__ __forceinline__ StagedShare(int K, int OB, int O_total) {
+    if (CLUSTER) {
+      stage = blockIdx.x / K;
+      rank = blockIdx.x - stage * K;
+      o0 = rank * OB;
+      O = max(0, min(OB, O_total - o0));
+    } else {
+      stage = blockIdx.x;
+      rank = o0 = 0;
+      O = O_total;
+    }
+  }
+};
+
+// The group sums (a, b of channel group g) added over the K blocks of the cluster in rank
+// order, so every block ends with the same bits (sm_90). ``xpart`` (2 kMaxStagedGroups
+// words of this block's shared memory) is read by the others until staged_cluster_end's
+// barrier. All threads call it.
+constexpr int kMaxStagedGroups = 16;
+
+template <typename A>
+__device__ __forceinline__ void staged_cluster_sum2(A& a, A& b, A* xpart, int g, int lane, int K) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(CUNORM_HIP)
+  if (lane == 0) {
+    xpart[2 * g] = a;
+    xpart[2 * g + 1] = b;
+    cluster_fence();
+  }
+  cluster_barrier();
+  A ta = A(0), tb = A(0);
+  for (int r = 0; r < K; ++r) {
+    ta += load_cluster(xpart + 2 * g, unsigned(r));
+    tb += load_cluster(xpart + 2 * g + 1, unsigned(r));
+  }
+  a = ta;
+  b = tb;
+#endif
+}
+
+// No block of a cluster leaves while another may still read its partial sums.
+__device__ __forceinline__ void staged_cluster_end() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(CUNORM_HIP)
+  cluster_barrier();
+#endif
+}
+
+// CLUSTER (v17): a stage too large for one block's shared memory (56 x
+// 56 planes) splits its images over the K blocks of a cluster; each block sums its images
+// about the channel's first element read from global memory (the pivot every block shares)
+// and the partial sums are added through distributed shared memory. Unclustered, the code
+// is the one-block stage of v14c as it was (its own kernel: v16 put both in one and cost the
+// 14 x 14 planes 0.1 of copy).
+template <int BLOCK, int CP, typename T, typename W, typename R, int EPW, int ACT, bool CLUSTER>
 __device__ __forceinline__ void staged_forward(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y,
-                                               i64 so, int I, int O, int C, int G, const W* __restrict__ w,
-                                               const W* __restrict__ b, int act, typename AccOf<T>::type param,
-                                               double eps, double factor, R* __restrict__ running_mean,
-                                               R* __restrict__ running_var, typename AccOf<T>::type* __restrict__ mean,
+                                               i64 so, int I, int O_total, int C, int G, int K, int OB,
+                                               const W* __restrict__ w, const W* __restrict__ b, int act,
+                                               typename AccOf<T>::type param, double eps, double factor,
+                                               R* __restrict__ running_mean, R* __restrict__ running_var,
+                                               typename AccOf<T>::type* __restrict__ mean,
                                                typename AccOf<T>::type* __restrict__ rstd, unsigned char* staged,
-                                               typename AccOf<T>::type* red) {
+                                               typename AccOf<T>::type* red, typename AccOf<T>::type* xpart) {
   typedef typename AccOf<T>::type A;
   typedef Pack<T, EPW> Word;
   const auto tag = act_tag<ACT>(act);
-  const int c0 = blockIdx.x * G, count = min(G, C - c0), GI = G * I;
+  const StagedShare<CLUSTER> sh(K, OB, O_total);
+  const int O = sh.O, c0 = sh.stage * G, count = min(G, C - c0), GI = G * I;
   const int span = count * I * int(sizeof(T)), pitch = GI * int(sizeof(T));
-  const i64 c0I = i64(c0) * I, so_bytes = so * i64(sizeof(T));
-  stage_in<BLOCK, CP>(staged, reinterpret_cast<const unsigned char*>(x + c0I), so_bytes, O, span, pitch);
+  const i64 base = i64(c0) * I + i64(sh.o0) * so, so_bytes = so * i64(sizeof(T));
+  stage_in<BLOCK, CP>(staged, reinterpret_cast<const unsigned char*>(x + base), so_bytes, O, span, pitch);
   copies_commit();
   constexpr int kWarps = BLOCK / kWarp;
   const int wpc = kWarps / G, lanes = wpc * kWarp;
   const int g = threadIdx.x / lanes, lane = threadIdx.x - g * lanes, gI = g * I;
   const bool active = g < count;
+  const bool writer = active && lane == 0 && sh.rank == 0;
   const i64 c = c0 + g;
-  // the channel's parameters load while the copies land
+  // the channel's parameters (clustered: and its first element) load while the copies land
   const A wc = active && w ? cvt<A>(w[c]) : A(1), bc = active && b ? cvt<A>(b[c]) : A(0);
-  const A rm = active && lane == 0 && running_mean ? cvt<A>(running_mean[c]) : A(0);
-  const A rv = active && lane == 0 && running_var ? cvt<A>(running_var[c]) : A(0);
+  const A rm = writer && running_mean ? cvt<A>(running_mean[c]) : A(0);
+  const A rv = writer && running_var ? cvt<A>(running_var[c]) : A(0);
+  A pivot = CLUSTER && active ? cvt<A>(x[c * I]) : A(0);
   copies_wait<0>();
   __syncthreads();
   T* sx = reinterpret_cast<T*>(staged);
-  const A pivot = active ? cvt<A>(sx[gI]) : A(0);  // the channel's first element
+  if (!CLUSTER && active) pivot = cvt<A>(sx[gI]);  // the channel's first element
   A s = A(0), q = A(0);
   if (active)
     walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int, int) {
@@ -1373,17 +1435,18 @@ __device__ __forceinline__ void staged_forward(const T* __restrict__ x, const T*
       }
     });
   staged_group_sum2<kWarps>(s, q, red, wpc);
-  const double n = double(O) * double(I);
+  if (CLUSTER) staged_cluster_sum2(s, q, xpart, g, lane, K);
+  const double n = double(O_total) * double(I);
   if (active) {
     const StagedMoments<A> mo(s, q, pivot, A(n), eps);
-    if (lane == 0) {  // mean and rstd as y uses them; the running statistics from the same sums in double
+    if (writer) {  // mean and rstd as y uses them; the running statistics from the same sums in double
       mean[c] = mo.mean;
       rstd[c] = mo.rstd;
       update_running(c, moments_of(ChunkSums{double(s), double(q)}, double(pivot), n), n, factor, rm, rv,
                      running_mean, running_var);
     }
     const Channel<A> ch{mo.mean, mo.rstd * wc, bc};
-    const T* rc = res ? res + c * I : nullptr;
+    const T* rc = res ? (CLUSTER ? res + base + gI : res + c * I) : nullptr;
     walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int o, int iw) {
       A v[EPW], r[EPW], out[EPW];
       unpack_words(*reinterpret_cast<const Word*>(sx + off), v);
@@ -1399,28 +1462,36 @@ __device__ __forceinline__ void staged_forward(const T* __restrict__ x, const T*
     });
   }
   __syncthreads();
-  stage_out<BLOCK, CP, sizeof(T)>(reinterpret_cast<unsigned char*>(y + c0I), staged, so_bytes, O, span, pitch);
+  stage_out<BLOCK, CP, sizeof(T)>(reinterpret_cast<unsigned char*>(y + base), staged, so_bytes, O, span, pitch);
+  if (CLUSTER) staged_cluster_end();
 }
 
-template <int BLOCK, typename T, typename W, typename R, int EPW, int ACT>
+// CLUSTER: the stage split over clusters of K blocks (sm_90; launched with the cluster
+// dimension at run time, so one build serves K = 2, 4, 8), OB images a block; else K = 1,
+// OB = O. Each copy width CP (``cp``: 16, 8 or 4 bytes) its own compiled body.
+template <int BLOCK, typename T, typename W, typename R, int EPW, int ACT, bool CLUSTER>
 __global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
 bn_fwd_staged(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, int I, int O, int C,
-              int G, int cp, const W* __restrict__ w, const W* __restrict__ b, int act,
+              int G, int cp, int K, int OB, const W* __restrict__ w, const W* __restrict__ b, int act,
               typename AccOf<T>::type param, double eps, double factor, R* __restrict__ running_mean,
               R* __restrict__ running_var, typename AccOf<T>::type* __restrict__ mean,
               typename AccOf<T>::type* __restrict__ rstd) {
   typedef typename AccOf<T>::type A;
   extern __shared__ __align__(16) unsigned char staged_spans[];
   __shared__ A red[2 * BLOCK / kWarp];
+  __shared__ A xpart[CLUSTER ? 2 * kMaxStagedGroups : 1];
   if (cp == 16)
-    staged_forward<BLOCK, 16, T, W, R, EPW, ACT>(x, res, y, so, I, O, C, G, w, b, act, param, eps, factor,
-                                                 running_mean, running_var, mean, rstd, staged_spans, red);
+    staged_forward<BLOCK, 16, T, W, R, EPW, ACT, CLUSTER>(x, res, y, so, I, O, C, G, K, OB, w, b, act, param, eps,
+                                                          factor, running_mean, running_var, mean, rstd, staged_spans,
+                                                          red, xpart);
   else if (cp == 8)
-    staged_forward<BLOCK, 8, T, W, R, EPW, ACT>(x, res, y, so, I, O, C, G, w, b, act, param, eps, factor,
-                                                running_mean, running_var, mean, rstd, staged_spans, red);
+    staged_forward<BLOCK, 8, T, W, R, EPW, ACT, CLUSTER>(x, res, y, so, I, O, C, G, K, OB, w, b, act, param, eps,
+                                                         factor, running_mean, running_var, mean, rstd, staged_spans,
+                                                         red, xpart);
   else
-    staged_forward<BLOCK, 4, T, W, R, EPW, ACT>(x, res, y, so, I, O, C, G, w, b, act, param, eps, factor,
-                                                running_mean, running_var, mean, rstd, staged_spans, red);
+    staged_forward<BLOCK, 4, T, W, R, EPW, ACT, CLUSTER>(x, res, y, so, I, O, C, G, K, OB, w, b, act, param, eps,
+                                                         factor, running_mean, running_var, mean, rstd, staged_spans,
+                                                         red, xpart);
 }
 
 // ---- one-read backward: x and dy staged in shared memory (NOTES "BatchNorm v15")

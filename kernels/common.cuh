@@ -356,4 +356,44 @@ struct Welford {
   }
 };
 
+// ---- thread-block clusters (sm_90 PTX: cooperative_groups' cluster API needs libcu++
+// headers that NVRTC's wheels do not ship). Callers guard their use to sm_90 and later.
+#if !defined(CUNORM_HIP)
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// All threads of all blocks of the cluster. Relaxed: the one thread whose shared write must
+// be seen across the cluster fences it first (cluster_fence); the default release/acquire
+// barrier compiled to a GPU-wide MEMBAR on every thread, which also waits for the previous
+// row's global stores.
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+
+__device__ __forceinline__ void cluster_fence() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
+
+__device__ __forceinline__ unsigned cluster_address(const void* local, unsigned rank) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  return remote;
+}
+
+// The float (double) at `local` (a shared-memory variable) in the block of cluster rank `rank`.
+__device__ __forceinline__ float load_cluster(const float* local, unsigned rank) {
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cluster_address(local, rank)) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ double load_cluster(const double* local, unsigned rank) {
+  double v;
+  asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(cluster_address(local, rank)) : "memory");
+  return v;
+}
+#endif
+
 }  // namespace cunorm

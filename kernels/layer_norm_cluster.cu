@@ -12,37 +12,11 @@
 // The arguments are norm_fwd's (layer_norm.cu), so the host launches either the same way;
 // tile_stats, row_shift and C are unused here.
 //
-// Cluster operations are PTX (sm_90): cooperative_groups' cluster API needs libcu++ headers
+// Cluster operations are PTX (sm_90, common.cuh): cooperative_groups' cluster API needs libcu++ headers
 // that NVRTC's wheels do not ship, and CI compiles every kernel without a CUDA install.
 #include "row_norm.cuh"
 
 using namespace cunorm;
-
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
-// All threads of all blocks of the cluster. Relaxed: the one thread whose shared write must
-// be seen across the cluster fences it first (cluster_fence); the default release/acquire
-// barrier compiled to a GPU-wide MEMBAR on every thread, which also waits for the previous
-// row's global stores.
-__device__ __forceinline__ void cluster_barrier() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
-}
-
-__device__ __forceinline__ void cluster_fence() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
-
-// The float at `local` (a shared-memory variable) in the block of cluster rank `rank`.
-__device__ __forceinline__ float load_cluster(const float* local, unsigned rank) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
-  unsigned remote;
-  float v;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-  return v;
-}
 
 // One exchange between the blocks of a cluster: this block publishes K values in `slot`
 // (its K shared words for this exchange), waits for every block, and lane r < CLUSTER of

@@ -137,6 +137,7 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     monkeypatch.setattr(_batch_norm, "function_ptr", lambda f, name, dev: asked.append(name) or 1)
     monkeypatch.setattr(_batch_norm, "sm_count", lambda dev: 132)
     monkeypatch.setattr(_batch_norm, "smem_limits", lambda dev: H200_SMEM)
+    monkeypatch.setattr(_batch_norm, "compute_capability", lambda dev: 90)
     monkeypatch.setattr(_batch_norm, "allow_smem", lambda fn, smem: None)
     _batch_norm.plan.cache_clear()
     _batch_norm._passes.cache_clear()
@@ -145,7 +146,8 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
                _batch_norm.layout((4, 5, 6, 16), (480, 96, 16, 1), 3),
                _batch_norm.layout((8, 3, 7, 7), (147, 49, 7, 1), 1),
                _batch_norm.layout((2, 96, 7, 7), (4704, 49, 7, 1), 1),  # the flat apply passes
-               _batch_norm.layout((4, 16, 6, 6), (576, 36, 6, 1), 1)]  # bn_fwd_staged, words of 2 half elements
+               _batch_norm.layout((4, 16, 6, 6), (576, 36, 6, 1), 1),  # bn_fwd_staged, words of 2 half elements
+               _batch_norm.layout((9, 4, 64, 64), (16384, 4096, 64, 1), 1)]  # forward stages over clusters
     try:
         for t in _batch_norm.DTYPES:
             dt = BFLOAT16 if t == "bfloat16" else numpy.dtype(t)
@@ -171,6 +173,7 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     assert len(set(asked)) > 100
     assert {n.split("<")[0] for n in asked} >= {"bn_fwd_staged", "bn_bwd_staged", "bn_apply_flat", "bn_stats_nc",
                                                 "bn_stats_cl"}
+    assert {n.endswith(", true>") for n in asked if n.startswith("bn_fwd_staged<")} == {True, False}  # clustered too
 
 
 def test_kink_correction_takes_the_kernels_side_only_where_it_flipped(rng):
@@ -533,19 +536,21 @@ H200_SMEM = (232448, 233472)  # shared memory a block may opt in to, of an SM (s
 
 
 class _sm_count:
-    """The planner's SM count (and an H200's shared memory) pinned: no GPU needed."""
+    """The planner's SM count (and an H200's shared memory and compute capability) pinned: no
+    GPU needed."""
 
-    def __init__(self, n):
-        self.n = n
+    def __init__(self, n, capability=90):
+        self.n, self.capability = n, capability
 
     def __enter__(self):
-        self.saved = _batch_norm.sm_count, _batch_norm.smem_limits
+        self.saved = _batch_norm.sm_count, _batch_norm.smem_limits, _batch_norm.compute_capability
         _batch_norm.sm_count = lambda device: self.n
         _batch_norm.smem_limits = lambda device: H200_SMEM
+        _batch_norm.compute_capability = lambda device: self.capability
         _batch_norm.plan.cache_clear()
 
     def __exit__(self, *exc):
-        _batch_norm.sm_count, _batch_norm.smem_limits = self.saved
+        _batch_norm.sm_count, _batch_norm.smem_limits, _batch_norm.compute_capability = self.saved
         _batch_norm.plan.cache_clear()
 
 
@@ -567,6 +572,19 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
     assert staged((256, 2048, 7, 7), BFLOAT16) is None  # 98-byte runs: 2-byte words
     assert staged((256, 2048, 7, 7), numpy.float32) is None  # 196-byte runs: 4-byte words
     assert staged((16, 64, 28, 28), BFLOAT16) == S(1, 16, 8, 16 * 1568, 64, 256)
+    # stages past one block's share split their images over a cluster (sm_90), the fewest blocks
+    assert staged((32, 256, 56, 56), BFLOAT16) == S(1, 16, 8, 16 * 6272, 2 * 256, 512, 2, 16)
+    assert staged((32, 256, 56, 56), numpy.float32) == S(1, 16, 4, 8 * 12544, 4 * 256, 512, 4, 8)
+    assert staged((9, 4, 64, 64), numpy.float32) == S(1, 16, 4, 5 * 16384, 2 * 4, 512, 2, 5)  # 5 + 4 images
+    assert staged((3, 2, 128, 128), numpy.float32) is None  # 2 blocks: 128 KB each; 4: one without an image
+    assert staged((128, 64, 112, 112), BFLOAT16) is None  # 3.2 MB a channel: 8 blocks of 401 KB
+    with _sm_count(108, capability=80):
+        assert _batch_norm.plan(_batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1), BFLOAT16,
+                                numpy.float32, 0, 0).staged is None
+    # the backward is not clustered (v16: no gain): 56 x 56 takes its passes
+    with _sm_count(132):
+        lay = _batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1)
+        assert _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0).staged_bwd is None
     # any word, the fewest channels first: narrower copies of fewer channels
     monkeypatch.setattr(_batch_norm, "STAGED_MIN_WORD", 1)
     monkeypatch.setattr(_batch_norm, "STAGED_PREFER_WIDE", False)
@@ -579,8 +597,6 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
     # 8-byte copies (16: 200 KB), two stages an SM
     assert staged((256, 2048, 7, 7), BFLOAT16) == S(4, 8, 1, 256 * 4 * 98, 512, 512)
     assert staged((256, 2048, 7, 7), numpy.float32) == S(2, 8, 1, 256 * 2 * 196, 1024, 512)
-    assert staged((32, 256, 56, 56), BFLOAT16) is None  # 200 KB a channel
-    assert staged((128, 64, 112, 112), BFLOAT16) is None
     assert staged((64, 1024, 14, 14), BFLOAT16, phase=4) is None
     assert staged((8, 3, 99), numpy.float32, strides=(3 * 99 + 5, 99, 1)) == S(2, 8, 1, 8 * 2 * 396, 2, 256)  # gaps
     assert staged((8, 3, 99), BFLOAT16, strides=(3 * 99 + 2, 99, 1)) is None  # image stride off 4 bytes
@@ -603,8 +619,12 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
                     G, word = st.channels, st.epw * itemsize
                     assert G == st.cp // math.gcd(st.cp, run) and stride % st.cp == 0
                     assert run % word == 0 and stride % word == 0 and word <= 16
-                    assert st.smem == O * G * run <= limit and st.blocks == -(-C // G)
-                    assert st.threads == (256 if H200_SMEM[1] // (st.smem + 1024) >= 4 else 512)
+                    OB = st.images or O
+                    assert st.smem == OB * G * run <= limit and st.blocks == -(-C // G) * st.cluster
+                    assert (st.cluster == 1) == (st.images == 0) and (st.cluster - 1) * OB < O
+                    assert st.cluster == 1 or O * G * run > limit  # the fewest blocks a stage
+                    small = st.cluster == 1 and H200_SMEM[1] // (st.smem + 1024) >= 4
+                    assert st.threads == (256 if small else 512)
 
 
 @pytest.fixture(params=["widest_copies", "fewest_channels"])
@@ -673,6 +693,56 @@ def test_gpu_staged_kernels_match_the_passes(rng, monkeypatch, fresh_plans):
     names = ("y", "mean", "rstd", "running_mean", "running_var", "dx", "dweight", "dbias")
     for name, a, b in zip(names, runs[0], runs[2]):
         assert_close(name, a, b, *((1e-4, 1e-3) if name.startswith("d") else (1e-5, 1e-5)))  # float sums, reordered
+
+
+def _needs_clusters():
+    import cupy
+
+    if _batch_norm.compute_capability(cupy.cuda.Device().id) < _batch_norm.STAGED_CLUSTER_MIN_SM:
+        pytest.skip("thread-block clusters need sm_90")
+
+
+# Forward stages past one block's share, split over clusters (bn_fwd_staged_cluster): 2 blocks
+# (half precision), 4 (float32), 8 (float64); images uneven over the blocks (13 = 7 + 6 half,
+# 4 + 4 + 4 + 1 float32; 30 = 8 + 8 + 8 + 6 float32, seven blocks of 4 and one of 2 float64),
+# three channels, one image a block (float64 112 x 112). float64 (13, 3, 72, 72) fits no
+# cluster of 8 and skips.
+CLUSTER_SHAPES = [(32, 8, 56, 56), (24, 3, 64, 64), (13, 3, 72, 72), (30, 3, 48, 48), (8, 2, 112, 112)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_staged_forward_over_clusters(rng, shape, dtype, pdtype):
+    _needs_clusters()
+    p = _dense_plan(shape, dtype, pdtype)
+    if p.staged is None or p.staged.cluster == 1:
+        pytest.skip(f"{shape} {dtype}: not a clustered stage ({p.staged})")  # the planner's word or fit rules
+    _gpu_case(rng, shape, 1, dtype, pdtype, "relu", training=True)
+    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=True, with_residual=False)
+
+
+@pytest.mark.gpu
+def test_gpu_clustered_stages_match_the_passes(rng, monkeypatch, fresh_plans):
+    # every block of a cluster takes the same bits of the statistics: y, the statistics and
+    # the running statistics as the passes give them, deterministic
+    import cupy
+
+    _needs_clusters()
+    shape = (32, 8, 56, 56)
+    x = cupy.asarray((rng.standard_normal(shape) * 3 + 100).astype(numpy.float32))
+    w, b = cupy.asarray(rng.standard_normal(8).astype(numpy.float32)), cupy.zeros(8, numpy.float32)
+    runs = []
+    for staged in (True, True, False):
+        _staged_or_passes(monkeypatch, staged)
+        st = _dense_plan(shape, numpy.dtype(numpy.float32), numpy.float32).staged
+        assert (st is not None and st.cluster == 4) if staged else st is None, st
+        rm, rv = cupy.zeros(8, numpy.float32), cupy.ones(8, numpy.float32)
+        y, mean, rstd = cunorm.batch_norm(x, w, b, running_mean=rm, running_var=rv, return_stats=True)
+        runs.append((y, mean, rstd, rm, rv))
+    assert all((a == b).all() for a, b in zip(runs[0], runs[1]))
+    for name, a, b in zip(("y", "mean", "rstd", "running_mean", "running_var"), runs[0], runs[2]):
+        assert_close(name, a, b, 1e-5, 1e-5)  # float sums, reordered
 
 
 @pytest.mark.gpu

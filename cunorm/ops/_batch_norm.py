@@ -14,7 +14,8 @@ import numpy
 
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import allow_smem, launch, make_current, pick_vec, scalar_bits, sm_count
+from .._launch import allow_smem, launch, launch_cluster, make_current, pick_vec, scalar_bits, sm_count
+from ._row_norm import _b
 
 KERNEL_FILE = "batch_norm.cu"
 BLOCK = 256  # = kBnBlock
@@ -76,6 +77,13 @@ STAGED_PREFER_WIDE = True
 # Channel walks in words under 8 bytes lose to the passes: 7 x 7 planes (49-element runs,
 # one-element words) read bf16 0.29 / fp32 0.41 of copy staged against the passes' 0.41 / 0.50.
 STAGED_MIN_WORD = 8
+# A forward stage too large for one block splits its images over a thread-block cluster of
+# the fewest of these blocks whose shares fit (sm_90; bn_fwd_staged<..., true>, partial sums
+# added through distributed shared memory): v16 measured bf16 (32, 256, 56, 56) 0.435 ->
+# 0.527 of copy, fp32 0.520 -> 0.575. The clustered backward gained nothing (0.49 / 0.56) and
+# is not built. Clustered stages take 512-thread blocks (a share fills half an SM).
+STAGED_CLUSTERS = (2, 4, 8)
+STAGED_CLUSTER_MIN_SM = 90
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -108,7 +116,9 @@ def instantiations() -> list[str]:
                 names += [f"bn_apply_flat<{ct}, {cw}, {c_type(r)}, {vec}, {a}>" for r in _param_types(t)
                           for a in ACT_CLASSES]
         for w in _param_types(t):
-            names += [f"bn_fwd_staged<{n}, {ct}, {c_type(w)}, {c_type(r)}, {e}, {a}>" for n in STAGED_BLOCKS
+            names += [f"bn_fwd_staged<{n}, {ct}, {c_type(w)}, {c_type(r)}, {e}, {a}, {_b(clustered)}>"
+                      for n, clustered in ((STAGED_BLOCKS[0], False), (STAGED_BLOCKS[1], False),
+                                           (STAGED_BLOCKS[1], True))
                       for r in _param_types(t) for e in _staged_words(t) for a in ACT_CLASSES]
             names += [f"bn_bwd_staged<{n}, {ct}, {c_type(w)}, {e}, {a}>" for n in STAGED_BLOCKS
                       for e in _staged_words(t) for a in ACT_CLASSES]
@@ -229,8 +239,9 @@ class FlatStats(NamedTuple):
 
 class Staged(NamedTuple):
     """The launch of bn_fwd_staged or bn_bwd_staged: stages of ``channels`` (G), copies of ``cp`` bytes, channel
-    walk words of ``epw`` elements, ``smem`` bytes a block, ``blocks`` blocks (a stage each)
-    of ``threads`` threads."""
+    walk words of ``epw`` elements, ``smem`` bytes a block, ``blocks`` blocks (a stage each,
+    or ``cluster`` a stage) of ``threads`` threads. Past one block a stage (bn_fwd_staged_cluster)
+    each block takes ``images`` of the stage's images."""
 
     channels: int
     cp: int
@@ -238,6 +249,14 @@ class Staged(NamedTuple):
     smem: int
     blocks: int
     threads: int
+    cluster: int = 1
+    images: int = 0
+
+
+def compute_capability(device: int) -> int:
+    from ._row_norm import _compute_capability
+
+    return _compute_capability(device)
 
 
 @functools.lru_cache(maxsize=None)
@@ -253,33 +272,43 @@ def _staged(lay: Layout, itemsize: int, phase: int, device: int, tensors: int = 
     """bn_fwd_staged's launch (``tensors`` = 1: x staged) or bn_bwd_staged's (2: x and dy), or
     None where it does not apply: not dense channel-major within an image (sc == I), pointers
     off 16 bytes, image strides off 4 bytes, a stage too large for STAGED_MIN_RESIDENT blocks
-    an SM, or channel walks in words under STAGED_MIN_WORD bytes. The widest copies whose
-    stage fits (STAGED_PREFER_WIDE; else the fewest channels), G the fewest channels whose
-    spans are whole copies."""
+    an SM (the forward's: even split over a cluster of STAGED_CLUSTERS), or channel walks in
+    words under STAGED_MIN_WORD bytes. The widest copies whose stage fits (STAGED_PREFER_WIDE;
+    else the fewest channels), G the fewest channels whose spans are whole copies; one block
+    a stage where that fits, else the smallest cluster whose blocks' shares fit."""
     if not (USE_STAGED if tensors == 1 else USE_STAGED_BWD) or lay.channels_last or phase != 0 or lay.sc != lay.I:
         return None
     run = lay.I * itemsize
     strides = lay.so * itemsize if lay.O > 1 else 0
     per_block, per_sm = smem_limits(device)
     limit = min(per_block, per_sm // STAGED_MIN_RESIDENT - STAGED_RESERVED_SMEM)
+    clusters = STAGED_CLUSTERS if tensors == 1 and compute_capability(device) >= STAGED_CLUSTER_MIN_SM else ()
     best = None
-    for cp in (16, 8, 4):
-        G = cp // math.gcd(cp, run)  # the fewest channels whose span is whole copies
-        smem = tensors * lay.O * G * run
-        if strides % cp or smem > limit:
-            continue
-        if best is None or G < best[0] and not STAGED_PREFER_WIDE:
-            best = (G, cp, smem)
+    for K in (1, *clusters):
+        OB = -(-lay.O // K)  # images a block
+        if K > 1 and (K - 1) * OB >= lay.O:
+            break  # a block of the cluster would hold no image
+        for cp in (16, 8, 4):
+            G = cp // math.gcd(cp, run)  # the fewest channels whose span is whole copies
+            smem = tensors * OB * G * run
+            if strides % cp or smem > limit:
+                continue
+            if best is None or G < best[0] and not STAGED_PREFER_WIDE:
+                best = (G, cp, smem, K, OB)
+        if best:
+            break
     if best is None:
         return None
-    G, cp, smem = best
+    G, cp, smem, K, OB = best
     # words: the widest that divide every run and image stride (the residual is read in them)
     word = next(w for w in (16, 8, 4, 2, 1) if w >= itemsize and w % itemsize == 0 and run % w == 0 and
                 strides % w == 0)
     if word < STAGED_MIN_WORD:
         return None
-    small = per_sm // (smem + STAGED_RESERVED_SMEM) >= STAGED_SMALL_BLOCK_MIN_RESIDENT and G <= STAGED_BLOCKS[0] // 32
-    return Staged(G, cp, word // itemsize, smem, -(-lay.C // G), STAGED_BLOCKS[0] if small else STAGED_BLOCKS[1])
+    small = (K == 1 and per_sm // (smem + STAGED_RESERVED_SMEM) >= STAGED_SMALL_BLOCK_MIN_RESIDENT
+             and G <= STAGED_BLOCKS[0] // 32)
+    return Staged(G, cp, word // itemsize, smem, -(-lay.C // G) * K, STAGED_BLOCKS[0] if small else STAGED_BLOCKS[1],
+                  K, OB if K > 1 else 0)
 
 
 class Plan(NamedTuple):
@@ -468,9 +497,13 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
     make_current(device)
     if training and p.staged:
         st, lay = p.staged, p.lay
-        launch(_staged_kernel(p, act, numpy.dtype(rdtype).name, device), st.blocks, st.threads,
-               (x, res, y, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, w, b, act, scalar_bits(param, p.acc),
-                _f64(eps), _f64(factor), running_mean, running_var, mean, rstd), stream, st.smem)
+        args = (x, res, y, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, st.cluster, st.images or lay.O, w, b, act,
+                scalar_bits(param, p.acc), _f64(eps), _f64(factor), running_mean, running_var, mean, rstd)
+        fn = _staged_kernel(p, act, numpy.dtype(rdtype).name, device)
+        if st.cluster > 1:
+            launch_cluster(fn, st.blocks, st.threads, args, stream, st.smem, st.cluster)
+        else:
+            launch(fn, st.blocks, st.threads, args, stream, st.smem)
         return
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device)
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
@@ -516,7 +549,8 @@ def _staged_kernel(p: Plan, act: int, rdtype: str, device: int, backward: bool =
     """bn_fwd_staged (bn_bwd_staged) for the plan, allowed its shared memory."""
     st = p.staged_bwd if backward else p.staged
     name = (f"bn_bwd_staged<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {st.epw}, {act_class(act)}>" if backward else
-            f"bn_fwd_staged<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {st.epw}, {act_class(act)}>")
+            f"bn_fwd_staged<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {st.epw}, {act_class(act)}, "
+            f"{_b(st.cluster > 1)}>")
     fn = function_ptr(KERNEL_FILE, name, device)
     allow_smem(fn, st.smem)
     return fn
