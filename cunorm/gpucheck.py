@@ -87,12 +87,10 @@ def _torch_bench():
     return _bench_torch
 
 
-def _torch_numbers(cupy_rows, overhead) -> dict | None:
+def _torch_numbers(bench, cupy_rows, overhead) -> dict:
     """The PyTorch adapter's overhead (``overhead``: taken before the CuPy benchmark; again
-    here, after it: the host reads slower there, benchmarks/NOTES.md v54) and bandwidth."""
-    bench = _torch_bench()
-    if bench is None:
-        return None
+    here, after it: the host reads slower there, benchmarks/NOTES.md v54) and bandwidth;
+    ``bench`` is _torch_bench()'s module."""
     log = lambda s: print(s, flush=True)  # noqa: E731
     return {"overhead": overhead, "overhead_after_bench": bench.overhead(log),
             "bandwidth": bench.bandwidth(cupy_rows, log=log), "small_batch": bench.small_batches(log)}
@@ -255,7 +253,7 @@ def main(argv=None) -> int:
         torch_bench = _torch_bench()
         overhead = torch_bench and torch_bench.overhead(lambda s: print(s, flush=True))
         record["bench"] = _bench.run(log=lambda s: print(s, flush=True))
-        record["torch"] = _torch_numbers(record["bench"], overhead)
+        record["torch"] = torch_bench and _torch_numbers(torch_bench, record["bench"], overhead)
         record["jax"] = _jax_numbers()
         from . import _bench_bn
 

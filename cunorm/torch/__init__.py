@@ -135,12 +135,6 @@ _functorch_active = torch._C._are_functorch_transforms_active
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
-def _fused_options_set(residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax) -> bool:
-    """Whether a fused option differs from its default (the plain call skips their checks)."""
-    return not (residual is None and residual_dtype is None and not weight_offset and out_dtype is None
-                and out_scale is None and not return_amax)
-
-
 _FUSED_DOC = """
     Keyword options fuse the work around the norm (all default off): ``residual=r`` normalizes
     h = input + r and returns ``(y, h)``, h in ``residual_dtype`` (default r's); the gradient
@@ -159,7 +153,7 @@ def layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Opt
     nd = _normalized_ndim(input, normalized_shape)
     eps = _checks.eps(eps, None)
     input = _autocast_fp32(input, True, autocast_to_fp32)
-    if _fused_options_set(residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax):
+    if _fused.options_set(residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax):
         opts = _fused.options(input, weight, residual, residual_dtype, weight_offset, out_dtype, out_scale,
                               return_amax)
         if opts is not None:
@@ -183,7 +177,7 @@ def rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optio
              out_dtype: Optional[torch.dtype] = None, out_scale: Optional[float] = None, return_amax: bool = False):
     nd = _normalized_ndim(input, normalized_shape)
     eps = _default_eps(input.dtype) if eps is None else _checks.eps(eps, None)
-    if _fused_options_set(residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax):
+    if _fused.options_set(residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax):
         opts = _fused.options(input, weight, residual, residual_dtype, weight_offset, out_dtype, out_scale,
                               return_amax)
         if opts is not None:

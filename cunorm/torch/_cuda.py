@@ -96,15 +96,12 @@ def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True, grads=None):
     if torch._C._cuda_getDevice() != dev:  # torch.cuda.current_device() without its lazy-init check
         with torch.cuda.device(dev):
             return _cuda_forward(x, nd, weight, bias, eps, rms, stats, grads)
-    y = torch.empty_like(x) if x.is_contiguous() else torch.empty(x.shape, dtype=x.dtype, device=x.device)  # _like
+    y = _like(x)
     xp, yp = x.data_ptr(), y.data_ptr()
     wp = 0 if weight is None else weight.data_ptr()
     bp = 0 if bias is None else bias.data_ptr()
-    # the parameters' metadata written out (not through a helper): this line runs every call
-    key = (x.shape, x.stride(), x.dtype, dev, nd, rms, eps,
-           None if weight is None else (weight.dtype, weight.shape, weight.stride(), weight.get_device()),
-           None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
-           (xp | yp) & 15, (wp | bp) & 15)
+    key = (x.shape, x.stride(), x.dtype, dev, nd, rms, eps, _meta(weight), _meta(bias), (xp | yp) & 15,
+           (wp | bp) & 15)
     entry = _forward_plans.get(key)
     if entry is None:
         entry = _forward_entry(key, x, nd, weight, bias, eps, rms)

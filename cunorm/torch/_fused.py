@@ -50,11 +50,16 @@ def _numpy_dtype(name: str, dtype) -> Optional[numpy.dtype]:
     return _ANY_NUMPY[dtype]
 
 
+def options_set(residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax) -> bool:
+    """Whether a fused option differs from its default (the plain call checks none of them)."""
+    return not (residual is None and residual_dtype is None and not weight_offset and out_dtype is None
+                and out_scale is None and not return_amax)
+
+
 def options(input, weight, residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax):
     """The checked options (``_fused_api.FusedOptions`` with NumPy dtypes), or None when none
     is set. Errors name the argument."""
-    if (residual is None and residual_dtype is None and not weight_offset and out_dtype is None
-            and out_scale is None and not return_amax):  # the plain call's path: nothing to check
+    if not options_set(residual, residual_dtype, weight_offset, out_dtype, out_scale, return_amax):
         return None
     if input.dtype not in _NUMPY_DTYPE:
         raise TypeError(f"input: dtype {input.dtype} is not supported (float16, bfloat16, float32, float64)")
