@@ -7,6 +7,10 @@ ROUNDS times in one process so drift shows as the spread within each; every vari
 gradients and FP8 outputs must equal the first variant's bit for bit (a prefetch moves no
 value).
 
+Lost everywhere but the bf16 RMSNorm backward (NOTES v55 outcome,
+results/sweep-l2-prefetch-h200.txt), so main does not have it: apply
+benchmarks/experiments/v55-l2-prefetch.patch (``patch -p1``) first.
+
     python benchmarks/sweep_l2_prefetch.py [--json out.json]
 """
 from __future__ import annotations
@@ -44,7 +48,7 @@ def _fp8_out(op: str, n: int, m: int = 3000):
     params = (w,) if op == "rms_norm" else (w, cupy.zeros(n, BFLOAT16))
     out = getattr(cunorm, op)(x, *params, residual=r, out_dtype=ml_dtypes.float8_e4m3fn, out_scale=4.0,
                               return_amax=True)
-    return [a.get() for a in out if a is not None and not isinstance(a, float)]
+    return [a.get().reshape(-1) for a in out if a is not None]
 
 
 def sweep(log=print) -> list[dict]:

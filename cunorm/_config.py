@@ -133,13 +133,6 @@ def column_bwd_max_rows(cfg: "TileConfig") -> int:
 # Forward grid-stride loops start at most this many blocks (rows beyond are looped over).
 MAX_GRID = 1 << 20
 
-# L2 prefetch of rows read later (sm_90's bulk prefetch, kernels/common.cuh prefetch_l2;
-# NOTES v55). The fused forward's row groups ask for the row their place in the grid reads
-# this many waves of resident blocks later; the persistent backwards for the row they read
-# this many steps later. 0: none. Being measured (benchmarks/sweep_l2_prefetch.py).
-FUSED_FWD_PREFETCH_WAVES = 0
-BWD_PREFETCH_STEPS = 0
-
 # The torch adapter's eager forward allocates its backward's dx when x is at most this big,
 # moving the allocation off torch's autograd thread (host-bound calls: a 1 MiB forward +
 # backward is ~4 us of kernels against ~150 us of host work); dx then lives from forward to

@@ -250,17 +250,6 @@ __device__ __forceinline__ void copies_commit() {
 #endif
 }
 
-// ---- L2 prefetch of a row a block will read later ------------------------------------------
-// sm_90's bulk prefetch asks the L2 for `bytes` (a multiple of 16, from a 16-byte aligned
-// address) in one instruction, holding no register and no shared memory, so the loads of that
-// row later find it in the L2 rather than waiting on DRAM (NOTES v55). A no-op before sm_90
-// and on HIP.
-__device__ __forceinline__ void prefetch_l2(const void* gmem, unsigned bytes) {
-#if !defined(CUNORM_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
-#endif
-}
-
 // Waits until at most PENDING committed groups of this thread's copies are still in flight.
 template <int PENDING>
 __device__ __forceinline__ void copies_wait() {

@@ -374,7 +374,7 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
          const typename AccOf<T>::type* __restrict__ rstd,
          const typename AccOf<T>::type* __restrict__ row_sums, T* __restrict__ dx,
          typename AccOf<T>::type* __restrict__ dw_part,
-         typename AccOf<T>::type* __restrict__ db_part, i64 M, i64 N, i64 C, i64 prefetch_steps) {
+         typename AccOf<T>::type* __restrict__ db_part, i64 M, i64 N, i64 C) {
   typedef typename AccOf<T>::type A;
   constexpr int kRows = GroupShape<TPR>::kRows;
   __shared__ A smem[2 * kWarp];
@@ -387,13 +387,6 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
   A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
   zero_tile(dw_acc);
   zero_tile(db_acc);
-  // the row this group reads that many steps later (0: none; NOTES v55)
-  auto prefetch = [&](i64 base) {
-    if (prefetch_steps) {
-      prefetch_tile<VEC, PACKS, TPR>(x, xmap, base + ty + prefetch_steps * stride, M, N, c0, lane);
-      prefetch_tile<VEC, PACKS, TPR>(dy, dymap, base + ty + prefetch_steps * stride, M, N, c0, lane);
-    }
-  };
 
   if constexpr (MODE == kFullRow && Staged<T, VEC>::value) {
     // dynamic shared memory: [depth buffers][x, dy][PACKS][block] packs (_row_norm.stage_bytes)
@@ -413,7 +406,6 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
     StageRing<kDepth> ring;
     ring.fill([&](int ahead, int b) { stage_row(group_block * kRows + ahead * stride, b); });
     for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
-      prefetch(base);
       ring.refill_and_wait([&](int ahead, int b) { stage_row(base + ahead * stride, b); });
       const int buf = ring.buf;
       A xv[PACKS][VEC], g[PACKS][VEC];
@@ -426,7 +418,6 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
     }
   } else {
     for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
-      prefetch(base);
       A xv[PACKS][VEC], g[PACKS][VEC];
       load_row<VEC, PACKS, TPR>(dy, dymap, x, xmap, base + ty, M, N, c0, lane, xv, g);
       bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight, row_stats<RMS>(mean, rstd, base + ty, M),

@@ -121,8 +121,7 @@ __global__ void __launch_bounds__(GroupShape<TPR>::kBlock, FusedFwdOccupancy<TPR
 norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __restrict__ residual,
                CUNORM_ROWMAP_PARAMS(rm), H* __restrict__ h, O* __restrict__ y, const W* __restrict__ weight,
                const W* __restrict__ bias, float* __restrict__ mean, float* __restrict__ rstd,
-               unsigned* __restrict__ amax, i64 M, i64 N, float eps, float weight_offset, float out_scale,
-               i64 prefetch_rows) {
+               unsigned* __restrict__ amax, i64 M, i64 N, float eps, float weight_offset, float out_scale) {
   typedef float A;
   static_assert(sizeof(typename AccOf<T>::type) == 4, "fused variants serve half and float inputs");
   constexpr int kRows = GroupShape<TPR>::kRows;
@@ -135,10 +134,6 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
   // Block-uniform loop: every thread runs every iteration, so the barriers in group_sum hold.
   for (i64 base = i64(blockIdx.x) * kRows; base < M; base += i64(gridDim.x) * kRows) {
     const i64 row = base + ty;
-    if (prefetch_rows) {  // the row this group's place reads a wave later (0: none; NOTES v55)
-      prefetch_tile<VEC, PACKS, TPR>(x, xmap, row + prefetch_rows, M, N, 0, lane);
-      if (residual) prefetch_tile<VEC, PACKS, TPR>(residual, rmap, row + prefetch_rows, M, N, 0, lane);
-    }
     const bool row_ok = row < M;
     const i64 safe_row = row_ok ? row : 0;
     const int limit = tile_limit(N, 0, kTile, row_ok);
@@ -234,7 +229,7 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
                CUNORM_ROWMAP_PARAMS(hm), const H* __restrict__ dh, const W* __restrict__ weight,
                const float* __restrict__ mean, const float* __restrict__ rstd, X* __restrict__ dx,
                H* __restrict__ dres, float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N,
-               float weight_offset, i64 prefetch_steps) {
+               float weight_offset) {
   typedef float A;
   constexpr int kRows = GroupShape<TPR>::kRows;
   constexpr i64 kTile = i64(TPR) * PACKS * VEC;
@@ -272,10 +267,6 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
 
   for (i64 base = i64(blockIdx.x) * kRows; base < M; base += step) {  // block-uniform
     const i64 row = base + ty;
-    if (prefetch_steps) {  // the row this group reads that many steps later (0: none; NOTES v55)
-      prefetch_tile<VEC, PACKS, TPR>(h, hmap, row + prefetch_steps * step, M, N, 0, lane);
-      prefetch_tile<VEC, PACKS, TPR>(dy, dymap, row + prefetch_steps * step, M, N, 0, lane);
-    }
     const bool row_ok = row < M;
     const i64 safe_row = row_ok ? row : 0;
     const int limit = tile_limit(N, 0, kTile, row_ok);

@@ -38,17 +38,6 @@ __device__ __forceinline__ void load_tile(const T* tile, int limit, int lane, A 
   }
 }
 
-// Lane 0 of a row group asks the L2 for row r's tile at c0 (prefetch_l2) where r < M and
-// the tile is whole 16-byte packs: a row the group reads a step or a wave later, so its loads
-// then wait on the L2 rather than DRAM (NOTES v55).
-template <int VEC, int PACKS, int TPR, typename T>
-__device__ __forceinline__ void prefetch_tile(const T* p, const RowMap& map, i64 r, i64 M, i64 N, i64 c0, int lane) {
-  if constexpr (VEC * sizeof(T) % 16 == 0) {
-    if (lane == 0 && r < M)
-      prefetch_l2(p + map.offset(r) + c0, unsigned(tile_limit(N, c0, i64(TPR) * PACKS * VEC, true)) * sizeof(T));
-  }
-}
-
 // A row's saved statistics for the backward (mean 0 for RMSNorm; row 0's for rows past M,
 // whose results are never stored).
 template <typename A>

@@ -103,7 +103,6 @@ class FusedPlan(NamedTuple):
     r_args: tuple
     m: int
     n: int
-    prefetch_rows: int = 0  # rows ahead a row group asks the L2 for (0: none)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -125,10 +124,8 @@ def fused_forward_plan(shape: tuple, x_strides: tuple, r_strides: tuple | None, 
     if cfg is None:
         return None
     kernel = function_ptr(FUSED_FILE, _name(*names[:4], names[4], cfg, rms), device)
-    ahead = _config.FUSED_FWD_PREFETCH_WAVES * sm_count(device) * blocks_per_sm(kernel, cfg.block) \
-        * cfg.rows_per_block
     return FusedPlan(kernel, min(-(-m // cfg.rows_per_block), _config.MAX_GRID), cfg.block, xr.args(), rr.args(),
-                     m, n, ahead)
+                     m, n)
 
 
 def run_fused_forward(plan: FusedPlan, x: int, residual: int, h: int, y: int, weight: int, bias: int, mean: int,
@@ -138,7 +135,7 @@ def run_fused_forward(plan: FusedPlan, x: int, residual: int, h: int, y: int, we
     launch(plan.kernel, plan.grid, plan.block,
            (x, *plan.x_args, residual, *plan.r_args, h, y, weight, bias, mean, rstd, amax, plan.m, plan.n,
             scalar_bits(eps, numpy.float32), scalar_bits(weight_offset, numpy.float32),
-            scalar_bits(out_scale, numpy.float32), plan.prefetch_rows), stream)
+            scalar_bits(out_scale, numpy.float32)), stream)
 
 
 CAST_BLOCK = 256  # a grid-stride copy: any full block keeps the loads in flight
@@ -165,7 +162,6 @@ class FusedBackwardPlan(NamedTuple):
     m: int
     n: int
     smem: int  # dynamic shared memory (rows staged, _row_norm.stage_bytes)
-    prefetch_steps: int = 0  # steps ahead a row group asks the L2 for its row (0: none)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -193,7 +189,7 @@ def fused_backward_plan(shape: tuple, h_strides: tuple, dy_strides: tuple, dydty
     smem = stage_bytes(cfg, itemsize, numpy.dtype(hdtype).itemsize, rms)
     blocks = min(-(-m // cfg.rows_per_block), sm_count(device) * blocks_per_sm(kernel, cfg.block, smem))
     return FusedBackwardPlan(kernel, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), hr.args(),
-                             m, n, smem, _config.BWD_PREFETCH_STEPS)
+                             m, n, smem)
 
 
 def run_fused_backward(plan: FusedBackwardPlan, dy: int, h: int, dh: int, weight: int, mean: int, rstd: int,
@@ -205,5 +201,5 @@ def run_fused_backward(plan: FusedBackwardPlan, dy: int, h: int, dh: int, weight
     dw_part, db_part = partial_rows(dw, db, groups, n, numpy.dtype(numpy.float32), alloc)
     launch(plan.kernel, plan.blocks, plan.block,
            (dy, *plan.dy_args, h, *plan.h_args, dh, weight, mean, rstd, dx, dres, dw_part, db_part, plan.m, n,
-            scalar_bits(weight_offset, numpy.float32), plan.prefetch_steps), stream, plan.smem)
+            scalar_bits(weight_offset, numpy.float32)), stream, plan.smem)
     reduce_partial_rows(plan.reduce, dw_part, dw, db_part, db, groups, n, stream)

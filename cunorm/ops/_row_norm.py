@@ -381,7 +381,6 @@ class BackwardPlan(NamedTuple):
     acc: numpy.dtype
     column_blocks: int  # > 0: `main` is norm_bwd_columns, dW/dB in the same launch
     smem: int = 0  # dynamic shared memory of `main` (rows staged, stage_bytes)
-    prefetch_steps: int = 0  # steps ahead norm_bwd's row groups ask the L2 for their rows (0: none)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -416,14 +415,14 @@ def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdty
     if sums is None:
         blocks = min(-(-m // cfg.rows_per_block), resident)
         return BackwardPlan(main, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), xr.args(),
-                            m, n, None, acc, 0, smem, _config.BWD_PREFETCH_STEPS)
+                            m, n, None, acc, 0, smem)
     tiles = -(-n // cfg.tile)
     # row groups of `tiles` blocks each, as many as are resident at once: one more group
     # than that (rounding up, before v27) ran a second wave of a few groups, each walking
     # M / groups rows alone
     blocks = max(1, min(m, (resident if SPLIT_BACKWARD_ONE_WAVE else resident + tiles - 1) // tiles))
     return BackwardPlan(main, blocks, cfg.block, blocks, reduce, dyr.args(), xr.args(), m, n,
-                        (sums, finalize, tiles), acc, 0, 0, _config.BWD_PREFETCH_STEPS)
+                        (sums, finalize, tiles), acc, 0)
 
 
 def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rstd: int, dx: int, dw: int,
@@ -447,8 +446,7 @@ def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rs
         launch(finalize, min(-(-m // 4), _config.MAX_GRID), 128, (tile_sums, row_sums, m, tiles), stream)
     dw_part, db_part = partial_rows(dw, db, groups, n, acc, alloc)
     launch(plan.main, plan.blocks * tiles, plan.block,
-           (dy, *plan.dy_args, x, *plan.x_args, *stats, row_sums, dx, dw_part, db_part, m, n, tiles,
-            plan.prefetch_steps), stream, plan.smem)
+           (dy, *plan.dy_args, x, *plan.x_args, *stats, row_sums, dx, dw_part, db_part, m, n, tiles), stream, plan.smem)
     reduce_partial_rows(plan.reduce, dw_part, dw, db_part, db, groups, n, stream)
 
 
