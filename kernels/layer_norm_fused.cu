@@ -104,44 +104,6 @@ __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax)
   }
 }
 
-// v56 (prediction, sweep_fused_variant.py): the row's output loop no longer waits on the
-// weight and bias loads after the reductions. 1: their packs loaded with x, before the
-// reductions, and held raw (bf16 / fp16 parameters: 4 registers a pack; wider parameters
-// load in the output loop); 2: their lines asked of L1 then (prefetch.global.L1, no
-// register held) and loaded in the output loop. 0: loaded in the output loop only.
-#ifndef CUNORM_FUSED_PARAMS_EARLY
-#define CUNORM_FUSED_PARAMS_EARLY 0
-#endif
-// v56: x (and the residual) loaded without allocating in L1 (ld.global.nc.L1::no_allocate),
-// so the streamed rows do not evict the weight and bias every row reads. 0: plain loads.
-#ifndef CUNORM_FUSED_X_NO_L1
-#define CUNORM_FUSED_X_NO_L1 0
-#endif
-
-// A tile of x (or the residual) as load_tile, its 16-byte packs read past L1 where
-// CUNORM_FUSED_X_NO_L1 asks for it.
-template <int VEC, int PACKS, int TPR, typename A, typename T>
-__device__ __forceinline__ void load_stream_tile(const T* tile, int limit, int lane, A (&v)[PACKS][VEC]) {
-  if constexpr (CUNORM_FUSED_X_NO_L1 && sizeof(T) * VEC == 16) {
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      if (pack_col<VEC, TPR>(p, lane) < limit) {
-        Pack<T, VEC> pk;
-        unsigned* w = reinterpret_cast<unsigned*>(&pk);
-        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3])
-                     : "l"(tile + pack_col<VEC, TPR>(p, lane)));
-        unpack(pk, v[p]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) v[p][k] = A(0);
-      }
-    }
-  } else {
-    load_tile<VEC, PACKS, TPR>(tile, limit, lane, v);
-  }
-}
-
 // Launch bounds of 1024 threads an SM (v45): NVRTC 13.0 (sm_90) gave the forward 56 registers
 // and 16-28 bytes of spills left alone, 64 and none with the bound; bf16 LayerNorm residual
 // forward 0.84-0.89 -> 0.87-0.90 of copy at N = 2048-8192 in two rounds, RMSNorm and FP8 out
@@ -178,30 +140,10 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
     const T* xrow = x + xmap.offset(safe_row);
     const R* rrow = residual ? residual + rmap.offset(safe_row) : nullptr;
     A v[PACKS][VEC];
-    load_stream_tile<VEC, PACKS, TPR>(xrow, limit, lane, v);
-    constexpr bool kParamsEarly = CUNORM_FUSED_PARAMS_EARLY == 1 && sizeof(W) * VEC <= 16;
-    if constexpr (CUNORM_FUSED_PARAMS_EARLY == 2) {
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        const int col = pack_col<VEC, TPR>(p, lane);
-        if (col >= limit) continue;
-        if (weight) asm volatile("prefetch.global.L1 [%0];" ::"l"(weight + col));
-        if (!RMS && bias) asm volatile("prefetch.global.L1 [%0];" ::"l"(bias + col));
-      }
-    }
-    Pack<W, VEC> w_raw[kParamsEarly ? PACKS : 1], b_raw[kParamsEarly && !RMS ? PACKS : 1];  // RMSNorm: no bias
-    if constexpr (kParamsEarly) {
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        const int col = pack_col<VEC, TPR>(p, lane);
-        if (col >= limit) continue;
-        if (weight) w_raw[p] = load_raw<VEC>(weight + col);
-        if (!RMS && bias) b_raw[p] = load_raw<VEC>(bias + col);
-      }
-    }
+    load_tile<VEC, PACKS, TPR>(xrow, limit, lane, v);
     if (rrow) {
       A rv[PACKS][VEC];
-      load_stream_tile<VEC, PACKS, TPR>(rrow, limit, lane, rv);
+      load_tile<VEC, PACKS, TPR>(rrow, limit, lane, rv);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
@@ -230,15 +172,8 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
         const int col = pack_col<VEC, TPR>(p, lane);
         if (col >= limit) continue;
         A wv[VEC], bv[VEC], out[VEC];
-        if constexpr (kParamsEarly) {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) wv[k] = A(1), bv[k] = A(0);
-          if (weight) unpack_words(w_raw[p], wv);
-          if (!RMS && bias) unpack_words(b_raw[p], bv);
-        } else {
-          load_param<VEC>(weight, col, A(1), wv);  // 1 where there is no weight, offset or not
-          load_param<VEC>(bias, col, A(0), bv);
-        }
+        load_param<VEC>(weight, col, A(1), wv);  // 1 where there is no weight, offset or not
+        load_param<VEC>(bias, col, A(0), bv);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           out[k] = v[p][k] * r * (decltype(add_offset)::value ? wv[k] + weight_offset : wv[k]) + bv[k];
