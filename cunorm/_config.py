@@ -133,6 +133,16 @@ def column_bwd_max_rows(cfg: "TileConfig") -> int:
 # Forward grid-stride loops start at most this many blocks (rows beyond are looped over).
 MAX_GRID = 1 << 20
 
+# The fused forward with an FP8 output runs on a grid of this many waves of resident blocks,
+# each block walking several rows, so a block's prologue and its amax fold (a block reduction
+# and an atomic) are paid once for its rows: ncu found that kernel issue-bound, about a third
+# of its instructions outside the element work at one row a block (NOTES v57). bf16 FP8 out,
+# N = 2048 / 4096 / 8192, fraction of copy, a block a row group -> 4 waves: RMSNorm 0.766 /
+# 0.771 / 0.743 -> 0.817 / 0.816 / 0.783, LayerNorm 0.668 / 0.668 / 0.644 -> 0.695 / 0.694 /
+# 0.662 (1, 2 and 8 waves: within 0.02 of 4, 1 the lowest). Other outputs keep a block a row
+# group: the residual forward, bound by memory, lost 0.01-0.05 on every capped grid.
+FP8_FWD_GRID_WAVES = 4
+
 # The torch adapter's eager forward allocates its backward's dx when x is at most this big,
 # moving the allocation off torch's autograd thread (host-bound calls: a 1 MiB forward +
 # backward is ~4 us of kernels against ~150 us of host work); dx then lives from forward to

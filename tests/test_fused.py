@@ -76,13 +76,13 @@ def _reference(op, x, w, b, r, offset):
 # ---- GPU -----------------------------------------------------------------------------------
 
 def _check_fused(op, rng, shape, dtype, *, r_dtype=None, h_dtype=None, out_dtype=None, offset=0.0, scale=None,
-                 expect_fused=None):
+                 expect_fused=None, hx=None):
     import cupy
 
     from cunorm.ops import _fused
 
     n = shape[-1]
-    hx = rng.standard_normal(shape).astype(dtype)
+    hx = rng.standard_normal(shape).astype(dtype) if hx is None else hx
     hr = None if r_dtype is None else rng.standard_normal(shape).astype(r_dtype)
     hw = ((0.1 if offset else 1.0) * rng.standard_normal(n)).astype(numpy.float32)
     hb = rng.standard_normal(n).astype(numpy.float32) if op == "layer_norm" else None
@@ -182,6 +182,31 @@ def test_fused_kernel_fp8_word_stores(rng, op, fp8, dtype, n):
     # half x (8), at odd row counts and lengths whose last pack ends the row
     _check_fused(op, rng, (7, n), dtype, out_dtype=fp8, scale=16.0, expect_fused=True)
     _check_fused(op, rng, (1, n), dtype, r_dtype=dtype, out_dtype=fp8, scale=0.5, expect_fused=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_fused_kernel_fp8_blocks_walk_rows(rng, op):
+    # FP8 out runs on a grid of a few waves of resident blocks (_config.FP8_FWD_GRID_WAVES):
+    # twice a grid's rows and three more make every block walk two rows or more, and the row
+    # whose y holds the amax is the last one, reached on a block's last step
+    from cunorm import _config
+    from cunorm._launch import blocks_per_sm, sm_count
+    from cunorm.ops import _fused
+
+    n = 256
+    cfg = _config.row_config(n, 8, _config.FWD)
+
+    def plan(m):
+        return _fused.fused_forward_plan((m, n), (n, 1), None, BFLOAT16, BFLOAT16, BFLOAT16, E4M3,
+                                         numpy.dtype(numpy.float32), 1, op == "rms_norm", 0, ((0, 2), (0, 4)))
+
+    resident = sm_count(0) * blocks_per_sm(plan(1).kernel, cfg.block)
+    m = 2 * _config.FP8_FWD_GRID_WAVES * resident * cfg.rows_per_block + 3
+    assert plan(m).grid * cfg.rows_per_block * 2 < m, "blocks walk several rows"
+    hx = rng.standard_normal((m, n)).astype(BFLOAT16)
+    hx[-1, 5] = 40.0  # |y| there is the tensor's largest
+    _check_fused(op, rng, hx.shape, BFLOAT16, out_dtype=E4M3, scale=2.0, expect_fused=True, hx=hx)
 
 
 @pytest.mark.gpu

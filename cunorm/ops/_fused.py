@@ -124,8 +124,10 @@ def fused_forward_plan(shape: tuple, x_strides: tuple, r_strides: tuple | None, 
     if cfg is None:
         return None
     kernel = function_ptr(FUSED_FILE, _name(*names[:4], names[4], cfg, rms), device)
-    return FusedPlan(kernel, min(-(-m // cfg.rows_per_block), _config.MAX_GRID), cfg.block, xr.args(), rr.args(),
-                     m, n)
+    grid = min(-(-m // cfg.rows_per_block), _config.MAX_GRID)
+    if names[3] in FP8_TYPES:  # blocks walk several rows (see _config.FP8_FWD_GRID_WAVES)
+        grid = min(grid, _config.FP8_FWD_GRID_WAVES * sm_count(device) * blocks_per_sm(kernel, cfg.block))
+    return FusedPlan(kernel, grid, cfg.block, xr.args(), rr.args(), m, n)
 
 
 def run_fused_forward(plan: FusedPlan, x: int, residual: int, h: int, y: int, weight: int, bias: int, mean: int,
