@@ -1,10 +1,10 @@
 """Builds of the fused forward (kernels/layer_norm_fused.cu) on the GPU check's fused rows
 (``cunorm._bench_fused``: residual forward and backward, FP8 out with amax), alternating
-the builds ROUNDS times in one process so drift shows as the spread within each: launch
-bounds of 1024 threads an SM (v45, the default) against the block size alone
-(``-DCUNORM_FUSED_FWD_THREADS=0``, before v45). v45 also measured a lean step for full
-half-precision LayerNorm rows this way (results/sweep-fused-v45-h200.txt), since removed;
-v28 its output-loop variants against one loop (``-DCUNORM_FUSED_LEAN_Y=0``).
+the builds ROUNDS times in one process so drift shows as the spread within each: v58, FP8 y
+with the scale folded into the row's rstd (the default) against the scale applied element by
+element (``-DCUNORM_FP8_FOLD_SCALE=0``). v45 measured its launch bounds this way
+(results/sweep-fused-v45-h200.txt), v28 the output-loop variants, v56 parameter loads
+(commit c573cb0 of this script checks outputs bit for bit as well).
 
     python benchmarks/sweep_fused_variant.py [--json out.json]
 """
@@ -13,9 +13,7 @@ from __future__ import annotations
 from cunorm import _bench, _bench_fused, _compile
 from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
 
-# NVRTC sm_90: 56 registers and 16-28 bytes of spills with the block size alone, 64 and none
-# with the bounds
-VARIANTS = {"block_bounds": ("-DCUNORM_FUSED_FWD_THREADS=0",), "bounds_1024": ()}
+VARIANTS = {"fp8_scaled_each": ("-DCUNORM_FP8_FOLD_SCALE=0",), "fp8_scale_folded": ()}
 ROUNDS = 2
 
 

@@ -54,6 +54,11 @@ using namespace cunorm;
 #define CUNORM_FP8_WORDS 1
 #endif
 
+// v58: see write_y in norm_fwd_fused. 0: FP8 y scaled element by element after |y| is taken.
+#ifndef CUNORM_FP8_FOLD_SCALE
+#define CUNORM_FP8_FOLD_SCALE 1
+#endif
+
 // One pack of y: FP8 two values a conversion (sm_89+ converts a pair in one instruction, the
 // same rounding as one at a time), other dtypes as store_pack.
 template <typename O, int VEC>
@@ -166,32 +171,53 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
     // The output loop in a variant for what the call asks (uniform over the grid): a weight
     // offset to add, an amax to track, an FP8 scale; each one absent is an instruction an
     // element less, and this kernel is short of issue slots rather than bytes (NOTES v28).
-    auto write_y = [&](auto add_offset, auto track_amax) {
+    // FP8 without a bias, half-precision x (v58): y * scale = (x̂ * w) * (r * scale), the scale
+    // folded into the row's rstd, and the row's amax r * max|x̂ * w| (r > 0; within an ulp or
+    // two of max|y|): an instruction an element fewer. Otherwise y, |y| and y * scale element by
+    // element.
+    auto write_y = [&](auto add_offset, auto track_amax, auto fold) {
+      constexpr bool kFold = decltype(fold)::value;
+      const A rs = kFold ? r * out_scale : r;
+      A row_top = A(0);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p) {
         const int col = pack_col<VEC, TPR>(p, lane);
         if (col >= limit) continue;
         A wv[VEC], bv[VEC], out[VEC];
         load_param<VEC>(weight, col, A(1), wv);  // 1 where there is no weight, offset or not
-        load_param<VEC>(bias, col, A(0), bv);
+        if constexpr (!kFold) load_param<VEC>(bias, col, A(0), bv);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          out[k] = v[p][k] * r * (decltype(add_offset)::value ? wv[k] + weight_offset : wv[k]) + bv[k];
-          if constexpr (decltype(track_amax)::value) top = fmaxf(top, fabsf(out[k]));
-          if constexpr (IsFp8<O>::value || !CUNORM_FUSED_LEAN_Y) out[k] *= out_scale;  // 1 unless FP8
+          const A wk = decltype(add_offset)::value ? wv[k] + weight_offset : wv[k];
+          if constexpr (kFold) {
+            const A t = v[p][k] * wk;
+            if constexpr (decltype(track_amax)::value) row_top = fmaxf(row_top, fabsf(t));
+            out[k] = t * rs;
+          } else {
+            out[k] = v[p][k] * r * wk + bv[k];
+            if constexpr (decltype(track_amax)::value) top = fmaxf(top, fabsf(out[k]));
+            if constexpr (IsFp8<O>::value || !CUNORM_FUSED_LEAN_Y) out[k] *= out_scale;  // 1 unless FP8
+          }
         }
         if constexpr (CUNORM_FUSED_LEAN_Y) store_y<O>(yrow + col, out);
         else store_pack<O>(yrow + col, out);
       }
+      if constexpr (kFold && decltype(track_amax)::value) top = fmaxf(top, row_top * r);
+    };
+    auto write = [&](auto add_offset, auto track_amax) {
+      if constexpr (IsFp8<O>::value && CUNORM_FP8_FOLD_SCALE && sizeof(T) == 2) {  // float32 x: 54 -> 64 registers, spills
+        if (!bias) return write_y(add_offset, track_amax, Flag<true>());
+      }
+      write_y(add_offset, track_amax, Flag<false>());
     };
     if (!CUNORM_FUSED_LEAN_Y) {
-      write_y(Flag<true>(), Flag<true>());
+      write_y(Flag<true>(), Flag<true>(), Flag<false>());
     } else if (weight && weight_offset != A(0)) {
-      if (amax) write_y(Flag<true>(), Flag<true>());
-      else write_y(Flag<true>(), Flag<false>());
+      if (amax) write(Flag<true>(), Flag<true>());
+      else write(Flag<true>(), Flag<false>());
     } else {
-      if (amax) write_y(Flag<false>(), Flag<true>());
-      else write_y(Flag<false>(), Flag<false>());
+      if (amax) write(Flag<false>(), Flag<true>());
+      else write(Flag<false>(), Flag<false>());
     }
   }
   if (amax) block_amax(top, smem, amax);
