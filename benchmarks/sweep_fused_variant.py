@@ -1,8 +1,10 @@
 """Builds of the fused forward (kernels/layer_norm_fused.cu) on the GPU check's fused rows
 (``cunorm._bench_fused``: residual forward and backward, FP8 out with amax), alternating
-the builds ROUNDS times in one process so drift shows as the spread within each: v58, FP8 y
-with the scale folded into the row's rstd (the default) against the scale applied element by
-element (``-DCUNORM_FP8_FOLD_SCALE=0``). v45 measured its launch bounds this way
+the builds ROUNDS times in one process so drift shows as the spread within each: v60,
+half-precision LayerNorm statistics in one pass (the default) against two
+(``-DCUNORM_FUSED_ONE_PASS=0``); v59 compared the FP8 weight in shared memory
+(experiments/v59-fp8-weight-smem.patch), v58 the scale folded into the row's rstd
+(``-DCUNORM_FP8_FOLD_SCALE=0``). v45 measured its launch bounds this way
 (results/sweep-fused-v45-h200.txt), v28 the output-loop variants, v56 parameter loads
 (commit c573cb0 of this script checks outputs bit for bit as well).
 
@@ -13,7 +15,7 @@ from __future__ import annotations
 from cunorm import _bench, _bench_fused, _compile
 from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
 
-VARIANTS = {"fp8_scaled_each": ("-DCUNORM_FP8_FOLD_SCALE=0",), "fp8_scale_folded": ()}
+VARIANTS = {"two_passes": ("-DCUNORM_FUSED_ONE_PASS=0",), "one_pass": ()}
 ROUNDS = 2
 
 

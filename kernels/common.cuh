@@ -57,6 +57,15 @@ __device__ __forceinline__ T shfl_down(T v, unsigned delta) {
 #endif
 }
 
+// Whether the predicate holds on any lane of the warp (every lane calls it together).
+__device__ __forceinline__ bool warp_any(bool p) {
+#if defined(CUNORM_HIP)
+  return __any(p);
+#else
+  return __any_sync(0xffffffffu, p);
+#endif
+}
+
 // A barrier of the warp that also orders its threads' shared-memory accesses.
 __device__ __forceinline__ void sync_warp() {
 #if defined(CUNORM_HIP)
@@ -294,6 +303,23 @@ __device__ __forceinline__ A group_warp_sum(A v) {
   return v;
 }
 
+// group_sum2's sums before its closing barrier (TPR > warp: that barrier is the caller's, so
+// smem may be reused only after it).
+template <int TPR, typename A>
+__device__ __forceinline__ void group_sum2_open(A& a, A& b, A* smem) {
+  constexpr int kWarps = TPR / kWarp;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int first = warp / kWarps * kWarps;  // the group's first warp
+  a = group_warp_sum<kWarp>(a);
+  b = group_warp_sum<kWarp>(b);
+  if (lane == 0) { smem[warp] = a; smem[kWarp + warp] = b; }
+  __syncthreads();
+  a = lane < kWarps ? smem[first + lane] : A(0);
+  b = lane < kWarps ? smem[kWarp + first + lane] : A(0);
+  a = group_warp_sum<kWarp>(a);
+  b = group_warp_sum<kWarp>(b);
+}
+
 // Sum over the TPR threads of a row group. TPR <= warp: shuffles only. TPR > warp: the
 // group is TPR / warp whole warps of the block (several groups may share a block); warp
 // partials go through `smem` (2 * kWarp elements) behind block-wide barriers, so every
@@ -306,18 +332,24 @@ __device__ __forceinline__ void group_sum2(A& a, A& b, A* smem) {
     a = group_warp_sum<TPR>(a);
     b = group_warp_sum<TPR>(b);
   } else {
-    constexpr int kWarps = TPR / kWarp;
-    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-    const int first = warp / kWarps * kWarps;  // the group's first warp
-    a = group_warp_sum<kWarp>(a);
-    b = group_warp_sum<kWarp>(b);
-    if (lane == 0) { smem[warp] = a; smem[kWarp + warp] = b; }
+    group_sum2_open<TPR>(a, b, smem);
     __syncthreads();
-    a = lane < kWarps ? smem[first + lane] : A(0);
-    b = lane < kWarps ? smem[kWarp + first + lane] : A(0);
-    a = group_warp_sum<kWarp>(a);
-    b = group_warp_sum<kWarp>(b);
-    __syncthreads();
+  }
+}
+
+// group_sum2, returning as well whether `flag(a, b)` holds on the totals of any row group
+// that shares barriers with this one: the block's groups (TPR > warp; the closing barrier
+// is a __syncthreads_or) or the warp's (TPR <= warp, whose sums take no barrier). A branch
+// on it is uniform wherever the reductions inside it need every thread.
+template <int TPR, typename A, typename Flag>
+__device__ __forceinline__ bool group_sum2_any(A& a, A& b, A* smem, Flag flag) {
+  if constexpr (TPR <= kWarp) {
+    a = group_warp_sum<TPR>(a);
+    b = group_warp_sum<TPR>(b);
+    return warp_any(flag(a, b));
+  } else {
+    group_sum2_open<TPR>(a, b, smem);
+    return __syncthreads_or(flag(a, b));
   }
 }
 

@@ -111,14 +111,11 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 #ifndef CUNORM_CLUSTER_FWD_STAGE
 #define CUNORM_CLUSTER_FWD_STAGE -1
 #endif
-// v50: half-precision LayerNorm statistics in one pass where that is safe. The shifted sums of
-// d = x - pivot and d^2 (the pivot the row's first element) go through one block reduction
-// and one cluster exchange, var = E[d^2] - E[d]^2; the two-pass statistics take a second
-// pass over the slice and two more reductions. The cancellation costs a relative error of
-// about eps * (1 + (mean - pivot)^2 / var) in var, so a row whose (mean - pivot)^2 exceeds
-// 64 var (its first element an outlier, or a constant row) takes the two passes after all,
-// with v48's bits. Below that the one pass loses at most ~6 bits of var more than the two
-// passes (1e-4 relative at worst), against bf16's 4e-3 spacing. bf16
+// v50: half-precision LayerNorm statistics in one pass where that is safe (row_norm.cuh,
+// kOnePassTrust). The shifted sums of d = x - pivot and d^2 (the pivot the row's first
+// element) go through one block reduction and one cluster exchange; the two-pass statistics
+// take a second pass over the slice and two more reductions. A row the one pass does not
+// serve takes the two passes after all, with v48's bits. bf16
 // LayerNorm N = 65536 / 131072: 0.58 / 0.56 -> 0.63 / 0.61 of copy (NOTES v50). float32
 // rows keep the two passes. CUNORM_CLUSTER_FWD_ONE_PASS=0: always two.
 #ifndef CUNORM_CLUSTER_FWD_ONE_PASS
@@ -153,7 +150,6 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   static_assert(sizeof(Pack<T, VEC>) == 16, "cluster tiles are 16-byte packs (scalar packs take the split path)");
   constexpr int kStage = ClusterFwdStage<T, TPB, RMS>::rows, kSet = PACKS * TPB;
   constexpr bool kOnePass = !RMS && sizeof(T) == 2 && CUNORM_CLUSTER_FWD_ONE_PASS;
-  constexpr int kOnePassTrust = 64;  // (mean - pivot)^2 / var up to which one pass serves
   extern __shared__ __align__(16) unsigned char stage_smem[];  // [kStage][this block's slice] packs
   Pack<T, VEC>* const staged = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
   // The pivots of the staged rows ride in registers (plain loads, used kStage rows later).

@@ -109,6 +109,16 @@ __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax)
   }
 }
 
+// v60: half-precision LayerNorm rows with FP8 out take their statistics in one pass where that
+// is safe (row_norm.cuh one_pass_tile): one block reduction a row instead of two, and a
+// subtraction an element fewer (the output loop takes the mean off, inside a multiply-add
+// where a bias is added). FP8 LayerNorm N = 2048-8192 +0.005-0.007 of copy on an H100; the
+// residual forward, which is memory-bound, lost 0.006-0.011 with it, so it keeps two passes
+// (NOTES v60). 0: two passes always; 1: FP8 outputs; 2: every output.
+#ifndef CUNORM_FUSED_ONE_PASS
+#define CUNORM_FUSED_ONE_PASS 1
+#endif
+
 // Launch bounds of 1024 threads an SM (v45): NVRTC 13.0 (sm_90) gave the forward 56 registers
 // and 16-28 bytes of spills left alone, 64 and none with the bound; bf16 LayerNorm residual
 // forward 0.84-0.89 -> 0.87-0.90 of copy at N = 2048-8192 in two rounds, RMSNorm and FP8 out
@@ -135,6 +145,7 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
   const RowMap xmap = CUNORM_ROWMAP(xm), rmap = CUNORM_ROWMAP(rm);
   const int lane = threadIdx.x % TPR, ty = threadIdx.x / TPR;
   A top = A(0);  // this thread's max |y| over its rows
+  constexpr bool kOnePass = !RMS && sizeof(T) == 2 && CUNORM_FUSED_ONE_PASS >= (IsFp8<O>::value ? 1 : 2);
 
   // Block-uniform loop: every thread runs every iteration, so the barriers in group_sum hold.
   for (i64 base = i64(blockIdx.x) * kRows; base < M; base += i64(gridDim.x) * kRows) {
@@ -159,14 +170,20 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
           if (pack_col<VEC, TPR>(p, lane) < limit) store_pack<H>(h + safe_row * N + pack_col<VEC, TPR>(p, lane), v[p]);
       }
     }
-    A pivot = A(0), mu;
+    A pivot = A(0), mu, var;
+    A centre = A(0);  // what v still holds of its mean (one pass: the output loop takes it off)
     if constexpr (!RMS) pivot = cvt<A>(xrow[0]) + (rrow ? cvt<A>(rrow[0]) : A(0));
-    const A q = centre_tile<VEC, PACKS, TPR, RMS>(v, limit, lane, pivot, smem, mu);
-    const A r = rsqrt_acc(q / A(N) + eps);
+    if (kOnePass && one_pass_tile<VEC, PACKS, TPR>(v, limit, lane, pivot, smem, mu, var)) {
+      centre = mu;
+    } else {  // (after a one pass it does not trust, v holds x - pivot)
+      var = centre_tile<VEC, PACKS, TPR, RMS>(v, limit, lane, kOnePass ? A(0) : pivot, smem, mu) / A(N);
+    }
+    const A r = rsqrt_acc(var + eps);
     if (lane == 0 && row_ok && rstd) {  // inference callers may skip the statistics
       if (!RMS && mean) mean[row] = pivot + mu;
       rstd[row] = r;
     }
+    const A centre_r = -centre * r;
     O* yrow = y + safe_row * N;
     // The output loop in a variant for what the call asks (uniform over the grid): a weight
     // offset to add, an amax to track, an FP8 scale; each one absent is an instruction an
@@ -190,11 +207,11 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
         for (int k = 0; k < VEC; ++k) {
           const A wk = decltype(add_offset)::value ? wv[k] + weight_offset : wv[k];
           if constexpr (kFold) {
-            const A t = v[p][k] * wk;
+            const A t = (kOnePass ? v[p][k] - centre : v[p][k]) * wk;
             if constexpr (decltype(track_amax)::value) row_top = fmaxf(row_top, fabsf(t));
             out[k] = t * rs;
           } else {
-            out[k] = v[p][k] * r * wk + bv[k];
+            out[k] = (kOnePass ? fmaf(v[p][k], r, centre_r) : v[p][k] * r) * wk + bv[k];
             if constexpr (decltype(track_amax)::value) top = fmaxf(top, fabsf(out[k]));
             if constexpr (IsFp8<O>::value || !CUNORM_FUSED_LEAN_Y) out[k] *= out_scale;  // 1 unless FP8
           }

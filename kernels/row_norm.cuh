@@ -161,6 +161,43 @@ __device__ __forceinline__ A centre_tile(A (&v)[PACKS][VEC], int limit, int lane
   return group_sum<TPR>(q, smem);
 }
 
+// LayerNorm statistics in one pass where that is safe (half-precision rows: the cluster
+// forward's v50, the fused forward's v60). The shifted sums of d = v - pivot and d^2 go
+// through one reduction, var = E[d^2] - E[d]^2. The cancellation costs a relative error of
+// about eps * (1 + (mean - pivot)^2 / var) in var, so a row whose (mean - pivot)^2 exceeds
+// kOnePassTrust * var (its first element an outlier, or a constant row) takes the two passes
+// after all. Below that one pass loses at most ~6 bits of var against two (1e-4 relative at
+// worst), against bf16's 4e-3 spacing.
+constexpr int kOnePassTrust = 64;
+
+// One pass over a tile (centre_tile's arguments): v becomes d = v - pivot, mu the tile mean
+// of d and var the tile variance. False where this group or one it shares barriers with
+// (group_sum2_any) does not trust the one pass: its caller then runs centre_tile on v with a
+// pivot of 0 (v already holds d), every thread of the block together.
+template <int VEC, int PACKS, int TPR, typename A>
+__device__ __forceinline__ bool one_pass_tile(A (&v)[PACKS][VEC], int limit, int lane, A pivot, A* smem, A& mu,
+                                              A& var) {
+  A s = A(0), ss = A(0);
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      v[p][k] -= pivot;
+      s += v[p][k];
+      ss += v[p][k] * v[p][k];
+    }
+  }
+  const A count = A(limit > 0 ? limit : 1);
+  const bool distrusted = group_sum2_any<TPR>(s, ss, smem, [count](A a, A b) {
+    const A m = a / count;
+    return !(m * m <= A(kOnePassTrust) * (b / count - m * m));  // NaN and inf rows too
+  });
+  mu = s / count;
+  var = ss / count - mu * mu;
+  return !distrusted;
+}
+
 template <int VEC, int PACKS, typename A>
 __device__ __forceinline__ void zero_tile(A (&v)[PACKS][VEC]) {
 #pragma unroll
