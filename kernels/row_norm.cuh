@@ -133,6 +133,94 @@ __device__ __forceinline__ void dx_tile(const A (&xv)[PACKS][VEC], const A (&g)[
   }
 }
 
+// v61 (prepared in the sixteenth session, not run on a GPU): the backward's first pass over a
+// row's tile also adds dy * xhat and dy into the dW / dB accumulators (packs inside the row,
+// as dx_tile's) and leaves w * dy in g, and the dx pass takes r * (w*dy - m1 - xhat*m2) as two
+// multiply-adds with the row's -r*m1 and -r*m2: no weight loaded or widened again, and two
+// instructions an element fewer in all. The half-precision backward at N = 1024-8192 is short
+// of issue slots as much as of bytes (ncu, NOTES "Next"). The sums and the accumulators keep
+// their bits; dx moves by the multiply-adds' rounding. 0: dx_tile as before.
+#ifndef CUNORM_BWD_WDY_IN_PLACE
+#define CUNORM_BWD_WDY_IN_PLACE 1
+#endif
+// Half-precision rows only: the float32 tile of 16 values (norm_bwd<float, float, 4, 4, 256>)
+// went from 122 registers to 157, one block an SM instead of two (NVRTC 13, sm_90).
+template <typename T>
+struct WdyInPlace {
+  static constexpr bool value = CUNORM_BWD_WDY_IN_PLACE && sizeof(T) == 2;
+};
+
+// With ACC every pack adds into the accumulators, the row's valid ones and the rest: callers
+// pass zeros for x and dy outside the row (load_tile, stage_tile) and a finite mean and rstd
+// (0 for a row past M), so the rest add zeros, and only into columns past N, which are never
+// stored. A test per pack held the bf16 tile to 64 registers with spills.
+template <int VEC, int PACKS, int TPR, bool ACC, typename A, typename W>
+__device__ __forceinline__ void xhat_sums_wdy(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC], const W* weight, i64 c0,
+                                              int limit, int lane, A mu, A r, A& c1, A& c2,
+                                              A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
+  c1 = A(0);
+  c2 = A(0);
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = pack_col<VEC, TPR>(p, lane);
+    A wv[VEC];
+    load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      xv[p][k] = (xv[p][k] - mu) * r;
+      if constexpr (ACC) {  // every pack: see the caller's contract above
+        dw_acc[p][k] += g[p][k] * xv[p][k];
+        db_acc[p][k] += g[p][k];
+      }
+      const A wdy = wv[k] * g[p][k];
+      c1 += wdy;
+      c2 += wdy * xv[p][k];
+      g[p][k] = wdy;
+    }
+  }
+}
+
+// dx for this thread's packs from xhat (xv) and w * dy (wdy), xhat_sums_wdy's outputs.
+template <typename T, int VEC, int PACKS, int TPR, typename A>
+__device__ __forceinline__ void dx_from_wdy(const A (&xv)[PACKS][VEC], const A (&wdy)[PACKS][VEC], A r, A m1, A m2,
+                                            T* dxtile, int limit, int lane) {
+  const A a = -r * m1, b = -r * m2;
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = pack_col<VEC, TPR>(p, lane);
+    if (col >= limit) continue;
+    A out[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = r * wdy[p][k] + (xv[p][k] * b + a);
+    store_pack_whole<T>(dxtile + col, out);
+  }
+}
+
+// The backward's two passes over a row's tile, as IN_PLACE (WdyInPlace<T>) picks: the first
+// turns xv into xhat and gives the row sums c1 = sum(w*dy), c2 = sum(w*dy*xhat) (and, v61,
+// accumulates and leaves w*dy in g); the second writes dx (and, before v61, accumulates).
+template <int VEC, int PACKS, int TPR, bool ACC, bool IN_PLACE, typename A, typename W>
+__device__ __forceinline__ void bwd_first_pass(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC], const W* weight, i64 c0,
+                                               int limit, int lane, A mu, A r, A& c1, A& c2,
+                                               A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
+  if constexpr (IN_PLACE) {
+    xhat_sums_wdy<VEC, PACKS, TPR, ACC>(xv, g, weight, c0, limit, lane, mu, r, c1, c2, dw_acc, db_acc);
+  } else {
+    xhat_and_sums<VEC, PACKS, TPR>(xv, g, weight, c0, limit, lane, mu, r, c1, c2);
+  }
+}
+
+template <typename T, int VEC, int PACKS, int TPR, bool ACC, bool IN_PLACE, typename A, typename W>
+__device__ __forceinline__ void bwd_dx_pass(const A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* weight,
+                                            A r, A m1, A m2, T* dxtile, i64 c0, int limit, int lane,
+                                            A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
+  if constexpr (IN_PLACE) {
+    dx_from_wdy<T, VEC, PACKS, TPR>(xv, g, r, m1, m2, dxtile, limit, lane);
+  } else {
+    dx_tile<T, VEC, PACKS, TPR, ACC>(xv, g, weight, r, m1, m2, dxtile, c0, limit, lane, dw_acc, db_acc);
+  }
+}
+
 // Two-pass statistics of one tile held in registers: v becomes v - pivot - mu (the centred
 // values) and the group's sum of their squares is returned; mu is the tile mean of v - pivot
 // (LayerNorm; RMSNorm leaves pivot and mu at 0 and sums plain squares). The pivot (the

@@ -1,0 +1,60 @@
+"""Builds of the row-norm backward (kernels/row_norm.cuh, layer_norm.cu, layer_norm_cluster.cu)
+at the benchmark's row lengths, alternating ROUNDS times in one process so drift shows as the
+spread within each: v61, half-precision rows' first pass adding into the dW / dB accumulators
+and leaving w * dy for a dx pass of two multiply-adds (the default), against dx_tile, which
+loads and widens the weight again and accumulates there (``-DCUNORM_BWD_WDY_IN_PLACE=0``).
+float32 rows compile the same code in both builds (a control). dweight and dbias must equal the
+first build's bit for bit (same sums in the same order); dx may differ in its last bits (the
+multiply-adds round differently), so its largest difference is printed instead.
+
+    python benchmarks/sweep_bwd_variant.py [--json out.json]
+"""
+from __future__ import annotations
+
+import numpy
+
+from cunorm import _bench
+from cunorm._checks import BFLOAT16
+from _sweep_cli import rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
+from sweep_bwd_stage import _grads, _same
+
+VARIANTS = {"dx_tile": ("-DCUNORM_BWD_WDY_IN_PLACE=0",), "wdy_in_place": ()}
+ROUNDS = 2
+ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 65536)
+
+
+def _dx_gap(a: numpy.ndarray, b: numpy.ndarray) -> float:
+    return float(numpy.abs(a.astype(numpy.float64) - b.astype(numpy.float64)).max())
+
+
+def sweep(log=print) -> list[dict]:
+    from cunorm import _compile
+
+    default, rows, reference = _compile.COMPILE_OPTIONS, [], {}
+    copy = _bench.copy_gbps()
+    _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
+    try:
+        for round_ in range(ROUNDS):
+            for name, options in VARIANTS.items():
+                rebuild_row_norms(options)
+                log(f"-- {name} (round {round_ + 1})")
+                for op, dtype, n in row_norm_cases(ROW_LENGTHS):
+                    got = _grads(op, dtype, n)
+                    first = reference.setdefault((op, dtype.name, n), got)
+                    params_same = _same(got[1:], first[1:])
+                    r = _bench.bench_row_norm(op, dtype, n)
+                    row = {"variant": name, "round": round_ + 1, "op": op, "dtype": dtype.name, "N": n,
+                           "bwd_of_copy": round(r["bwd_GBps"] / copy, 3), "params_same_bits": params_same,
+                           "dx_max_gap": _dx_gap(got[0], first[0])}
+                    log(f"{name:14s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy, "
+                        f"dx gap {row['dx_max_gap']:.3g}" + ("" if params_same else "  dW / dB DIFFER"))
+                    rows.append(row)
+    finally:
+        rebuild_row_norms(default)
+    return rows
+
+
+if __name__ == "__main__":
+    from _sweep_cli import main
+
+    main(sweep, __doc__)
