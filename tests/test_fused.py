@@ -220,7 +220,10 @@ def test_fused_kernel_layer_norm_one_pass_falls_back(rng, n, fp8):
     # element next to an ordinary row, a constant row, an offset the pivot absorbs, and a
     # 6-sigma first element (one pass), against the float64 reference. The outlier row's
     # mean carries ~2^-24 of its sum of x - pivot (~1e6) either way: a wider absolute
-    # tolerance, as the cluster forward's test.
+    # tolerance, as the cluster forward's test. Its (mean - pivot)^2 / var is about N, so one
+    # pass over it would stay within stats_tol up to N = 2048 (a float32 emulation: 0.05-0.3
+    # of it) and exceed it at 4096-8192 (1.0-2.0): the short rows check the shared-barrier
+    # fallback runs and agrees, the long ones that it is taken.
     hx = rng.standard_normal((7, n)).astype(numpy.float32)
     hx[1, 0] = 1000.0  # the pivot ~1e3 sigma from the mean
     hx[2] = 3.0  # constant: var 0
