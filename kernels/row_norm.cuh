@@ -65,11 +65,11 @@ __device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)
 
 // Backward's per-thread part of the two row sums: turns x into xhat in place and adds up
 // w*dy and w*dy*xhat, w from weight_at(col, inside the row, w pack). Packs outside the row
-// hold x = dy = 0 and add nothing.
-template <int VEC, int PACKS, int TPR, typename A, typename WeightAt>
-__device__ __forceinline__ void xhat_and_sums_with(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC],
-                                                   WeightAt&& weight_at, int limit, int lane, A mu, A r, A& c1,
-                                                   A& c2) {
+// hold x = dy = 0 and add nothing. IN_PLACE (v61, xhat_sums_wdy_with): each element's dy and
+// xhat go to `accumulate(p, k, dy, xhat)` first, and g is left holding w*dy.
+template <int VEC, int PACKS, int TPR, bool IN_PLACE, typename A, typename G, typename WeightAt, typename Accumulate>
+__device__ __forceinline__ void xhat_sums_pass(A (&xv)[PACKS][VEC], G (&g)[PACKS][VEC], WeightAt&& weight_at,
+                                               int limit, int lane, A mu, A r, A& c1, A& c2, Accumulate&& accumulate) {
   c1 = A(0);
   c2 = A(0);
 #pragma unroll
@@ -80,11 +80,20 @@ __device__ __forceinline__ void xhat_and_sums_with(A (&xv)[PACKS][VEC], const A 
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       xv[p][k] = (xv[p][k] - mu) * r;
+      if constexpr (IN_PLACE) accumulate(p, k, g[p][k], xv[p][k]);
       const A wdy = wv[k] * g[p][k];
       c1 += wdy;
       c2 += wdy * xv[p][k];
+      if constexpr (IN_PLACE) g[p][k] = wdy;
     }
   }
+}
+
+template <int VEC, int PACKS, int TPR, typename A, typename WeightAt>
+__device__ __forceinline__ void xhat_and_sums_with(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC],
+                                                   WeightAt&& weight_at, int limit, int lane, A mu, A r, A& c1,
+                                                   A& c2) {
+  xhat_sums_pass<VEC, PACKS, TPR, false>(xv, g, weight_at, limit, lane, mu, r, c1, c2, [](int, int, A, A) {});
 }
 
 // The same with the weight itself (1 where absent) for the tile at c0.
@@ -133,13 +142,14 @@ __device__ __forceinline__ void dx_tile(const A (&xv)[PACKS][VEC], const A (&g)[
   }
 }
 
-// v61 (prepared in the sixteenth session, not run on a GPU): the backward's first pass over a
-// row's tile also adds dy * xhat and dy into the dW / dB accumulators (packs inside the row,
-// as dx_tile's) and leaves w * dy in g, and the dx pass takes r * (w*dy - m1 - xhat*m2) as two
-// multiply-adds with the row's -r*m1 and -r*m2: no weight loaded or widened again, and two
-// instructions an element fewer in all. The half-precision backward at N = 1024-8192 is short
-// of issue slots as much as of bytes (ncu, NOTES "Next"). The sums and the accumulators keep
-// their bits; dx moves by the multiply-adds' rounding. 0: dx_tile as before.
+// v61 (sixteenth session): the backward's first pass over a row's tile also adds dy * xhat and
+// dy into the dW / dB accumulators and leaves w * dy in g, and the dx pass takes
+// r * (w*dy - m1 - xhat*m2) as two multiply-adds with the row's -r*m1 and -r*m2: no weight
+// loaded or widened again, and two instructions an element fewer in all. The half-precision
+// backward at N = 1024-8192 is short of issue slots as much as of bytes (ncu, NOTES "Next").
+// The sums and the accumulators keep their bits; dx moves by the multiply-adds' rounding. A
+// one-round H200 sweep: bf16 backward N = 2048-8192 +0.03 of copy (NOTES v61; the fused
+// residual backward's share not yet run). 0: dx_tile as before.
 #ifndef CUNORM_BWD_WDY_IN_PLACE
 #define CUNORM_BWD_WDY_IN_PLACE 1
 #endif
@@ -154,30 +164,27 @@ struct WdyInPlace {
 // pass zeros for x and dy outside the row (load_tile, stage_tile) and a finite mean and rstd
 // (0 for a row past M), so the rest add zeros, and only into columns past N, which are never
 // stored. A test per pack held the bf16 tile to 64 registers with spills.
+// `weight_at(col, inside, wv)` gives the weight of the pack at tile column col, as in
+// xhat_and_sums_with.
+template <int VEC, int PACKS, int TPR, bool ACC, typename A, typename WeightAt>
+__device__ __forceinline__ void xhat_sums_wdy_with(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC], WeightAt&& weight_at,
+                                                   int limit, int lane, A mu, A r, A& c1, A& c2,
+                                                   A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
+  xhat_sums_pass<VEC, PACKS, TPR, true>(xv, g, weight_at, limit, lane, mu, r, c1, c2, [&](int p, int k, A dy, A xh) {
+    if constexpr (ACC) {  // every pack: see the contract above
+      dw_acc[p][k] += dy * xh;
+      db_acc[p][k] += dy;
+    }
+  });
+}
+
 template <int VEC, int PACKS, int TPR, bool ACC, typename A, typename W>
 __device__ __forceinline__ void xhat_sums_wdy(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC], const W* weight, i64 c0,
                                               int limit, int lane, A mu, A r, A& c1, A& c2,
                                               A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
-  c1 = A(0);
-  c2 = A(0);
-#pragma unroll
-  for (int p = 0; p < PACKS; ++p) {
-    const int col = pack_col<VEC, TPR>(p, lane);
-    A wv[VEC];
-    load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      xv[p][k] = (xv[p][k] - mu) * r;
-      if constexpr (ACC) {  // every pack: see the caller's contract above
-        dw_acc[p][k] += g[p][k] * xv[p][k];
-        db_acc[p][k] += g[p][k];
-      }
-      const A wdy = wv[k] * g[p][k];
-      c1 += wdy;
-      c2 += wdy * xv[p][k];
-      g[p][k] = wdy;
-    }
-  }
+  xhat_sums_wdy_with<VEC, PACKS, TPR, ACC>(
+      xv, g, [&](int col, bool inside, A (&wv)[VEC]) { load_param<VEC>(inside ? weight : nullptr, c0 + col, A(1), wv); },
+      limit, lane, mu, r, c1, c2, dw_acc, db_acc);
 }
 
 // dx for this thread's packs from xhat (xv) and w * dy (wdy), xhat_sums_wdy's outputs.
