@@ -16,7 +16,7 @@ import numpy
 
 from cunorm import _bench
 from cunorm._checks import BFLOAT16
-from _sweep_cli import rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
+from _sweep_cli import alternate_builds, best_table, row_norm_cases  # benchmarks/ is the script's directory
 from sweep_bwd_stage import _fused_bwd_of_copy, _fused_grads, _grads, _same
 
 VARIANTS = {"dx_tile": ("-DCUNORM_BWD_WDY_IN_PLACE=0",), "wdy_in_place": ()}
@@ -30,41 +30,33 @@ def _dx_gap(a: numpy.ndarray, b: numpy.ndarray) -> float:
 
 
 def sweep(log=print) -> list[dict]:
-    from cunorm import _compile
-
-    default, rows, reference = _compile.COMPILE_OPTIONS, [], {}
-    copy = _bench.copy_gbps()
-    _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
-    try:
-        for round_ in range(ROUNDS):
-            for name, options in VARIANTS.items():
-                rebuild_row_norms(options)
-                log(f"-- {name} (round {round_ + 1})")
-                for op, dtype, n in row_norm_cases(ROW_LENGTHS):
-                    got = _grads(op, dtype, n)
-                    first = reference.setdefault((op, dtype.name, n), got)
-                    params_same = _same(got[1:], first[1:])
-                    r = _bench.bench_row_norm(op, dtype, n)
-                    row = {"variant": name, "round": round_ + 1, "op": op, "dtype": dtype.name, "N": n,
-                           "bwd_of_copy": round(r["bwd_GBps"] / copy, 3), "params_same_bits": params_same,
-                           "dx_max_gap": _dx_gap(got[0], first[0])}
-                    log(f"{name:14s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy, "
-                        f"dx gap {row['dx_max_gap']:.3g}" + ("" if params_same else "  dW / dB DIFFER"))
-                    rows.append(row)
-                for op in ("layer_norm", "rms_norm"):
-                    for n in FUSED_ROW_LENGTHS:
-                        got = _fused_grads(op, n)
-                        first = reference.setdefault((op, "fused", n), got)
-                        gaps = [_dx_gap(a, b) for a, b in zip(got, first)]
-                        row = {"variant": name, "round": round_ + 1, "op": op, "dtype": "bfloat16", "N": n,
-                               "fused_residual_bwd_of_copy": _fused_bwd_of_copy(op, n, copy), "output_gaps": gaps}
-                        log(f"{name:14s} {op:10s} fused bf16 N={n:<6d} bwd {row['fused_residual_bwd_of_copy']:.3f} "
-                            f"of copy, output gaps {[f'{g:.3g}' for g in gaps]}")
-                        rows.append(row)
-    finally:
-        rebuild_row_norms(default)
+    rows, reference = [], {}
+    builds = alternate_builds(VARIANTS, ROUNDS, log)
+    copy = next(builds)
+    for round_, name in builds:
+        for op, dtype, n in row_norm_cases(ROW_LENGTHS):
+            got = _grads(op, dtype, n)
+            first = reference.setdefault((op, dtype.name, n), got)
+            params_same = _same(got[1:], first[1:])
+            r = _bench.bench_row_norm(op, dtype, n)
+            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
+                   "bwd_of_copy": round(r["bwd_GBps"] / copy, 3), "params_same_bits": params_same,
+                   "dx_max_gap": _dx_gap(got[0], first[0])}
+            log(f"{name:14s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy, "
+                f"dx gap {row['dx_max_gap']:.3g}" + ("" if params_same else "  dW / dB DIFFER"))
+            rows.append(row)
+        for op in ("layer_norm", "rms_norm"):
+            for n in FUSED_ROW_LENGTHS:
+                got = _fused_grads(op, n)
+                first = reference.setdefault((op, "fused", n), got)
+                gaps = [_dx_gap(a, b) for a, b in zip(got, first)]
+                row = {"variant": name, "round": round_, "op": op, "dtype": "bfloat16", "N": n,
+                       "fused_residual_bwd_of_copy": _fused_bwd_of_copy(op, n, copy), "output_gaps": gaps}
+                log(f"{name:14s} {op:10s} fused bf16 N={n:<6d} bwd {row['fused_residual_bwd_of_copy']:.3f} "
+                    f"of copy, output gaps {[f'{g:.3g}' for g in gaps]}")
+                rows.append(row)
+    log(best_table(rows, VARIANTS, ("bwd_of_copy", "fused_residual_bwd_of_copy")))
     return rows
-
 
 if __name__ == "__main__":
     from _sweep_cli import main

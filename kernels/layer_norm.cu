@@ -225,17 +225,8 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
       // to within the row's spread and the subtraction keeps its digits; v stays x - pivot
       // and the output subtracts mu.
       if constexpr (!RMS) pivot = cvt<A>(xrow[0]);
-      A s = A(0);
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          v[p][k] -= pivot;
-          s += v[p][k];
-          q += v[p][k] * v[p][k];
-        }
-      }
+      A s;
+      shifted_sums<VEC, PACKS, TPR>(v, limit, lane, pivot, s, q);
       if constexpr (RMS) {
         q = group_sum<TPR>(q, smem);
       } else {

@@ -265,14 +265,11 @@ __device__ __forceinline__ A centre_tile(A (&v)[PACKS][VEC], int limit, int lane
 // worst), against bf16's 4e-3 spacing.
 constexpr int kOnePassTrust = 64;
 
-// One pass over a tile (centre_tile's arguments): v becomes d = v - pivot, mu the tile mean
-// of d and var the tile variance. False where this group or one it shares barriers with
-// (group_sum2_any) does not trust the one pass: its caller then runs centre_tile on v with a
-// pivot of 0 (v already holds d), every thread of the block together.
+// This thread's sums of d = v - pivot and of d^2 over its packs inside the row; v becomes d.
 template <int VEC, int PACKS, int TPR, typename A>
-__device__ __forceinline__ bool one_pass_tile(A (&v)[PACKS][VEC], int limit, int lane, A pivot, A* smem, A& mu,
-                                              A& var) {
-  A s = A(0), ss = A(0);
+__device__ __forceinline__ void shifted_sums(A (&v)[PACKS][VEC], int limit, int lane, A pivot, A& s, A& ss) {
+  s = A(0);
+  ss = A(0);
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
@@ -283,6 +280,17 @@ __device__ __forceinline__ bool one_pass_tile(A (&v)[PACKS][VEC], int limit, int
       ss += v[p][k] * v[p][k];
     }
   }
+}
+
+// One pass over a tile (centre_tile's arguments): v becomes d = v - pivot, mu the tile mean
+// of d and var the tile variance. False where this group or one it shares barriers with
+// (group_sum2_any) does not trust the one pass: its caller then runs centre_tile on v with a
+// pivot of 0 (v already holds d), every thread of the block together.
+template <int VEC, int PACKS, int TPR, typename A>
+__device__ __forceinline__ bool one_pass_tile(A (&v)[PACKS][VEC], int limit, int lane, A pivot, A* smem, A& mu,
+                                              A& var) {
+  A s, ss;
+  shifted_sums<VEC, PACKS, TPR>(v, limit, lane, pivot, s, ss);
   const A count = A(limit > 0 ? limit : 1);
   const bool distrusted = group_sum2_any<TPR>(s, ss, smem, [count](A a, A b) {
     const A m = a / count;
