@@ -311,16 +311,15 @@ norm_bwd_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* _
     load_row<VEC, PACKS, TPB>(dy, dymap, x, xmap, row, M, N, c0, lane, xv, g);
     const A r = rstd[row];
     A sums[2];
-    constexpr bool kInPlace = WdyInPlace<T>::value;  // (row_norm.cuh, v61)
-    bwd_first_pass<VEC, PACKS, TPB, true, kInPlace>(xv, g, weight, c0, limit, lane, RMS ? A(0) : mean[row], r,
-                                                    sums[0], sums[1], dw_acc, db_acc);
+    // Not v61 (row_norm.cuh, WdyInPlace): w * dy kept in place lost 0.06-0.08 of copy here
+    // (bf16 N = 16384 and 65536, H200, NOTES v61)
+    xhat_and_sums<VEC, PACKS, TPB>(xv, g, weight, c0, limit, lane, RMS ? A(0) : mean[row], r, sums[0], sums[1]);
     group_sum2<TPB>(sums[0], sums[1], smem);
     cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
     exchange ^= 1;
     const A inv_n = A(1) / A(N);
-    bwd_dx_pass<T, VEC, PACKS, TPB, true, kInPlace>(xv, g, weight, r, RMS ? A(0) : sums[0] * inv_n,
-                                                    sums[1] * inv_n, dx + row * N + c0, c0, limit, lane, dw_acc,
-                                                    db_acc);
+    dx_tile<T, VEC, PACKS, TPB, true>(xv, g, weight, r, RMS ? A(0) : sums[0] * inv_n, sums[1] * inv_n, dx + row * N + c0,
+                                      c0, limit, lane, dw_acc, db_acc);
   }
   store_partials<VEC, PACKS, TPB>(dw_acc, db_acc, dw_part, db_part, group, N, c0, lane);
   cluster_barrier();  // no block leaves while another may still read its slots
@@ -379,16 +378,14 @@ norm_bwd_cluster_staged(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), con
     const RowStats<A> st = staged_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, row, M);
     const int limit = tile_limit(N, c0, kSlice, N > c0);
     A sums[2];
-    constexpr bool kInPlace = WdyInPlace<T>::value;  // (row_norm.cuh, v61)
-    bwd_first_pass<VEC, PACKS, TPB, true, kInPlace>(xv, g, weight, c0, limit, lane, st.mean, st.rstd, sums[0],
-                                                    sums[1], dw_acc, db_acc);
+    // Not v61, as in norm_bwd_cluster: it lost 0.06-0.08 of copy here too
+    xhat_and_sums<VEC, PACKS, TPB>(xv, g, weight, c0, limit, lane, st.mean, st.rstd, sums[0], sums[1]);
     group_sum2<TPB>(sums[0], sums[1], smem);
     cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
     exchange ^= 1;
     const A inv_n = A(1) / A(N);
-    bwd_dx_pass<T, VEC, PACKS, TPB, true, kInPlace>(xv, g, weight, st.rstd, RMS ? A(0) : sums[0] * inv_n,
-                                                    sums[1] * inv_n, dx + row * N + c0, c0, limit, lane, dw_acc,
-                                                    db_acc);
+    dx_tile<T, VEC, PACKS, TPB, true>(xv, g, weight, st.rstd, RMS ? A(0) : sums[0] * inv_n, sums[1] * inv_n,
+                                      dx + row * N + c0, c0, limit, lane, dw_acc, db_acc);
     ring.advance();
   }
   copies_wait<0>();  // the last stages (rows past M) land before the block's shared memory goes

@@ -147,9 +147,10 @@ __device__ __forceinline__ void dx_tile(const A (&xv)[PACKS][VEC], const A (&g)[
 // r * (w*dy - m1 - xhat*m2) as two multiply-adds with the row's -r*m1 and -r*m2: no weight
 // loaded or widened again, and two instructions an element fewer in all. The half-precision
 // backward at N = 1024-8192 is short of issue slots as much as of bytes (ncu, NOTES "Next").
-// The sums and the accumulators keep their bits; dx moves by the multiply-adds' rounding. A
-// one-round H200 sweep: bf16 backward N = 2048-8192 +0.03 of copy (NOTES v61; the fused
-// residual backward's share not yet run). 0: dx_tile as before.
+// The sums and the accumulators keep their bits; dx moves by the multiply-adds' rounding.
+// Two-round H200 sweep (NOTES v61): bf16 norm_bwd N = 1024-8192 +0.025-0.035 of copy; the
+// fused LayerNorm backward +0.005-0.010. The cluster backwards (-0.06-0.08) and the fused
+// RMSNorm backward (-0.002-0.007) lost, so they keep dx_tile. 0: dx_tile everywhere.
 #ifndef CUNORM_BWD_WDY_IN_PLACE
 #define CUNORM_BWD_WDY_IN_PLACE 1
 #endif
