@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy
 
-from cunorm import _bench, _bench_fused, _compile
+from cunorm import _bench, _bench_fused
 from cunorm._checks import BFLOAT16
-from _sweep_cli import best_table, rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
+from _sweep_cli import alternate_builds, best_table, row_norm_cases  # benchmarks/ is the script's directory
 from sweep_bwd_stage import _grads, _same, fused_bwd_row
 
 VARIANTS = {"v46_base": ("-DCUNORM_STORE16=0", "-DCUNORM_FP8_WORDS=0"),
@@ -59,37 +59,30 @@ def _fp8(op: str, n: int, copy: float, m: int = 300):
 
 
 def sweep(log=print) -> list[dict]:
-    default = _compile.COMPILE_OPTIONS
     rows, reference = [], {}
-    copy = _bench.copy_gbps()
-    _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
-    try:
-        for round_ in range(ROUNDS):
-            for name, options in VARIANTS.items():
-                rebuild_row_norms(options)
-                log(f"-- {name} (round {round_ + 1})")
-                for op, dtype, n in row_norm_cases(ROW_LENGTHS):
-                    got = _forward(op, dtype, n) + _grads(op, dtype, n)
-                    same = _same(got, reference.setdefault((op, dtype.name, n), got))
-                    r = _bench.bench_row_norm(op, dtype, n)
-                    row = {"variant": name, "round": round_ + 1, "op": op, "dtype": dtype.name, "N": n,
-                           "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), "bwd_of_copy": round(r["bwd_GBps"] / copy, 3),
-                           "same_bits": same}
-                    log(f"{name:18s} {op:10s} {dtype.name:8s} N={n:<6d} fwd {row['fwd_of_copy']:.3f} "
-                        f"bwd {row['bwd_of_copy']:.3f} of copy" + ("" if same else "  RESULTS DIFFER"))
-                    rows.append(row)
-                for op in ("layer_norm", "rms_norm"):
-                    for n in FUSED_ROW_LENGTHS:
-                        rows.append(fused_bwd_row(name, round_ + 1, op, n, copy, reference, log))
-                        got, frac = _fp8(op, n, copy)
-                        same = _same(got, reference.setdefault((op, "fp8", n), got))
-                        row = {"variant": name, "round": round_ + 1, "op": op, "dtype": "bfloat16", "N": n,
-                               "fp8_fwd_of_copy": frac, "same_bits": same}
-                        log(f"{name:18s} {op:10s} FP8 out bf16 N={n:<5d} fwd {frac:.3f} of copy"
-                            + ("" if same else "  RESULTS DIFFER"))
-                        rows.append(row)
-    finally:
-        rebuild_row_norms(default)
+    builds = alternate_builds(VARIANTS, ROUNDS, log)
+    copy = next(builds)
+    for round_, name in builds:
+        for op, dtype, n in row_norm_cases(ROW_LENGTHS):
+            got = _forward(op, dtype, n) + _grads(op, dtype, n)
+            same = _same(got, reference.setdefault((op, dtype.name, n), got))
+            r = _bench.bench_row_norm(op, dtype, n)
+            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
+                   "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), "bwd_of_copy": round(r["bwd_GBps"] / copy, 3),
+                   "same_bits": same}
+            log(f"{name:18s} {op:10s} {dtype.name:8s} N={n:<6d} fwd {row['fwd_of_copy']:.3f} "
+                f"bwd {row['bwd_of_copy']:.3f} of copy" + ("" if same else "  RESULTS DIFFER"))
+            rows.append(row)
+        for op in ("layer_norm", "rms_norm"):
+            for n in FUSED_ROW_LENGTHS:
+                rows.append(fused_bwd_row(name, round_, op, n, copy, reference, log))
+                got, frac = _fp8(op, n, copy)
+                same = _same(got, reference.setdefault((op, "fp8", n), got))
+                row = {"variant": name, "round": round_, "op": op, "dtype": "bfloat16", "N": n,
+                       "fp8_fwd_of_copy": frac, "same_bits": same}
+                log(f"{name:18s} {op:10s} FP8 out bf16 N={n:<5d} fwd {frac:.3f} of copy"
+                    + ("" if same else "  RESULTS DIFFER"))
+                rows.append(row)
     log(best_table(rows, VARIANTS, ("fwd_of_copy", "bwd_of_copy", "fused_residual_bwd_of_copy", "fp8_fwd_of_copy")))
     return rows
 

@@ -225,17 +225,8 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
       // to within the row's spread and the subtraction keeps its digits; v stays x - pivot
       // and the output subtracts mu.
       if constexpr (!RMS) pivot = cvt<A>(xrow[0]);
-      A s = A(0);
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) {
-        if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          v[p][k] -= pivot;
-          s += v[p][k];
-          q += v[p][k] * v[p][k];
-        }
-      }
+      A s;
+      shifted_sums<VEC, PACKS, TPR>(v, limit, lane, pivot, s, q);
       if constexpr (RMS) {
         q = group_sum<TPR>(q, smem);
       } else {
@@ -335,7 +326,7 @@ norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ row_shift, A
 // With ACC, adds the row's dy*xhat and dy into the group's dW / dB accumulators. kFullRow
 // computes the two row sums here; kChunkApply reads them from `row_sums` [M, 2] (split path).
 template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE, bool ACC, typename A>
-__device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* __restrict__ weight,
+__device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC], const W* __restrict__ weight,
                                         const RowStats<A>& st, const A* __restrict__ row_sums, T* __restrict__ dx,
                                         i64 row, i64 M, i64 N, i64 c0, int lane, A* smem, A (&dw_acc)[PACKS][VEC],
                                         A (&db_acc)[PACKS][VEC]) {
@@ -343,11 +334,14 @@ __device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], const A (&g)[PACKS]
   const bool row_ok = row < M;
   const i64 safe_row = row_ok ? row : 0;
   const int limit = tile_limit(N, c0, kTile, row_ok);
-  const A mu = st.mean, r = st.rstd;
+  // in place (v61), a row past M takes 0 for both (its stats are row 0's, which need not be
+  // finite), so it adds zeros to the accumulators (xhat_sums_wdy)
+  constexpr bool kInPlace = WdyInPlace<T>::value;
+  const A mu = kInPlace && !row_ok ? A(0) : st.mean, r = kInPlace && !row_ok ? A(0) : st.rstd;
 
-  // xv becomes xhat, g stays dy; w*dy is recomputed below rather than kept in registers.
+  // xv becomes xhat; g stays dy, or becomes w*dy (row_norm.cuh, CUNORM_BWD_WDY_IN_PLACE)
   A c1, c2;
-  xhat_and_sums<VEC, PACKS, TPR>(xv, g, weight, c0, limit, lane, mu, r, c1, c2);
+  bwd_first_pass<VEC, PACKS, TPR, ACC, kInPlace>(xv, g, weight, c0, limit, lane, mu, r, c1, c2, dw_acc, db_acc);
   if constexpr (MODE == kFullRow) {
     if constexpr (RMS) c2 = group_sum<TPR>(c2, smem);
     else group_sum2<TPR>(c1, c2, smem);
@@ -356,8 +350,8 @@ __device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], const A (&g)[PACKS]
     c2 = row_sums[safe_row * 2 + 1];
   }
   const A inv_n = A(1) / A(N);
-  dx_tile<T, VEC, PACKS, TPR, ACC>(xv, g, weight, r, RMS ? A(0) : c1 * inv_n, c2 * inv_n, dx + (safe_row * N + c0), c0,
-                                   limit, lane, dw_acc, db_acc);
+  bwd_dx_pass<T, VEC, PACKS, TPR, ACC, kInPlace>(xv, g, weight, r, RMS ? A(0) : c1 * inv_n, c2 * inv_n,
+                                                 dx + (safe_row * N + c0), c0, limit, lane, dw_acc, db_acc);
 }
 
 // Row groups are persistent: group g handles rows g, g + G, ... and keeps its columns' dW =

@@ -311,6 +311,8 @@ norm_bwd_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* _
     load_row<VEC, PACKS, TPB>(dy, dymap, x, xmap, row, M, N, c0, lane, xv, g);
     const A r = rstd[row];
     A sums[2];
+    // Not v61 (row_norm.cuh, WdyInPlace): w * dy kept in place lost 0.06-0.08 of copy here
+    // (bf16 N = 16384 and 65536, H200, NOTES v61)
     xhat_and_sums<VEC, PACKS, TPB>(xv, g, weight, c0, limit, lane, RMS ? A(0) : mean[row], r, sums[0], sums[1]);
     group_sum2<TPB>(sums[0], sums[1], smem);
     cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
@@ -376,6 +378,7 @@ norm_bwd_cluster_staged(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), con
     const RowStats<A> st = staged_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, row, M);
     const int limit = tile_limit(N, c0, kSlice, N > c0);
     A sums[2];
+    // Not v61, as in norm_bwd_cluster: it lost 0.06-0.08 of copy here too
     xhat_and_sums<VEC, PACKS, TPB>(xv, g, weight, c0, limit, lane, st.mean, st.rstd, sums[0], sums[1]);
     group_sum2<TPB>(sums[0], sums[1], smem);
     cluster_sums<CLUSTER>(sums, slots[exchange], bcast);

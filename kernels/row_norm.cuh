@@ -65,11 +65,11 @@ __device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)
 
 // Backward's per-thread part of the two row sums: turns x into xhat in place and adds up
 // w*dy and w*dy*xhat, w from weight_at(col, inside the row, w pack). Packs outside the row
-// hold x = dy = 0 and add nothing.
-template <int VEC, int PACKS, int TPR, typename A, typename WeightAt>
-__device__ __forceinline__ void xhat_and_sums_with(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC],
-                                                   WeightAt&& weight_at, int limit, int lane, A mu, A r, A& c1,
-                                                   A& c2) {
+// hold x = dy = 0 and add nothing. IN_PLACE (v61, xhat_sums_wdy_with): each element's dy and
+// xhat go to `accumulate(p, k, dy, xhat)` first, and g is left holding w*dy.
+template <int VEC, int PACKS, int TPR, bool IN_PLACE, typename A, typename G, typename WeightAt, typename Accumulate>
+__device__ __forceinline__ void xhat_sums_pass(A (&xv)[PACKS][VEC], G (&g)[PACKS][VEC], WeightAt&& weight_at,
+                                               int limit, int lane, A mu, A r, A& c1, A& c2, Accumulate&& accumulate) {
   c1 = A(0);
   c2 = A(0);
 #pragma unroll
@@ -80,11 +80,20 @@ __device__ __forceinline__ void xhat_and_sums_with(A (&xv)[PACKS][VEC], const A 
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       xv[p][k] = (xv[p][k] - mu) * r;
+      if constexpr (IN_PLACE) accumulate(p, k, g[p][k], xv[p][k]);
       const A wdy = wv[k] * g[p][k];
       c1 += wdy;
       c2 += wdy * xv[p][k];
+      if constexpr (IN_PLACE) g[p][k] = wdy;
     }
   }
+}
+
+template <int VEC, int PACKS, int TPR, typename A, typename WeightAt>
+__device__ __forceinline__ void xhat_and_sums_with(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC],
+                                                   WeightAt&& weight_at, int limit, int lane, A mu, A r, A& c1,
+                                                   A& c2) {
+  xhat_sums_pass<VEC, PACKS, TPR, false>(xv, g, weight_at, limit, lane, mu, r, c1, c2, [](int, int, A, A) {});
 }
 
 // The same with the weight itself (1 where absent) for the tile at c0.
@@ -133,6 +142,93 @@ __device__ __forceinline__ void dx_tile(const A (&xv)[PACKS][VEC], const A (&g)[
   }
 }
 
+// v61 (sixteenth session): the backward's first pass over a row's tile also adds dy * xhat and
+// dy into the dW / dB accumulators and leaves w * dy in g, and the dx pass takes
+// r * (w*dy - m1 - xhat*m2) as two multiply-adds with the row's -r*m1 and -r*m2: no weight
+// loaded or widened again, and two instructions an element fewer in all. The half-precision
+// backward at N = 1024-8192 is short of issue slots as much as of bytes (ncu, NOTES "Next").
+// The sums and the accumulators keep their bits; dx moves by the multiply-adds' rounding.
+// Two-round H200 sweep (NOTES v61): bf16 norm_bwd N = 1024-8192 +0.025-0.035 of copy; the
+// fused LayerNorm backward +0.005-0.010. The cluster backwards (-0.06-0.08) and the fused
+// RMSNorm backward (-0.002-0.007) lost, so they keep dx_tile. 0: dx_tile everywhere.
+#ifndef CUNORM_BWD_WDY_IN_PLACE
+#define CUNORM_BWD_WDY_IN_PLACE 1
+#endif
+// Half-precision rows only: the float32 tile of 16 values (norm_bwd<float, float, 4, 4, 256>)
+// went from 122 registers to 157, one block an SM instead of two (NVRTC 13, sm_90).
+template <typename T>
+struct WdyInPlace {
+  static constexpr bool value = CUNORM_BWD_WDY_IN_PLACE && sizeof(T) == 2;
+};
+
+// With ACC every pack adds into the accumulators, the row's valid ones and the rest: callers
+// pass zeros for x and dy outside the row (load_tile, stage_tile) and a finite mean and rstd
+// (0 for a row past M), so the rest add zeros, and only into columns past N, which are never
+// stored. A test per pack held the bf16 tile to 64 registers with spills.
+// `weight_at(col, inside, wv)` gives the weight of the pack at tile column col, as in
+// xhat_and_sums_with.
+template <int VEC, int PACKS, int TPR, bool ACC, typename A, typename WeightAt>
+__device__ __forceinline__ void xhat_sums_wdy_with(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC], WeightAt&& weight_at,
+                                                   int limit, int lane, A mu, A r, A& c1, A& c2,
+                                                   A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
+  xhat_sums_pass<VEC, PACKS, TPR, true>(xv, g, weight_at, limit, lane, mu, r, c1, c2, [&](int p, int k, A dy, A xh) {
+    if constexpr (ACC) {  // every pack: see the contract above
+      dw_acc[p][k] += dy * xh;
+      db_acc[p][k] += dy;
+    }
+  });
+}
+
+template <int VEC, int PACKS, int TPR, bool ACC, typename A, typename W>
+__device__ __forceinline__ void xhat_sums_wdy(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC], const W* weight, i64 c0,
+                                              int limit, int lane, A mu, A r, A& c1, A& c2,
+                                              A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
+  xhat_sums_wdy_with<VEC, PACKS, TPR, ACC>(
+      xv, g, [&](int col, bool inside, A (&wv)[VEC]) { load_param<VEC>(inside ? weight : nullptr, c0 + col, A(1), wv); },
+      limit, lane, mu, r, c1, c2, dw_acc, db_acc);
+}
+
+// dx for this thread's packs from xhat (xv) and w * dy (wdy), xhat_sums_wdy's outputs.
+template <typename T, int VEC, int PACKS, int TPR, typename A>
+__device__ __forceinline__ void dx_from_wdy(const A (&xv)[PACKS][VEC], const A (&wdy)[PACKS][VEC], A r, A m1, A m2,
+                                            T* dxtile, int limit, int lane) {
+  const A a = -r * m1, b = -r * m2;
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const int col = pack_col<VEC, TPR>(p, lane);
+    if (col >= limit) continue;
+    A out[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = r * wdy[p][k] + (xv[p][k] * b + a);
+    store_pack_whole<T>(dxtile + col, out);
+  }
+}
+
+// The backward's two passes over a row's tile, as IN_PLACE (WdyInPlace<T>) picks: the first
+// turns xv into xhat and gives the row sums c1 = sum(w*dy), c2 = sum(w*dy*xhat) (and, v61,
+// accumulates and leaves w*dy in g); the second writes dx (and, before v61, accumulates).
+template <int VEC, int PACKS, int TPR, bool ACC, bool IN_PLACE, typename A, typename W>
+__device__ __forceinline__ void bwd_first_pass(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC], const W* weight, i64 c0,
+                                               int limit, int lane, A mu, A r, A& c1, A& c2,
+                                               A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
+  if constexpr (IN_PLACE) {
+    xhat_sums_wdy<VEC, PACKS, TPR, ACC>(xv, g, weight, c0, limit, lane, mu, r, c1, c2, dw_acc, db_acc);
+  } else {
+    xhat_and_sums<VEC, PACKS, TPR>(xv, g, weight, c0, limit, lane, mu, r, c1, c2);
+  }
+}
+
+template <typename T, int VEC, int PACKS, int TPR, bool ACC, bool IN_PLACE, typename A, typename W>
+__device__ __forceinline__ void bwd_dx_pass(const A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* weight,
+                                            A r, A m1, A m2, T* dxtile, i64 c0, int limit, int lane,
+                                            A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
+  if constexpr (IN_PLACE) {
+    dx_from_wdy<T, VEC, PACKS, TPR>(xv, g, r, m1, m2, dxtile, limit, lane);
+  } else {
+    dx_tile<T, VEC, PACKS, TPR, ACC>(xv, g, weight, r, m1, m2, dxtile, c0, limit, lane, dw_acc, db_acc);
+  }
+}
+
 // Two-pass statistics of one tile held in registers: v becomes v - pivot - mu (the centred
 // values) and the group's sum of their squares is returned; mu is the tile mean of v - pivot
 // (LayerNorm; RMSNorm leaves pivot and mu at 0 and sums plain squares). The pivot (the
@@ -170,14 +266,11 @@ __device__ __forceinline__ A centre_tile(A (&v)[PACKS][VEC], int limit, int lane
 // worst), against bf16's 4e-3 spacing.
 constexpr int kOnePassTrust = 64;
 
-// One pass over a tile (centre_tile's arguments): v becomes d = v - pivot, mu the tile mean
-// of d and var the tile variance. False where this group or one it shares barriers with
-// (group_sum2_any) does not trust the one pass: its caller then runs centre_tile on v with a
-// pivot of 0 (v already holds d), every thread of the block together.
+// This thread's sums of d = v - pivot and of d^2 over its packs inside the row; v becomes d.
 template <int VEC, int PACKS, int TPR, typename A>
-__device__ __forceinline__ bool one_pass_tile(A (&v)[PACKS][VEC], int limit, int lane, A pivot, A* smem, A& mu,
-                                              A& var) {
-  A s = A(0), ss = A(0);
+__device__ __forceinline__ void shifted_sums(A (&v)[PACKS][VEC], int limit, int lane, A pivot, A& s, A& ss) {
+  s = A(0);
+  ss = A(0);
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     if (pack_col<VEC, TPR>(p, lane) >= limit) continue;
@@ -188,6 +281,17 @@ __device__ __forceinline__ bool one_pass_tile(A (&v)[PACKS][VEC], int limit, int
       ss += v[p][k] * v[p][k];
     }
   }
+}
+
+// One pass over a tile (centre_tile's arguments): v becomes d = v - pivot, mu the tile mean
+// of d and var the tile variance. False where this group or one it shares barriers with
+// (group_sum2_any) does not trust the one pass: its caller then runs centre_tile on v with a
+// pivot of 0 (v already holds d), every thread of the block together.
+template <int VEC, int PACKS, int TPR, typename A>
+__device__ __forceinline__ bool one_pass_tile(A (&v)[PACKS][VEC], int limit, int lane, A pivot, A* smem, A& mu,
+                                              A& var) {
+  A s, ss;
+  shifted_sums<VEC, PACKS, TPR>(v, limit, lane, pivot, s, ss);
   const A count = A(limit > 0 ? limit : 1);
   const bool distrusted = group_sum2_any<TPR>(s, ss, smem, [count](A a, A b) {
     const A m = a / count;
