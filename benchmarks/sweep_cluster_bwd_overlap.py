@@ -1,0 +1,51 @@
+"""The staged cluster backward (norm_bwd_cluster_staged, half-precision rows of 8193-65536
+elements) with its exchange's barrier split around the previous row's dx pass and the next
+row's first pass (v62, the default build) against one whole barrier a row
+(``-DCUNORM_CLUSTER_BWD_OVERLAP=0``). Builds alternate ROUNDS times in one process so drift
+shows as the spread within each. The arithmetic is the same, so dx, dweight and dbias must
+equal the first build's bit for bit; a mismatch is printed and recorded.
+
+v62 lost 0.02-0.04 everywhere (NOTES v62, results/sweep-cluster-bwd-overlap-v62-h200.txt) and
+is not in the sources: apply experiments/v62-cluster-bwd-overlap.patch first.
+
+    python benchmarks/sweep_cluster_bwd_overlap.py [--json out.json]
+"""
+from __future__ import annotations
+
+import numpy
+
+from cunorm import _bench
+from cunorm._checks import BFLOAT16
+from _sweep_cli import alternate_builds, best_table  # benchmarks/ is the script's directory
+from sweep_bwd_stage import _grads, _same
+
+VARIANTS = {"v46_whole_barrier": ("-DCUNORM_CLUSTER_BWD_OVERLAP=0",), "v62_overlap": ()}
+ROUNDS = 2
+ROW_LENGTHS = (16384, 32768, 65536)
+DTYPES = (BFLOAT16, numpy.dtype(numpy.float16))
+
+
+def sweep(log=print) -> list[dict]:
+    rows, reference = [], {}
+    builds = alternate_builds(VARIANTS, ROUNDS, log)
+    copy = next(builds)
+    for round_, name in builds:
+        for op in ("layer_norm", "rms_norm"):
+            for dtype in DTYPES:
+                for n in ROW_LENGTHS:
+                    got = _grads(op, dtype, n)
+                    same = _same(got, reference.setdefault((op, dtype.name, n), got))
+                    r = _bench.bench_row_norm(op, dtype, n)
+                    row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
+                           "bwd_of_copy": round(r["bwd_GBps"] / copy, 3), "same_bits": same}
+                    log(f"{name:18s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy"
+                        + ("" if same else "  RESULTS DIFFER"))
+                    rows.append(row)
+    log(best_table(rows, VARIANTS, ("bwd_of_copy",)))
+    return rows
+
+
+if __name__ == "__main__":
+    from _sweep_cli import main
+
+    main(sweep, __doc__)
