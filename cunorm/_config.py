@@ -293,6 +293,43 @@ def all_cluster_bwd_configs(vec: int) -> list[ClusterConfig]:
     return _cluster_tiles(vec, CLUSTER_BWD_VALUES, CLUSTER_BWD_SHAPES)
 
 
+# Half-precision backward rows of 8193-16384 elements, v63: one 1024-thread block a row, two
+# 16-byte packs a thread, the row's x and dy staged in shared memory (64 KiB a row) and read
+# from there in both passes (kernels/layer_norm.cu norm_bwd_wide). It serves before the staged
+# cluster below, on any GPU whose blocks may opt in to two rows' buffers: H200, two rounds
+# (results/sweep-wide-bwd-v63-h200.txt), backward of copy, bf16 N = 9216 / 12288 / 16384,
+# LayerNorm 0.31 / 0.40 / 0.51 -> 0.54 / 0.61 / 0.66, RMSNorm 0.33 / 0.42 / 0.54 -> 0.67 /
+# 0.77 / 0.77 (fp16 alike).
+WIDE_BWD_TILE = TileConfig(8, 2, 1024)
+WIDE_BWD_DEPTHS = (2, 3)
+WIDE_BWD_STATIC_SMEM = 2048  # the kernel's static buffers (reductions, staged statistics), rounded up
+# Rows in the ring: two, but three for RMSNorm rows past WIDE_BWD_RMS_DEEP_FROM elements. Same
+# sweep: LayerNorm lost 0.04-0.10 with three at every N measured; RMSNorm lost 0.05-0.06 with
+# three at N = 9216 and 12288 and gained 0.05-0.07 at 16384 (not explained; the change-over
+# between 12288 and 16384 is not measured).
+WIDE_BWD_RMS_DEEP_FROM = 12289
+
+
+def wide_bwd_serves(n: int, vec: int, itemsize: int) -> bool:
+    t = WIDE_BWD_TILE
+    return itemsize == 2 and vec == t.vec and t.tile // t.packs < n <= t.tile
+
+
+def wide_bwd_row_bytes(itemsize: int) -> int:
+    """Shared memory of one staged row of the wide backward: x and dy packs."""
+    t = WIDE_BWD_TILE
+    return 2 * t.tile * itemsize
+
+
+def wide_bwd_depth(rms: bool, n: int, itemsize: int, smem_optin: int) -> int | None:
+    """Rows the wide backward's ring holds on a GPU whose blocks may opt in to ``smem_optin``
+    bytes of shared memory (None: not even two rows fit)."""
+    depth = 3 if rms and n >= WIDE_BWD_RMS_DEEP_FROM else 2
+    while depth >= min(WIDE_BWD_DEPTHS) and depth * wide_bwd_row_bytes(itemsize) + WIDE_BWD_STATIC_SMEM > smem_optin:
+        depth -= 1
+    return depth if depth >= min(WIDE_BWD_DEPTHS) else None
+
+
 # Half-precision backward rows past the full-row tile (N > 8192) on sm_90, v46: a cluster of
 # 2, 4 or 8 blocks, each the full-row backward's 1024-thread one-pack tile of 8192 columns
 # staged as that tile is (bwd_stage_depth), the row sums exchanged once (kernels/

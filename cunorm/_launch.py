@@ -144,6 +144,15 @@ def sm_count(device_id: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
+def smem_limits(device: int) -> tuple:
+    """(shared memory a block may opt in to, shared memory of an SM), bytes."""
+    from cupy_backends.cuda.api import runtime
+
+    return (runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+            runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerMultiprocessor, device))
+
+
+@functools.lru_cache(maxsize=None)
 def blocks_per_sm(function_ptr: int, block: int, smem: int = 0) -> int:
     """Resident blocks per SM for a kernel at this block size and dynamic shared memory
     (the driver's occupancy; ``smem`` past 48 KiB is allowed first, see allow_smem)."""

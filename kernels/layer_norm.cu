@@ -422,6 +422,94 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
   store_partials<VEC, PACKS, TPR>(dw_acc, db_acc, dw_part, db_part, group_block * kRows + ty, N, c0, lane);
 }
 
+// Backward of half-precision rows of 8193-16384 elements on one GPU block a row (v63): 1024
+// threads, two 16-byte packs each, the row's x and dy staged in shared memory (64 KiB a row,
+// DEPTH rows in the ring) and read from there in both passes, so registers hold only the
+// thread's 32 dW / dB accumulators and one pack at a time. The register tile of two packs
+// (norm_bwd) would need 64 values live next to the accumulators; the staged cluster backward
+// (layer_norm_cluster.cu), which took these rows before, pays a cluster barrier a row (ncu at
+// N = 16384: barrier stalls 4.25 cycles an issue against 1.05 at 8192, NOTES v63). The
+// arguments are norm_bwd's; row_sums and C are unused. Persistent: one dW / dB partial row a
+// block (norm_reduce_partials folds them).
+template <typename T, typename W, bool RMS, int DEPTH>
+__global__ void __launch_bounds__(1024, 1)
+norm_bwd_wide(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
+              CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight, const float* __restrict__ mean,
+              const float* __restrict__ rstd, const float* __restrict__ row_sums, T* __restrict__ dx,
+              float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N, i64 C) {
+  typedef float A;
+  constexpr int VEC = 8, PACKS = 2, TPB = 1024, kSet = PACKS * TPB;
+  static_assert(Staged<T, VEC>::value, "half-precision rows of 16-byte packs");
+  static_assert(DEPTH >= 2, "the next row in flight behind the current one");
+  __shared__ A smem[2 * kWarp];
+  __shared__ A stats[DEPTH * 2 * StatsSlots<TPB, TPB>::value];
+  extern __shared__ __align__(16) unsigned char stage_smem[];  // [DEPTH][x, dy][PACKS][block] packs
+  Pack<T, VEC>* const tiles = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
+  const RowMap dymap = CUNORM_ROWMAP(dym), xmap = CUNORM_ROWMAP(xm);
+  const int lane = threadIdx.x;
+  const int limit = tile_limit(N, 0, i64(kSet) * VEC, true);
+  const A inv_n = A(1) / A(N);
+  A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
+  zero_tile(dw_acc);
+  zero_tile(db_acc);
+  auto stage_row = [&](i64 r, int buf) {  // rows past M stage zeros, never read
+    const i64 safe = r < M ? r : 0;
+    const int lim = r < M ? limit : 0;
+    stage_tile<VEC, PACKS, TPB, TPB>(tiles + 2 * buf * kSet, x + xmap.offset(safe), lim, lane);
+    stage_tile<VEC, PACKS, TPB, TPB>(tiles + (2 * buf + 1) * kSet, dy + dymap.offset(safe), lim, lane);
+    stage_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, r, M);
+    copies_commit();
+  };
+  // This thread's pack p of the staged row in buf: x, dy and the weight, widened.
+  auto read_pack = [&](int buf, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
+    const int col = pack_col<VEC, TPB>(p, lane);
+    unpack(read_slot(tiles + 2 * buf * kSet + p * TPB + threadIdx.x), xv);
+    unpack(read_slot(tiles + (2 * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+    load_param<VEC>(col < limit ? weight : nullptr, col, A(1), wv);
+  };
+  StageRing<DEPTH> ring;
+  ring.fill([&](int ahead, int b) { stage_row(blockIdx.x + i64(ahead) * gridDim.x, b); });
+  for (i64 row = blockIdx.x; row < M; row += gridDim.x) {  // block-uniform
+    ring.refill_and_wait([&](int ahead, int b) { stage_row(row + i64(ahead) * gridDim.x, b); });
+    const int buf = ring.buf;
+    const RowStats<A> st = staged_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, row, M);
+    // the sums in xhat_sums_pass's order (packs outside the row hold zeros and add nothing)
+    A c1 = A(0), c2 = A(0);
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      A xv[VEC], g[VEC], wv[VEC];
+      read_pack(buf, p, xv, g, wv);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const A xhat = (xv[k] - st.mean) * st.rstd, wdy = wv[k] * g[k];
+        c1 += wdy;
+        c2 += wdy * xhat;
+      }
+    }
+    if constexpr (RMS) c2 = group_sum<TPB>(c2, smem);
+    else group_sum2<TPB>(c1, c2, smem);
+    const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {  // dx as dx_tile computes it
+      const int col = pack_col<VEC, TPB>(p, lane);
+      if (col >= limit) continue;
+      A xv[VEC], g[VEC], wv[VEC], out[VEC];
+      read_pack(buf, p, xv, g, wv);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const A xhat = (xv[k] - st.mean) * st.rstd;
+        out[k] = st.rstd * (wv[k] * g[k] - m1 - xhat * m2);
+        dw_acc[p][k] += g[k] * xhat;
+        if constexpr (!RMS) db_acc[p][k] += g[k];
+      }
+      store_pack_whole<T>(dx + row * N + col, out);
+    }
+    ring.advance();
+  }
+  copies_wait<0>();  // the last stages (rows past M) land before the block's shared memory goes
+  store_partials<VEC, PACKS, TPB>(dw_acc, db_acc, dw_part, RMS ? nullptr : db_part, blockIdx.x, N, 0, lane);
+}
+
 // Column blocks of norm_bwd_columns: lanes of kColLanes threads span kColLanes * VEC
 // columns (one 128-byte line of bf16 / fp32 at the widest pack), the block's other threads
 // step down the rows; each thread sums dy * xhat and dy over its rows in order, then a

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy
 import pytest
 
+from cunorm._checks import BFLOAT16
 from norm_cases import DTYPE_IDS, DTYPES, VIEWS, check, column_backward_edge
 
 pytestmark = pytest.mark.gpu
@@ -47,9 +48,51 @@ def test_staged_partial_row_backward_walks_many_rows(rng, op, dtype, n):
     check(op, rng, (4099, n), dtype)  # H200: 132-1056 resident groups at these N
 
 
+HALF = [d for d in DTYPES if numpy.dtype(d).itemsize == 2]
+HALF_IDS = [i for d, i in zip(DTYPES, DTYPE_IDS) if numpy.dtype(d).itemsize == 2]
+
+
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", [d for d in DTYPES if numpy.dtype(d).itemsize == 2],
-                         ids=[i for d, i in zip(DTYPES, DTYPE_IDS) if numpy.dtype(d).itemsize == 2])
+@pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
+@pytest.mark.parametrize("n", [8200, 12000, 16384])
+@pytest.mark.parametrize("rows", [1, 3, 133, 1000])
+def test_wide_backward(rng, op, dtype, n, rows):
+    """Half-precision rows of 8193-16384 elements: one 1024-thread block a row, two packs a
+    thread, rows staged in shared memory (norm_bwd_wide, v63). 1 and 3 rows leave most blocks
+    without one; 133 is one block more than the H200's SMs (a block walks two rows, the rest
+    one); 1000 walks every block through its ring several times. N = 8200 and 12000 leave
+    the tile's last packs past the row (zero-filled copies)."""
+    from cunorm import _config
+    from cunorm.ops import _row_norm
+
+    rms = op == "rms_norm"
+    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
+    depth = _config.wide_bwd_depth(rms, n, 2, _row_norm.smem_limits(0)[0])
+    assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
+    assert plan.smem == depth * _config.wide_bwd_row_bytes(2), "its ring in shared memory"
+    check(op, rng, (rows, n), dtype)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("view", ["row_stride", "negative_row_stride"])
+@pytest.mark.parametrize("depth", [2, 3])
+def test_wide_backward_views_and_depths(rng, monkeypatch, op, view, depth):
+    """Strided rows through the wide backward's copies, and each ring depth forced."""
+    from cunorm.ops import _row_norm
+
+    monkeypatch.setattr(_row_norm, "WIDE_DEPTH", depth)
+    _row_norm.backward_plan.cache_clear()
+    try:
+        plan = _row_norm.backward_plan((300, 16384), (16384, 1), (16384, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1,
+                                       op == "rms_norm", 0, 0, 0)
+        assert plan.smem == depth * 2 * 16384 * 2, "the forced depth"
+        check(op, rng, (300, 16384), BFLOAT16, view=view)
+    finally:
+        _row_norm.backward_plan.cache_clear()
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
 @pytest.mark.parametrize("view", ["contiguous", "row_stride"])
 def test_split_backward_walks_many_rows_in_one_wave(rng, monkeypatch, op, dtype, view):
     """Rows past the full-row backward tile take the split path (on sm_90, half-precision
@@ -95,3 +138,8 @@ def test_partial_reduction_lane_count_keeps_the_bits(rng, groups):
                                                wide[1].data.ptr, groups, n), stream)
     assert bool((chosen.view(numpy.uint32) == wide.view(numpy.uint32)).all())
     assert numpy.allclose(chosen.get(), part.get().astype(numpy.float64).sum(axis=1), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_wide_backward_without_parameters(rng, op):
+    check(op, rng, (150, 9000), BFLOAT16, weight=False, bias=False)

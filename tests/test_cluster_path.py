@@ -35,6 +35,7 @@ def clusters(monkeypatch):
     monkeypatch.setattr(_row_norm, "USE_CLUSTERS", True)
     monkeypatch.setattr(_row_norm, "USE_CLUSTER_BACKWARD", True)  # off by default (slower), kept correct
     monkeypatch.setattr(_row_norm, "USE_STAGED_CLUSTER_BACKWARD", False)  # its own tests below
+    monkeypatch.setattr(_row_norm, "USE_WIDE_BACKWARD", False)  # N = 16384: test_backward_paths
     _clear()
     yield
     _clear()
@@ -156,6 +157,7 @@ def test_cluster_forward_staged_views(rng, clusters):
 def staged_clusters(monkeypatch):
     _skip_before_sm90()
     monkeypatch.setattr(_row_norm, "USE_STAGED_CLUSTER_BACKWARD", True)
+    monkeypatch.setattr(_row_norm, "USE_WIDE_BACKWARD", False)  # it serves N = 8193-16384 first
     _row_norm.backward_plan.cache_clear()
     yield
     _row_norm.backward_plan.cache_clear()

@@ -87,3 +87,18 @@ def test_forward_row_configs_hold_the_row_or_split(itemsize, n):
             assert n > _config.FWD.max_tpr * _config.packs_cap(vec, _config.FWD.max_values) * vec
         else:
             assert cfg.tile >= n and cfg.block in (128, 256, 512, 1024)
+
+
+def test_wide_backward_rows_and_depths():
+    # half-precision rows of 8193-16384 elements in 16-byte packs, nothing else
+    assert [_config.wide_bwd_serves(n, 8, 2) for n in (8192, 8200, 16384, 16392)] == [False, True, True, False]
+    assert not _config.wide_bwd_serves(12000, 4, 2), "narrower packs: not staged"
+    assert not _config.wide_bwd_serves(12000, 4, 4), "float32"
+    h200_optin, a100_optin = 232448, 166912
+    assert [_config.wide_bwd_depth(rms, 16384, 2, h200_optin) for rms in (False, True)] == [2, 3]
+    assert [_config.wide_bwd_depth(True, n, 2, h200_optin) for n in (9216, 12288, 12296)] == [2, 2, 3]
+    assert _config.wide_bwd_depth(True, 16384, 2, a100_optin) == 2, "two 64 KiB rows where three do not fit"
+    assert _config.wide_bwd_depth(False, 16384, 2, 65536) is None, "a 64 KiB block: not even two rows"
+    names = _row_norm.instantiations()
+    for depth in _config.WIDE_BWD_DEPTHS:
+        assert _row_norm._wide_name("bfloat16", "float32", True, depth) in names

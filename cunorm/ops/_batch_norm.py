@@ -14,7 +14,7 @@ import numpy
 
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import allow_smem, launch, launch_cluster, make_current, pick_vec, scalar_bits, sm_count
+from .._launch import allow_smem, launch, launch_cluster, make_current, pick_vec, scalar_bits, sm_count, smem_limits
 from ._row_norm import _b
 
 KERNEL_FILE = "batch_norm.cu"
@@ -257,15 +257,6 @@ def compute_capability(device: int) -> int:
     from ._row_norm import _compute_capability
 
     return _compute_capability(device)
-
-
-@functools.lru_cache(maxsize=None)
-def smem_limits(device: int) -> tuple:
-    """(shared memory a block may opt in to, shared memory of an SM), bytes."""
-    from cupy_backends.cuda.api import runtime
-
-    return (runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-            runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerMultiprocessor, device))
 
 
 def _staged(lay: Layout, itemsize: int, phase: int, device: int, tensors: int = 1) -> Staged | None:

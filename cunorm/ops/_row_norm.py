@@ -22,7 +22,7 @@ from .. import _config
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
 from .._launch import (View, allow_smem, blocks_per_sm, launch, make_current, max_active_clusters, pick_vec,
-                       row_layout, scalar_bits, sm_count)
+                       row_layout, scalar_bits, sm_count, smem_limits)
 
 KERNEL_FILE = "layer_norm.cu"
 CLUSTER_FILE = "layer_norm_cluster.cu"  # sm_90+ only
@@ -39,6 +39,10 @@ USE_CLUSTER_BACKWARD = False
 # 0.41-0.42, RMSNorm 0.41-0.42 / 0.39-0.41 / 0.40 -> 0.44-0.45 / 0.39-0.40 / 0.40-0.42; fp16
 # +0.02-0.09. It serves before USE_CLUSTER_BACKWARD's kernel.
 USE_STAGED_CLUSTER_BACKWARD = True
+# Half-precision rows of 8193-16384 elements through norm_bwd_wide (v63, _config.WIDE_BWD_TILE),
+# before the staged cluster; WIDE_DEPTH forces its ring's rows (the sweeps), None: the policy.
+USE_WIDE_BACKWARD = True
+WIDE_DEPTH = None
 # Full-row backward tiles of 16-byte half-precision packs copy the next row into shared memory
 # (cp.async) while reducing the current one: kernels/row_norm.cuh ``Staged``, which this
 # mirrors (CUNORM_BWD_STAGE); measured in benchmarks/NOTES.md, v19.
@@ -118,6 +122,8 @@ def instantiations() -> list[str]:
                           _tile_name("norm_fwd", t, w, split_fwd, rms, CHUNK_APPLY),
                           _tile_name("norm_bwd_tile_sums", t, w, split, rms),
                           _tile_name("norm_bwd", t, w, split, rms, CHUNK_APPLY)]
+        if itemsize == 2:
+            names += [_wide_name(t, w, rms, d) for rms in (False, True) for d in _config.WIDE_BWD_DEPTHS]
     for acc in ("float32", "float64"):
         a = c_type(acc)
         for rms in (False, True):
@@ -142,6 +148,18 @@ def cluster_instantiations() -> list[str]:
         for cfg in _config.all_cluster_staged_bwd_configs(vec, numpy.dtype(_np_name(t)).itemsize):
             names += [_staged_cluster_name(t, w, cfg, rms) for rms in (False, True)]
     return names
+
+
+def _wide_name(t: str, w: str, rms: bool, depth: int) -> str:
+    return f"norm_bwd_wide<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}>"
+
+
+def _wide_depth(t: str, n: int, vec: int, rms: bool, device: int) -> int | None:
+    """The wide backward's ring depth for this row, or None where it does not serve."""
+    itemsize = numpy.dtype(_np_name(t)).itemsize
+    if not (USE_WIDE_BACKWARD and STAGE_BACKWARD and _config.wide_bwd_serves(n, vec, itemsize)):
+        return None
+    return WIDE_DEPTH or _config.wide_bwd_depth(rms, n, itemsize, smem_limits(device)[0])
 
 
 def _staged_cluster_name(t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
@@ -338,6 +356,12 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
     if cfg is not None:
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
         smem = stage_bytes(cfg, itemsize, itemsize, rms)
+        return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
+    depth = _wide_depth(t, n, vec, rms, device)
+    if depth is not None:
+        cfg = _config.WIDE_BWD_TILE
+        main = function_ptr(KERNEL_FILE, _wide_name(t, wn, rms, depth), device)
+        smem = depth * _config.wide_bwd_row_bytes(itemsize)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
     scfg = _config.cluster_staged_bwd_config(n, vec, itemsize) \
         if USE_STAGED_CLUSTER_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device) else None
