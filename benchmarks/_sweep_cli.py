@@ -31,22 +31,22 @@ def rebuild_row_norms(options) -> None:
 
 
 def alternate_builds(variants: dict, rounds: int, log=print):
-    """Yields (round, name) with the row norms rebuilt under that variant's NVRTC options,
-    every variant once a round, so clock drift shows as the spread within a variant. The
-    default options are back once the loop ends or breaks. Measures the copy and warms the
-    clocks first; the copy bandwidth is the first thing yielded."""
+    """Yields (round, name, copy bandwidth in GB/s) with the row norms rebuilt under that
+    variant's NVRTC options, every variant once a round, so clock drift shows as the spread
+    within a variant. The default options are back once the loop ends or breaks. Measures
+    the copy and warms the clocks first."""
     from cunorm import _bench, _compile
     from cunorm._checks import BFLOAT16
 
     default = _compile.COMPILE_OPTIONS
-    yield _bench.copy_gbps()
+    copy = _bench.copy_gbps()
     _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
     try:
         for round_ in range(rounds):
             for name, options in variants.items():
                 rebuild_row_norms(options)
                 log(f"-- {name} (round {round_ + 1})")
-                yield round_ + 1, name
+                yield round_ + 1, name, copy
     finally:
         rebuild_row_norms(default)
 

@@ -76,6 +76,19 @@ def _same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(numpy.array_equal(p.view(numpy.uint8), q.view(numpy.uint8)) for p, q in zip(a, b))
 
 
+def bwd_bits_row(name: str, round_: int, op: str, dtype, n: int, copy: float, reference: dict, log) -> dict:
+    """One backward case of a sweep whose variants must agree bit for bit: its gradients
+    against the first variant's (kept in ``reference``) and its fraction of copy, logged."""
+    got = _grads(op, dtype, n)
+    same = _same(got, reference.setdefault((op, numpy.dtype(dtype).name, n), got))
+    r = _bench.bench_row_norm(op, dtype, n)
+    row = {"variant": name, "round": round_, "op": op, "dtype": numpy.dtype(dtype).name, "N": n,
+           "bwd_of_copy": round(r["bwd_GBps"] / copy, 3), "same_bits": same}
+    log(f"{name:20s} {op:10s} {row['dtype']:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy"
+        + ("" if same else "  RESULTS DIFFER from the first variant"))
+    return row
+
+
 def _fused_bwd_of_copy(op: str, n: int, copy: float) -> float:
     import cunorm
 
@@ -113,14 +126,7 @@ def sweep(log=print) -> list[dict]:
                 for op in ("layer_norm", "rms_norm"):
                     for dtype in DTYPES:
                         for n in ROW_LENGTHS:
-                            got = _grads(op, dtype, n)
-                            same = _same(got, reference.setdefault((op, dtype.name, n), got))
-                            r = _bench.bench_row_norm(op, dtype, n)
-                            row = {"variant": name, "round": round_ + 1, "op": op, "dtype": dtype.name, "N": n,
-                                   "bwd_of_copy": round(r["bwd_GBps"] / copy, 3), "same_bits": same}
-                            log(f"{name:20s} {op:10s} {dtype.name:8s} N={n:<5d} bwd {row['bwd_of_copy']:.3f} of copy"
-                                + ("" if same else "  RESULTS DIFFER from the first variant"))
-                            rows.append(row)
+                            rows.append(bwd_bits_row(name, round_ + 1, op, dtype, n, copy, reference, log))
                     for n in FUSED_ROW_LENGTHS:
                         rows.append(fused_bwd_row(name, round_ + 1, op, n, copy, reference, log))
     finally:

@@ -31,9 +31,7 @@ def _dx_gap(a: numpy.ndarray, b: numpy.ndarray) -> float:
 
 def sweep(log=print) -> list[dict]:
     rows, reference = [], {}
-    builds = alternate_builds(VARIANTS, ROUNDS, log)
-    copy = next(builds)
-    for round_, name in builds:
+    for round_, name, copy in alternate_builds(VARIANTS, ROUNDS, log):
         for op, dtype, n in row_norm_cases(ROW_LENGTHS):
             got = _grads(op, dtype, n)
             first = reference.setdefault((op, dtype.name, n), got)

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import numpy
 
-from cunorm import _bench
 from cunorm._checks import BFLOAT16
 from _sweep_cli import alternate_builds, best_table  # benchmarks/ is the script's directory
-from sweep_bwd_stage import _grads, _same
+from sweep_bwd_stage import bwd_bits_row
 
 VARIANTS = {"v46_whole_barrier": ("-DCUNORM_CLUSTER_BWD_OVERLAP=0",), "v62_overlap": ()}
 ROUNDS = 2
@@ -27,20 +26,11 @@ DTYPES = (BFLOAT16, numpy.dtype(numpy.float16))
 
 def sweep(log=print) -> list[dict]:
     rows, reference = [], {}
-    builds = alternate_builds(VARIANTS, ROUNDS, log)
-    copy = next(builds)
-    for round_, name in builds:
+    for round_, name, copy in alternate_builds(VARIANTS, ROUNDS, log):
         for op in ("layer_norm", "rms_norm"):
             for dtype in DTYPES:
                 for n in ROW_LENGTHS:
-                    got = _grads(op, dtype, n)
-                    same = _same(got, reference.setdefault((op, dtype.name, n), got))
-                    r = _bench.bench_row_norm(op, dtype, n)
-                    row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
-                           "bwd_of_copy": round(r["bwd_GBps"] / copy, 3), "same_bits": same}
-                    log(f"{name:18s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy"
-                        + ("" if same else "  RESULTS DIFFER"))
-                    rows.append(row)
+                    rows.append(bwd_bits_row(name, round_, op, dtype, n, copy, reference, log))
     log(best_table(rows, VARIANTS, ("bwd_of_copy",)))
     return rows
 

@@ -60,9 +60,7 @@ def _fp8(op: str, n: int, copy: float, m: int = 300):
 
 def sweep(log=print) -> list[dict]:
     rows, reference = [], {}
-    builds = alternate_builds(VARIANTS, ROUNDS, log)
-    copy = next(builds)
-    for round_, name in builds:
+    for round_, name, copy in alternate_builds(VARIANTS, ROUNDS, log):
         for op, dtype, n in row_norm_cases(ROW_LENGTHS):
             got = _forward(op, dtype, n) + _grads(op, dtype, n)
             same = _same(got, reference.setdefault((op, dtype.name, n), got))
