@@ -310,15 +310,27 @@ WIDE_BWD_STATIC_SMEM = 2048  # the kernel's static buffers (reductions, staged s
 WIDE_BWD_RMS_DEEP_FROM = 12289
 
 
+# float32 rows of 8193-16384 elements the same way (v65): four packs of 4 a thread, x staged
+# (64 KiB a row) and dy loaded in each pass, since both would take 128 KiB a row.
+WIDE_BWD_TILE_FP32 = TileConfig(4, 4, 1024)
+
+
+def wide_bwd_tile(itemsize: int) -> TileConfig:
+    return WIDE_BWD_TILE if itemsize == 2 else WIDE_BWD_TILE_FP32
+
+
 def wide_bwd_serves(n: int, vec: int, itemsize: int) -> bool:
-    t = WIDE_BWD_TILE
-    return itemsize == 2 and vec == t.vec and t.tile // t.packs < n <= t.tile
+    if itemsize not in (2, 4):
+        return False
+    t = wide_bwd_tile(itemsize)
+    return vec == t.vec and 8192 < n <= t.tile
 
 
 def wide_bwd_row_bytes(itemsize: int) -> int:
-    """Shared memory of one staged row of the wide backward: x and dy packs."""
-    t = WIDE_BWD_TILE
-    return 2 * t.tile * itemsize
+    """Shared memory of one staged row of the wide backward: x and dy packs (half
+    precision), x alone (float32; kernels/layer_norm.cu norm_bwd_wide kStageDy)."""
+    t = wide_bwd_tile(itemsize)
+    return (2 if itemsize == 2 else 1) * t.tile * itemsize
 
 
 def wide_bwd_depth(rms: bool, n: int, itemsize: int, smem_optin: int) -> int | None:

@@ -122,7 +122,7 @@ def instantiations() -> list[str]:
                           _tile_name("norm_fwd", t, w, split_fwd, rms, CHUNK_APPLY),
                           _tile_name("norm_bwd_tile_sums", t, w, split, rms),
                           _tile_name("norm_bwd", t, w, split, rms, CHUNK_APPLY)]
-        if itemsize == 2:
+        if itemsize in (2, 4):
             names += [_wide_name(t, w, rms, d) for rms in (False, True) for d in _config.WIDE_BWD_DEPTHS]
     for acc in ("float32", "float64"):
         a = c_type(acc)
@@ -359,7 +359,7 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
     depth = _wide_depth(t, n, vec, rms, device)
     if depth is not None:
-        cfg = _config.WIDE_BWD_TILE
+        cfg = _config.wide_bwd_tile(itemsize)
         main = function_ptr(KERNEL_FILE, _wide_name(t, wn, rms, depth), device)
         smem = depth * _config.wide_bwd_row_bytes(itemsize)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
