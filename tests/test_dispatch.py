@@ -99,6 +99,7 @@ def test_wide_backward_rows_and_depths():
     h200_optin, a100_optin = 232448, 166912
     assert [_config.wide_bwd_depth(rms, 16384, 2, h200_optin) for rms in (False, True)] == [2, 3]
     assert [_config.wide_bwd_depth(True, n, 2, h200_optin) for n in (9216, 12288, 12296)] == [2, 2, 3]
+    assert _config.wide_bwd_depth(True, 16384, 4, h200_optin) == 2, "float32: two rows (v65)"
     assert _config.wide_bwd_depth(True, 16384, 2, a100_optin) == 2, "two 64 KiB rows where three do not fit"
     assert _config.wide_bwd_depth(False, 16384, 2, 65536) is None, "a 64 KiB block: not even two rows"
     names = _row_norm.instantiations()
