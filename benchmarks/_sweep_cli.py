@@ -30,25 +30,32 @@ def rebuild_row_norms(options) -> None:
         cache.cache_clear()
 
 
-def alternate_builds(variants: dict, rounds: int, log=print):
-    """Yields (round, name, copy bandwidth in GB/s) with the row norms rebuilt under that
-    variant's NVRTC options, every variant once a round, so clock drift shows as the spread
-    within a variant. The default options are back once the loop ends or breaks. Measures
-    the copy and warms the clocks first."""
-    from cunorm import _bench, _compile
+def alternate(variants: dict, rounds: int, use, default, log=print):
+    """Yields (round, name, copy bandwidth in GB/s) after ``use(variant)`` has set that
+    variant up, every variant once a round, so clock drift shows as the spread within a
+    variant; ``use(default)`` once the loop ends or breaks. Measures the copy and warms the
+    clocks first."""
+    from cunorm import _bench
     from cunorm._checks import BFLOAT16
 
-    default = _compile.COMPILE_OPTIONS
     copy = _bench.copy_gbps()
     _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
     try:
         for round_ in range(rounds):
-            for name, options in variants.items():
-                rebuild_row_norms(options)
+            for name, variant in variants.items():
+                use(variant)
                 log(f"-- {name} (round {round_ + 1})")
                 yield round_ + 1, name, copy
     finally:
-        rebuild_row_norms(default)
+        use(default)
+
+
+def alternate_builds(variants: dict, rounds: int, log=print):
+    """``alternate`` over builds: each variant's NVRTC options, the row norms rebuilt with
+    them, the default options back at the end."""
+    from cunorm import _compile
+
+    return alternate(variants, rounds, rebuild_row_norms, _compile.COMPILE_OPTIONS, log)
 
 
 def best_table(rows: list[dict], variants, keys=("fwd_of_copy",), label: str | None = None) -> str:

@@ -13,6 +13,7 @@ import numpy
 from cunorm import _bench, reference
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
+from _sweep_cli import alternate  # benchmarks/ is the script's directory
 
 VARIANTS = {"split": False, "cluster_staged": True}
 ROUNDS = 2
@@ -50,32 +51,24 @@ def _dx_error(op: str, dtype, n: int, m: int = 40) -> float:
 
 
 def sweep(log=print) -> list[dict]:
-    default, rows = _row_norm.USE_STAGED_CLUSTER_BACKWARD, []
-    copy = _bench.copy_gbps()
-    _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
-    try:
-        for round_ in range(ROUNDS):
-            for name, on in VARIANTS.items():
-                _use(on)
-                for op in ("layer_norm", "rms_norm"):
-                    for dtype in DTYPES:
-                        for n in ROW_LENGTHS:
-                            r = _bench.bench_row_norm(op, dtype, n)
-                            m = _bench.TOTAL_ELEMENTS // n
-                            plan = _row_norm.backward_plan((m, n), (n, 1), (n, 1), dtype, dtype, dtype, 1,
-                                                           op == "rms_norm", 0, 0, 0)
-                            row = {"variant": name, "round": round_ + 1, "op": op, "dtype": dtype.name, "N": n,
-                                   "bwd_of_copy": round(r["bwd_GBps"] / copy, 3),
-                                   "max_dx_error": _dx_error(op, dtype, n), "blocks": plan.blocks,
-                                   "groups": plan.groups}
-                            log(f"{name:15s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy, "
-                                f"max |dx error| {row['max_dx_error']:.3g}, {plan.blocks} blocks, "
-                                f"{plan.groups} row groups")
-                            rows.append(row)
-    finally:
-        _use(default)
+    rows = []
+    for round_, name, copy in alternate(VARIANTS, ROUNDS, _use, _row_norm.USE_STAGED_CLUSTER_BACKWARD, log):
+        for op in ("layer_norm", "rms_norm"):
+            for dtype in DTYPES:
+                for n in ROW_LENGTHS:
+                    r = _bench.bench_row_norm(op, dtype, n)
+                    m = _bench.TOTAL_ELEMENTS // n
+                    plan = _row_norm.backward_plan((m, n), (n, 1), (n, 1), dtype, dtype, dtype, 1,
+                                                   op == "rms_norm", 0, 0, 0)
+                    row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
+                           "bwd_of_copy": round(r["bwd_GBps"] / copy, 3),
+                           "max_dx_error": _dx_error(op, dtype, n), "blocks": plan.blocks,
+                           "groups": plan.groups}
+                    log(f"{name:15s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy, "
+                        f"max |dx error| {row['max_dx_error']:.3g}, {plan.blocks} blocks, "
+                        f"{plan.groups} row groups")
+                    rows.append(row)
     return rows
-
 
 if __name__ == "__main__":
     from _sweep_cli import main

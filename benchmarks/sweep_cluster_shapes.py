@@ -14,9 +14,8 @@ from __future__ import annotations
 import numpy
 
 from cunorm import _bench, _config
-from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import best_table, row_norm_cases  # benchmarks/ is the script's directory
+from _sweep_cli import alternate, best_table, row_norm_cases  # benchmarks/ is the script's directory
 
 VARIANTS = {"committed": _config.CLUSTER_SHAPES,
             "blocks512": ((512, 2), (512, 4), (512, 8)),
@@ -56,29 +55,20 @@ def _y(op: str, dtype, n: int, m: int = 40):
 
 
 def sweep(log=print) -> list[dict]:
-    default = _config.CLUSTER_SHAPES
     rows, reference = [], {}
-    copy = _bench.copy_gbps()
-    _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
-    try:
-        for round_ in range(ROUNDS):
-            for name, shapes in VARIANTS.items():
-                _use(shapes)
-                for op, dtype, n in row_norm_cases(ROW_LENGTHS):
-                    y = _y(op, dtype, n)
-                    diff = float(numpy.abs(y - reference.setdefault((op, dtype.name, n), y)).max())
-                    r = _bench.bench_row_norm(op, dtype, n)
-                    row = {"variant": name, "round": round_ + 1, "op": op, "dtype": dtype.name, "N": n,
-                           "cluster": _path(dtype, n), "fwd_of_copy": round(r["fwd_GBps"] / copy, 3),
-                           "max_diff_vs_committed": diff}
-                    log(f"{name:10s} {op:10s} {dtype.name:8s} N={n:<6d} {row['cluster']:18s} fwd "
-                        f"{row['fwd_of_copy']:.3f} of copy, |y - committed's| <= {diff:.3g}")
-                    rows.append(row)
-    finally:
-        _use(default)
+    for round_, name, copy in alternate(VARIANTS, ROUNDS, _use, _config.CLUSTER_SHAPES, log):
+        for op, dtype, n in row_norm_cases(ROW_LENGTHS):
+            y = _y(op, dtype, n)
+            diff = float(numpy.abs(y - reference.setdefault((op, dtype.name, n), y)).max())
+            r = _bench.bench_row_norm(op, dtype, n)
+            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
+                   "cluster": _path(dtype, n), "fwd_of_copy": round(r["fwd_GBps"] / copy, 3),
+                   "max_diff_vs_committed": diff}
+            log(f"{name:10s} {op:10s} {dtype.name:8s} N={n:<6d} {row['cluster']:18s} fwd "
+                f"{row['fwd_of_copy']:.3f} of copy, |y - committed's| <= {diff:.3g}")
+            rows.append(row)
     log(best_table(rows, VARIANTS, label="cluster"))
     return rows
-
 
 if __name__ == "__main__":
     from _sweep_cli import main

@@ -14,7 +14,7 @@ import numpy
 from cunorm import _bench
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import best_table  # benchmarks/ is the script's directory
+from _sweep_cli import alternate, best_table  # benchmarks/ is the script's directory
 
 # name: (USE_WIDE_BACKWARD, WIDE_DEPTH)
 VARIANTS = {"before": (False, None), "v63_wide_depth2": (True, 2), "v63_wide_depth3": (True, 3)}
@@ -23,33 +23,24 @@ ROW_LENGTHS = (9216, 12288, 16384)
 DTYPES = (BFLOAT16, numpy.dtype(numpy.float16), numpy.dtype(numpy.float32))
 
 
-def _use(wide: bool, depth) -> None:
-    _row_norm.USE_WIDE_BACKWARD, _row_norm.WIDE_DEPTH = wide, depth
+def _use(choice) -> None:
+    _row_norm.USE_WIDE_BACKWARD, _row_norm.WIDE_DEPTH = choice
     _row_norm.backward_plan.cache_clear()
 
 
 def sweep(log=print) -> list[dict]:
     rows = []
-    copy = _bench.copy_gbps()
-    _bench.bench_row_norm("layer_norm", BFLOAT16, 4096)  # clocks up first
-    try:
-        for round_ in range(1, ROUNDS + 1):
-            for name, choice in VARIANTS.items():
-                _use(*choice)
-                log(f"-- {name} (round {round_})")
-                for op in ("layer_norm", "rms_norm"):
-                    for dtype in DTYPES:
-                        for n in ROW_LENGTHS:
-                            r = _bench.bench_row_norm(op, dtype, n)
-                            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
-                                   "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
-                            log(f"{name:16s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy")
-                            rows.append(row)
-    finally:
-        _use(True, None)
+    for round_, name, copy in alternate(VARIANTS, ROUNDS, _use, (True, None), log):
+        for op in ("layer_norm", "rms_norm"):
+            for dtype in DTYPES:
+                for n in ROW_LENGTHS:
+                    r = _bench.bench_row_norm(op, dtype, n)
+                    row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
+                           "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
+                    log(f"{name:16s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy")
+                    rows.append(row)
     log(best_table(rows, VARIANTS, ("bwd_of_copy",)))
     return rows
-
 
 if __name__ == "__main__":
     from _sweep_cli import main
