@@ -1,7 +1,8 @@
 """The wide backward (norm_bwd_wide, v63) under compute-sanitizer: bf16 LayerNorm and RMSNorm
 at N = 12000 (the tile's last packs past the row) and 16384, with 3 rows (most blocks idle)
 and 140 (some blocks walk two rows through the ring). cunorm._sanitize, which the GPU check
-runs, does not reach this path yet (NOTES "Next"); this ran it by hand:
+runs, did not reach this path before branch wide-bwd-float32 added (140, 12000) to its
+ROW_CASES; this ran it by hand:
 
     compute-sanitizer --tool racecheck python benchmarks/sanitize_wide_bwd.py
 

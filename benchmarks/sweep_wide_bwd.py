@@ -1,6 +1,7 @@
-"""The backward of half-precision rows of 8193-16384 elements: the wide backward (v63,
-norm_bwd_wide: one 1024-thread block a row, the row staged in shared memory) at each ring
-depth, against the staged cluster backward that took these rows before (v46). The choice is
+"""The backward of rows of 8193-16384 elements: the wide backward (v63, norm_bwd_wide: one
+1024-thread block a row, the row staged in shared memory; float32 since v65) at each ring
+depth, against the path that took these rows before (half precision: the staged cluster
+backward, v46; float32: the split path). The choice is
 the host's (``_row_norm.USE_WIDE_BACKWARD`` / ``WIDE_DEPTH``), so no rebuild: variants
 alternate ROUNDS times in one process, and drift shows as the spread within each.
 
@@ -16,10 +17,10 @@ from cunorm.ops import _row_norm
 from _sweep_cli import alternate, best_table  # benchmarks/ is the script's directory
 
 # name: (USE_WIDE_BACKWARD, WIDE_DEPTH)
-VARIANTS = {"v46_cluster": (False, None), "v63_wide_depth2": (True, 2), "v63_wide_depth3": (True, 3)}
+VARIANTS = {"before": (False, None), "v63_wide_depth2": (True, 2), "v63_wide_depth3": (True, 3)}
 ROUNDS = 2
 ROW_LENGTHS = (9216, 12288, 16384)
-DTYPES = (BFLOAT16, numpy.dtype(numpy.float16))
+DTYPES = (BFLOAT16, numpy.dtype(numpy.float16), numpy.dtype(numpy.float32))
 
 
 def _use(choice) -> None:

@@ -303,28 +303,44 @@ def all_cluster_bwd_configs(vec: int) -> list[ClusterConfig]:
 WIDE_BWD_TILE = TileConfig(8, 2, 1024)
 WIDE_BWD_DEPTHS = (2, 3)
 WIDE_BWD_STATIC_SMEM = 2048  # the kernel's static buffers (reductions, staged statistics), rounded up
-# Rows in the ring: two, but three for RMSNorm rows past WIDE_BWD_RMS_DEEP_FROM elements. Same
+# Rows in the ring: two, but three for half-precision RMSNorm rows past WIDE_BWD_RMS_DEEP_FROM
+# elements (float32, v65: three rows even or worse, RMSNorm 0.79 / 0.79 at 16384). Same
 # sweep: LayerNorm lost 0.04-0.10 with three at every N measured; RMSNorm lost 0.05-0.06 with
 # three at N = 9216 and 12288 and gained 0.05-0.07 at 16384 (not explained; the change-over
 # between 12288 and 16384 is not measured).
 WIDE_BWD_RMS_DEEP_FROM = 12289
 
 
+# float32 rows of 8193-16384 elements the same way (v65): four packs of 4 a thread, x staged
+# (64 KiB a row) and dy loaded in each pass, since both would take 128 KiB a row. H200, two
+# rounds (results/sweep-wide-bwd-fp32-v65-h200.txt), against the split path, N = 9216 / 12288
+# / 16384: LayerNorm 0.56 / 0.54 / 0.56 -> 0.63 / 0.67 / 0.62, RMSNorm 0.56 / 0.56 / 0.57 ->
+# 0.84 / 0.87 / 0.79.
+WIDE_BWD_TILE_FP32 = TileConfig(4, 4, 1024)
+
+
+def wide_bwd_tile(itemsize: int) -> TileConfig:
+    return WIDE_BWD_TILE if itemsize == 2 else WIDE_BWD_TILE_FP32
+
+
 def wide_bwd_serves(n: int, vec: int, itemsize: int) -> bool:
-    t = WIDE_BWD_TILE
-    return itemsize == 2 and vec == t.vec and t.tile // t.packs < n <= t.tile
+    if itemsize not in (2, 4):
+        return False
+    t = wide_bwd_tile(itemsize)
+    return vec == t.vec and 8192 < n <= t.tile
 
 
 def wide_bwd_row_bytes(itemsize: int) -> int:
-    """Shared memory of one staged row of the wide backward: x and dy packs."""
-    t = WIDE_BWD_TILE
-    return 2 * t.tile * itemsize
+    """Shared memory of one staged row of the wide backward: x and dy packs (half
+    precision), x alone (float32; kernels/layer_norm.cu norm_bwd_wide kStageDy)."""
+    t = wide_bwd_tile(itemsize)
+    return (2 if itemsize == 2 else 1) * t.tile * itemsize
 
 
 def wide_bwd_depth(rms: bool, n: int, itemsize: int, smem_optin: int) -> int | None:
     """Rows the wide backward's ring holds on a GPU whose blocks may opt in to ``smem_optin``
     bytes of shared memory (None: not even two rows fit)."""
-    depth = 3 if rms and n >= WIDE_BWD_RMS_DEEP_FROM else 2
+    depth = 3 if rms and itemsize == 2 and n >= WIDE_BWD_RMS_DEEP_FROM else 2
     while depth >= min(WIDE_BWD_DEPTHS) and depth * wide_bwd_row_bytes(itemsize) + WIDE_BWD_STATIC_SMEM > smem_optin:
         depth -= 1
     return depth if depth >= min(WIDE_BWD_DEPTHS) else None

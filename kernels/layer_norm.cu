@@ -422,15 +422,18 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
   store_partials<VEC, PACKS, TPR>(dw_acc, db_acc, dw_part, db_part, group_block * kRows + ty, N, c0, lane);
 }
 
-// Backward of half-precision rows of 8193-16384 elements on one GPU block a row (v63): 1024
-// threads, two 16-byte packs each, the row's x and dy staged in shared memory (64 KiB a row,
-// DEPTH rows in the ring) and read from there in both passes, so registers hold only the
-// thread's 32 dW / dB accumulators and one pack at a time. The register tile of two packs
-// (norm_bwd) would need 64 values live next to the accumulators; the staged cluster backward
-// (layer_norm_cluster.cu), which took these rows before, pays a cluster barrier a row (ncu at
-// N = 16384: barrier stalls 4.25 cycles an issue against 1.05 at 8192, NOTES v63). The
-// arguments are norm_bwd's; row_sums and C are unused. Persistent: one dW / dB partial row a
-// block (norm_reduce_partials folds them).
+// Backward of rows of 8193-16384 elements on one GPU block a row (v63): 1024 threads, 16
+// bytes of x a thread in each of two (half precision) or four (float32, v65) packs. The
+// row's x is staged in shared memory (64 KiB a row, DEPTH rows in the ring), and so is dy for
+// half precision (another 64 KiB); both passes read them from there, so registers hold only
+// the thread's 32 dW / dB accumulators and one pack at a time. A float32 row's dy would make
+// 128 KiB a row, so it is loaded from global memory in each pass instead (the second read
+// mostly from L2). The register tile of two packs (norm_bwd) would need 64 values live next
+// to the accumulators; the staged cluster backward (layer_norm_cluster.cu), which took the
+// half-precision rows before, pays a cluster barrier a row (ncu at N = 16384: barrier stalls
+// 4.25 cycles an issue against 1.05 at 8192, NOTES v63). The arguments are norm_bwd's;
+// row_sums and C are unused. Persistent: one dW / dB partial row a block
+// (norm_reduce_partials folds them).
 template <typename T, typename W, bool RMS, int DEPTH>
 __global__ void __launch_bounds__(1024, 1)
 norm_bwd_wide(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
@@ -438,8 +441,10 @@ norm_bwd_wide(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __re
               const float* __restrict__ rstd, const float* __restrict__ row_sums, T* __restrict__ dx,
               float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N, i64 C) {
   typedef float A;
-  constexpr int VEC = 8, PACKS = 2, TPB = 1024, kSet = PACKS * TPB;
-  static_assert(Staged<T, VEC>::value, "half-precision rows of 16-byte packs");
+  constexpr int VEC = 16 / sizeof(T), TPB = 1024, PACKS = 16384 / (TPB * VEC), kSet = PACKS * TPB;
+  constexpr bool kStageDy = sizeof(T) == 2;  // the host mirrors this (_config.wide_bwd_row_bytes)
+  constexpr int kSets = kStageDy ? 2 : 1;    // staged tiles a row: x (and dy)
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "half precision or float32");
   static_assert(DEPTH >= 2, "the next row in flight behind the current one");
   __shared__ A smem[2 * kWarp];
   __shared__ A stats[DEPTH * 2 * StatsSlots<TPB, TPB>::value];
@@ -455,16 +460,18 @@ norm_bwd_wide(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __re
   auto stage_row = [&](i64 r, int buf) {  // rows past M stage zeros, never read
     const i64 safe = r < M ? r : 0;
     const int lim = r < M ? limit : 0;
-    stage_tile<VEC, PACKS, TPB, TPB>(tiles + 2 * buf * kSet, x + xmap.offset(safe), lim, lane);
-    stage_tile<VEC, PACKS, TPB, TPB>(tiles + (2 * buf + 1) * kSet, dy + dymap.offset(safe), lim, lane);
+    stage_tile<VEC, PACKS, TPB, TPB>(tiles + kSets * buf * kSet, x + xmap.offset(safe), lim, lane);
+    if constexpr (kStageDy)
+      stage_tile<VEC, PACKS, TPB, TPB>(tiles + (kSets * buf + 1) * kSet, dy + dymap.offset(safe), lim, lane);
     stage_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, r, M);
     copies_commit();
   };
-  // This thread's pack p of the staged row in buf: x, dy and the weight, widened.
-  auto read_pack = [&](int buf, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
+  // This thread's pack p of the row in buf: x, dy and the weight, widened (zeros past N).
+  auto read_pack = [&](int buf, const T* dyrow, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
     const int col = pack_col<VEC, TPB>(p, lane);
-    unpack(read_slot(tiles + 2 * buf * kSet + p * TPB + threadIdx.x), xv);
-    unpack(read_slot(tiles + (2 * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+    unpack(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
+    if constexpr (kStageDy) unpack(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+    else load_param<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
     load_param<VEC>(col < limit ? weight : nullptr, col, A(1), wv);
   };
   StageRing<DEPTH> ring;
@@ -472,13 +479,14 @@ norm_bwd_wide(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __re
   for (i64 row = blockIdx.x; row < M; row += gridDim.x) {  // block-uniform
     ring.refill_and_wait([&](int ahead, int b) { stage_row(row + i64(ahead) * gridDim.x, b); });
     const int buf = ring.buf;
+    const T* const dyrow = kStageDy ? nullptr : dy + dymap.offset(row);
     const RowStats<A> st = staged_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, row, M);
     // the sums in xhat_sums_pass's order (packs outside the row hold zeros and add nothing)
     A c1 = A(0), c2 = A(0);
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
       A xv[VEC], g[VEC], wv[VEC];
-      read_pack(buf, p, xv, g, wv);
+      read_pack(buf, dyrow, p, xv, g, wv);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const A xhat = (xv[k] - st.mean) * st.rstd, wdy = wv[k] * g[k];
@@ -494,7 +502,7 @@ norm_bwd_wide(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __re
       const int col = pack_col<VEC, TPB>(p, lane);
       if (col >= limit) continue;
       A xv[VEC], g[VEC], wv[VEC], out[VEC];
-      read_pack(buf, p, xv, g, wv);
+      read_pack(buf, dyrow, p, xv, g, wv);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const A xhat = (xv[k] - st.mean) * st.rstd;

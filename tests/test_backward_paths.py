@@ -52,13 +52,18 @@ HALF = [d for d in DTYPES if numpy.dtype(d).itemsize == 2]
 HALF_IDS = [i for d, i in zip(DTYPES, DTYPE_IDS) if numpy.dtype(d).itemsize == 2]
 
 
+WIDE = HALF + [numpy.dtype(numpy.float32)]
+WIDE_IDS = HALF_IDS + ["float32"]
+
+
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
+@pytest.mark.parametrize("dtype", WIDE, ids=WIDE_IDS)
 @pytest.mark.parametrize("n", [8200, 12000, 16384])
 @pytest.mark.parametrize("rows", [1, 3, 133, 1000])
 def test_wide_backward(rng, op, dtype, n, rows):
-    """Half-precision rows of 8193-16384 elements: one 1024-thread block a row, two packs a
-    thread, rows staged in shared memory (norm_bwd_wide, v63). 1 and 3 rows leave most blocks
+    """Rows of 8193-16384 elements: one 1024-thread block a row, two packs a thread (four
+    for float32, v65), rows staged in shared memory (norm_bwd_wide, v63; float32 stages x
+    alone). 1 and 3 rows leave most blocks
     without one; 133 is one block more than the H200's SMs (a block walks two rows, the rest
     one); 1000 walks every block through its ring several times. N = 8200 and 12000 leave
     the tile's last packs past the row (zero-filled copies)."""
@@ -67,9 +72,10 @@ def test_wide_backward(rng, op, dtype, n, rows):
 
     rms = op == "rms_norm"
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
-    depth = _config.wide_bwd_depth(rms, n, 2, _row_norm.smem_limits(0)[0])
+    itemsize = numpy.dtype(dtype).itemsize
+    depth = _config.wide_bwd_depth(rms, n, itemsize, _row_norm.smem_limits(0)[0])
     assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
-    assert plan.smem == depth * _config.wide_bwd_row_bytes(2), "its ring in shared memory"
+    assert plan.smem == depth * _config.wide_bwd_row_bytes(itemsize), "its ring in shared memory"
     check(op, rng, (rows, n), dtype)
 
 

@@ -93,10 +93,13 @@ def test_wide_backward_rows_and_depths():
     # half-precision rows of 8193-16384 elements in 16-byte packs, nothing else
     assert [_config.wide_bwd_serves(n, 8, 2) for n in (8192, 8200, 16384, 16392)] == [False, True, True, False]
     assert not _config.wide_bwd_serves(12000, 4, 2), "narrower packs: not staged"
-    assert not _config.wide_bwd_serves(12000, 4, 4), "float32"
+    assert [_config.wide_bwd_serves(n, 4, 4) for n in (8192, 8196, 16384, 16388)] == [False, True, True, False]
+    assert not _config.wide_bwd_serves(12000, 2, 8), "float64"
+    assert _config.wide_bwd_row_bytes(4) == _config.wide_bwd_row_bytes(2) == 65536, "float32 stages x alone"
     h200_optin, a100_optin = 232448, 166912
     assert [_config.wide_bwd_depth(rms, 16384, 2, h200_optin) for rms in (False, True)] == [2, 3]
     assert [_config.wide_bwd_depth(True, n, 2, h200_optin) for n in (9216, 12288, 12296)] == [2, 2, 3]
+    assert _config.wide_bwd_depth(True, 16384, 4, h200_optin) == 2, "float32: two rows (v65)"
     assert _config.wide_bwd_depth(True, 16384, 2, a100_optin) == 2, "two 64 KiB rows where three do not fit"
     assert _config.wide_bwd_depth(False, 16384, 2, 65536) is None, "a 64 KiB block: not even two rows"
     names = _row_norm.instantiations()

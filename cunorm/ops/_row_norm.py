@@ -122,7 +122,7 @@ def instantiations() -> list[str]:
                           _tile_name("norm_fwd", t, w, split_fwd, rms, CHUNK_APPLY),
                           _tile_name("norm_bwd_tile_sums", t, w, split, rms),
                           _tile_name("norm_bwd", t, w, split, rms, CHUNK_APPLY)]
-        if itemsize == 2:
+        if itemsize in (2, 4):
             names += [_wide_name(t, w, rms, d) for rms in (False, True) for d in _config.WIDE_BWD_DEPTHS]
     for acc in ("float32", "float64"):
         a = c_type(acc)
@@ -154,9 +154,8 @@ def _wide_name(t: str, w: str, rms: bool, depth: int) -> str:
     return f"norm_bwd_wide<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}>"
 
 
-def _wide_depth(t: str, n: int, vec: int, rms: bool, device: int) -> int | None:
+def _wide_depth(itemsize: int, n: int, vec: int, rms: bool, device: int) -> int | None:
     """The wide backward's ring depth for this row, or None where it does not serve."""
-    itemsize = numpy.dtype(_np_name(t)).itemsize
     if not (USE_WIDE_BACKWARD and STAGE_BACKWARD and _config.wide_bwd_serves(n, vec, itemsize)):
         return None
     return WIDE_DEPTH or _config.wide_bwd_depth(rms, n, itemsize, smem_limits(device)[0])
@@ -357,9 +356,9 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
         smem = stage_bytes(cfg, itemsize, itemsize, rms)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
-    depth = _wide_depth(t, n, vec, rms, device)
+    depth = _wide_depth(itemsize, n, vec, rms, device)
     if depth is not None:
-        cfg = _config.WIDE_BWD_TILE
+        cfg = _config.wide_bwd_tile(itemsize)
         main = function_ptr(KERNEL_FILE, _wide_name(t, wn, rms, depth), device)
         smem = depth * _config.wide_bwd_row_bytes(itemsize)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
