@@ -6,8 +6,14 @@ the host's (``_row_norm.USE_WIDE_BACKWARD`` / ``WIDE_DEPTH``), so no rebuild: va
 alternate ROUNDS times in one process, and drift shows as the spread within each.
 
     python benchmarks/sweep_wide_bwd.py [--json out.json]
+    WIDE_SWEEP=rms_long python benchmarks/sweep_wide_bwd.py   # v66's rows
+
+v66 (WIDE_SWEEP=rms_long): half-precision RMSNorm rows of 16385-32768 elements on the wide
+backward's four-pack tile against the staged cluster that took them before.
 """
 from __future__ import annotations
+
+import os
 
 import numpy
 
@@ -19,8 +25,12 @@ from _sweep_cli import alternate, best_table  # benchmarks/ is the script's dire
 # name: (USE_WIDE_BACKWARD, WIDE_DEPTH)
 VARIANTS = {"before": (False, None), "v63_wide_depth2": (True, 2), "v63_wide_depth3": (True, 3)}
 ROUNDS = 2
-ROW_LENGTHS = (9216, 12288, 16384)
-DTYPES = (BFLOAT16, numpy.dtype(numpy.float16), numpy.dtype(numpy.float32))
+# (ops, dtypes, row lengths) a sweep covers, by WIDE_SWEEP
+CASES = {
+    "v63": (("layer_norm", "rms_norm"), (BFLOAT16, numpy.dtype(numpy.float16), numpy.dtype(numpy.float32)),
+            (9216, 12288, 16384)),
+    "rms_long": (("rms_norm",), (BFLOAT16, numpy.dtype(numpy.float16)), (20480, 24576, 32768)),
+}
 
 
 def _use(choice) -> None:
@@ -29,11 +39,12 @@ def _use(choice) -> None:
 
 
 def sweep(log=print) -> list[dict]:
+    ops, dtypes, lengths = CASES[os.environ.get("WIDE_SWEEP", "v63")]
     rows = []
     for round_, name, copy in alternate(VARIANTS, ROUNDS, _use, (True, None), log):
-        for op in ("layer_norm", "rms_norm"):
-            for dtype in DTYPES:
-                for n in ROW_LENGTHS:
+        for op in ops:
+            for dtype in dtypes:
+                for n in lengths:
                     r = _bench.bench_row_norm(op, dtype, n)
                     row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
                            "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}

@@ -317,31 +317,41 @@ WIDE_BWD_RMS_DEEP_FROM = 12289
 # / 16384: LayerNorm 0.56 / 0.54 / 0.56 -> 0.63 / 0.67 / 0.62, RMSNorm 0.56 / 0.56 / 0.57 ->
 # 0.84 / 0.87 / 0.79.
 WIDE_BWD_TILE_FP32 = TileConfig(4, 4, 1024)
+# Half-precision RMSNorm rows of 16385-32768 elements the float32 way (v66): four packs of 8
+# a thread, x staged (64 KiB a row), dy loaded in each pass. RMSNorm has no dB, so its 32 dW
+# accumulators a thread fit; LayerNorm's 64 would not. (Measurement: NOTES v66.)
+WIDE_BWD_TILE_RMS_LONG = TileConfig(8, 4, 1024)
 
 
-def wide_bwd_tile(itemsize: int) -> TileConfig:
-    return WIDE_BWD_TILE if itemsize == 2 else WIDE_BWD_TILE_FP32
+def wide_bwd_tiles(itemsize: int, rms: bool) -> tuple[TileConfig, ...]:
+    """The wide backward's tiles for this element size and op, narrowest first."""
+    if itemsize == 2:
+        return (WIDE_BWD_TILE, WIDE_BWD_TILE_RMS_LONG) if rms else (WIDE_BWD_TILE,)
+    return (WIDE_BWD_TILE_FP32,) if itemsize == 4 else ()
 
 
-def wide_bwd_serves(n: int, vec: int, itemsize: int) -> bool:
-    if itemsize not in (2, 4):
-        return False
-    t = wide_bwd_tile(itemsize)
-    return vec == t.vec and 8192 < n <= t.tile
+def wide_bwd_tile(n: int, vec: int, itemsize: int, rms: bool) -> TileConfig | None:
+    """The narrowest wide backward tile holding a row of ``n`` elements in ``vec``-packs
+    (None: rows of at most 8192 elements, other packs, or too long: it does not serve)."""
+    if n <= 8192:
+        return None
+    return next((t for t in wide_bwd_tiles(itemsize, rms) if t.vec == vec and n <= t.tile), None)
 
 
-def wide_bwd_row_bytes(itemsize: int) -> int:
-    """Shared memory of one staged row of the wide backward: x and dy packs (half
-    precision), x alone (float32; kernels/layer_norm.cu norm_bwd_wide kStageDy)."""
-    t = wide_bwd_tile(itemsize)
-    return (2 if itemsize == 2 else 1) * t.tile * itemsize
+def wide_bwd_row_bytes(tile: TileConfig, itemsize: int) -> int:
+    """Shared memory of one staged row of the wide backward: x and dy packs where a row's x
+    takes at most 32 KiB (half precision up to 16384 elements), else x alone (kernels/
+    layer_norm.cu norm_bwd_wide kStageDy)."""
+    x_bytes = tile.tile * itemsize
+    return (2 if x_bytes <= 32768 else 1) * x_bytes
 
 
-def wide_bwd_depth(rms: bool, n: int, itemsize: int, smem_optin: int) -> int | None:
-    """Rows the wide backward's ring holds on a GPU whose blocks may opt in to ``smem_optin``
-    bytes of shared memory (None: not even two rows fit)."""
-    depth = 3 if rms and itemsize == 2 and n >= WIDE_BWD_RMS_DEEP_FROM else 2
-    while depth >= min(WIDE_BWD_DEPTHS) and depth * wide_bwd_row_bytes(itemsize) + WIDE_BWD_STATIC_SMEM > smem_optin:
+def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_optin: int) -> int | None:
+    """Rows the wide backward's ring holds for this tile on a GPU whose blocks may opt in to
+    ``smem_optin`` bytes of shared memory (None: not even two rows fit)."""
+    deep = rms and itemsize == 2 and n >= WIDE_BWD_RMS_DEEP_FROM and tile is not WIDE_BWD_TILE_RMS_LONG
+    depth = 3 if deep else 2
+    while depth >= min(WIDE_BWD_DEPTHS) and depth * wide_bwd_row_bytes(tile, itemsize) + WIDE_BWD_STATIC_SMEM > smem_optin:
         depth -= 1
     return depth if depth >= min(WIDE_BWD_DEPTHS) else None
 

@@ -422,8 +422,9 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
   store_partials<VEC, PACKS, TPR>(dw_acc, db_acc, dw_part, db_part, group_block * kRows + ty, N, c0, lane);
 }
 
-// Backward of rows of 8193-16384 elements on one GPU block a row (v63): 1024 threads, 16
-// bytes of x a thread in each of two (half precision) or four (float32, v65) packs. The
+// Backward of rows of 8193-16384 elements (32768 for half-precision RMSNorm, v66 below) on
+// one GPU block a row (v63): 1024 threads, 16 bytes of x a thread in each of two (half
+// precision) or four (float32, v65) packs. The
 // row's x is staged in shared memory (64 KiB a row, DEPTH rows in the ring), and so is dy for
 // half precision (another 64 KiB); both passes read them from there, so registers hold only
 // the thread's 32 dW / dB accumulators and one pack at a time. A float32 row's dy would make
@@ -434,17 +435,25 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
 // 4.25 cycles an issue against 1.05 at 8192, NOTES v63). The arguments are norm_bwd's;
 // row_sums and C are unused. Persistent: one dW / dB partial row a block
 // (norm_reduce_partials folds them).
-template <typename T, typename W, bool RMS, int DEPTH>
+// COLS is the tile (columns a block holds). v66: half-precision RMSNorm rows of
+// 16385-32768 elements the float32 way, four packs of 8 a thread, x staged and dy loaded in
+// each pass: RMSNorm has no dB, so its 32 dW accumulators fit where LayerNorm's 64 would not
+// (one SM's 64K registers could not hold a 32768-column row's dW and dB at all).
+template <typename T, typename W, bool RMS, int DEPTH, int COLS>
 __global__ void __launch_bounds__(1024, 1)
 norm_bwd_wide(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
               CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight, const float* __restrict__ mean,
               const float* __restrict__ rstd, const float* __restrict__ row_sums, T* __restrict__ dx,
               float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N, i64 C) {
   typedef float A;
-  constexpr int VEC = 16 / sizeof(T), TPB = 1024, PACKS = 16384 / (TPB * VEC), kSet = PACKS * TPB;
-  constexpr bool kStageDy = sizeof(T) == 2;  // the host mirrors this (_config.wide_bwd_row_bytes)
-  constexpr int kSets = kStageDy ? 2 : 1;    // staged tiles a row: x (and dy)
+  constexpr int VEC = 16 / sizeof(T), TPB = 1024, PACKS = COLS / (TPB * VEC), kSet = PACKS * TPB;
+  // dy staged too where a row's x takes at most 32 KiB (the host mirrors this:
+  // _config.wide_bwd_row_bytes)
+  constexpr bool kStageDy = COLS * sizeof(T) <= 32768;
+  constexpr int kSets = kStageDy ? 2 : 1;  // staged tiles a row: x (and dy)
   static_assert(sizeof(T) == 2 || sizeof(T) == 4, "half precision or float32");
+  static_assert(COLS % (TPB * VEC) == 0 && PACKS >= 1, "whole packs a thread");
+  static_assert(RMS || PACKS * VEC <= 16, "LayerNorm's dW and dB: 32 accumulators a thread at most");
   static_assert(DEPTH >= 2, "the next row in flight behind the current one");
   __shared__ A smem[2 * kWarp];
   __shared__ A stats[DEPTH * 2 * StatsSlots<TPB, TPB>::value];

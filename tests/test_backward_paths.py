@@ -73,10 +73,45 @@ def test_wide_backward(rng, op, dtype, n, rows):
     rms = op == "rms_norm"
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
     itemsize = numpy.dtype(dtype).itemsize
-    depth = _config.wide_bwd_depth(rms, n, itemsize, _row_norm.smem_limits(0)[0])
+    tile = _config.wide_bwd_tile(n, 16 // itemsize, itemsize, rms)
+    depth = _config.wide_bwd_depth(tile, rms, n, itemsize, _row_norm.smem_limits(0)[0])
     assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
-    assert plan.smem == depth * _config.wide_bwd_row_bytes(itemsize), "its ring in shared memory"
+    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, itemsize), "its ring in shared memory"
     check(op, rng, (rows, n), dtype)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
+@pytest.mark.parametrize("n", [16392, 20000, 32768])
+@pytest.mark.parametrize("rows", [1, 3, 133, 500])
+def test_wide_backward_long_rms_rows(rng, dtype, n, rows):
+    """Half-precision RMSNorm rows of 16385-32768 elements (v66): four packs of 8 a thread,
+    x staged, dy loaded in each pass. N = 16392 and 20000 leave most of the tile's last packs
+    past the row; 500 rows walk every block through its ring several times."""
+    from cunorm import _config
+    from cunorm.ops import _row_norm
+
+    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, True, 0, 0, 0)
+    tile = _config.WIDE_BWD_TILE_RMS_LONG
+    assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
+    depth = _config.wide_bwd_depth(tile, True, n, 2, _row_norm.smem_limits(0)[0])
+    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, 2), "its ring in shared memory"
+    check("rms_norm", rng, (rows, n), dtype)
+
+
+@pytest.mark.parametrize("view", ["row_stride", "negative_row_stride"])
+@pytest.mark.parametrize("depth", [2, 3])
+def test_wide_backward_long_rms_views_and_depths(rng, monkeypatch, view, depth):
+    from cunorm.ops import _row_norm
+
+    monkeypatch.setattr(_row_norm, "WIDE_DEPTH", depth)
+    _row_norm.backward_plan.cache_clear()
+    try:
+        plan = _row_norm.backward_plan((300, 24576), (24576, 1), (24576, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1,
+                                       True, 0, 0, 0)
+        assert plan.smem == depth * 32768 * 2, "the forced depth, x alone"
+        check("rms_norm", rng, (300, 24576), BFLOAT16, view=view)
+    finally:
+        _row_norm.backward_plan.cache_clear()
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -149,3 +184,5 @@ def test_partial_reduction_lane_count_keeps_the_bits(rng, groups):
 @pytest.mark.parametrize("op", OPS)
 def test_wide_backward_without_parameters(rng, op):
     check(op, rng, (150, 9000), BFLOAT16, weight=False, bias=False)
+    if op == "rms_norm":
+        check(op, rng, (150, 30000), BFLOAT16, weight=False, bias=False)  # v66's tile

@@ -90,18 +90,31 @@ def test_forward_row_configs_hold_the_row_or_split(itemsize, n):
 
 
 def test_wide_backward_rows_and_depths():
-    # half-precision rows of 8193-16384 elements in 16-byte packs, nothing else
-    assert [_config.wide_bwd_serves(n, 8, 2) for n in (8192, 8200, 16384, 16392)] == [False, True, True, False]
-    assert not _config.wide_bwd_serves(12000, 4, 2), "narrower packs: not staged"
-    assert [_config.wide_bwd_serves(n, 4, 4) for n in (8192, 8196, 16384, 16388)] == [False, True, True, False]
-    assert not _config.wide_bwd_serves(12000, 2, 8), "float64"
-    assert _config.wide_bwd_row_bytes(4) == _config.wide_bwd_row_bytes(2) == 65536, "float32 stages x alone"
+    tile = _config.wide_bwd_tile
+    # rows of 8193-16384 elements in 16-byte packs; half-precision RMSNorm to 32768 (v66)
+    assert [tile(n, 8, 2, False) for n in (8192, 8200, 16384, 16392)] == [None, _config.WIDE_BWD_TILE,
+                                                                          _config.WIDE_BWD_TILE, None]
+    long_rms = _config.WIDE_BWD_TILE_RMS_LONG
+    assert [tile(n, 8, 2, True) for n in (8200, 16384, 16392, 32768, 32776)] == [
+        _config.WIDE_BWD_TILE, _config.WIDE_BWD_TILE, long_rms, long_rms, None]
+    assert tile(12000, 4, 2, True) is None, "narrower packs: not staged"
+    assert [tile(n, 4, 4, rms) for n in (8196, 16384, 16388) for rms in (False, True)] == [
+        _config.WIDE_BWD_TILE_FP32] * 4 + [None] * 2, "float32 to 16384 for both ops"
+    assert tile(12000, 2, 8, True) is None, "float64"
+    row_bytes = _config.wide_bwd_row_bytes
+    assert row_bytes(_config.WIDE_BWD_TILE, 2) == 65536, "half precision to 16384: x and dy"
+    assert row_bytes(_config.WIDE_BWD_TILE_FP32, 4) == row_bytes(long_rms, 2) == 65536, "x alone"
     h200_optin, a100_optin = 232448, 166912
-    assert [_config.wide_bwd_depth(rms, 16384, 2, h200_optin) for rms in (False, True)] == [2, 3]
-    assert [_config.wide_bwd_depth(True, n, 2, h200_optin) for n in (9216, 12288, 12296)] == [2, 2, 3]
-    assert _config.wide_bwd_depth(True, 16384, 4, h200_optin) == 2, "float32: two rows (v65)"
-    assert _config.wide_bwd_depth(True, 16384, 2, a100_optin) == 2, "two 64 KiB rows where three do not fit"
-    assert _config.wide_bwd_depth(False, 16384, 2, 65536) is None, "a 64 KiB block: not even two rows"
+    t16 = _config.WIDE_BWD_TILE
+    assert [_config.wide_bwd_depth(t16, rms, 16384, 2, h200_optin) for rms in (False, True)] == [2, 3]
+    assert [_config.wide_bwd_depth(t16, True, n, 2, h200_optin) for n in (9216, 12288, 12296)] == [2, 2, 3]
+    assert _config.wide_bwd_depth(_config.WIDE_BWD_TILE_FP32, True, 16384, 4, h200_optin) == 2, "float32 (v65)"
+    assert _config.wide_bwd_depth(t16, True, 16384, 2, a100_optin) == 2, "two 64 KiB rows where three do not fit"
+    assert _config.wide_bwd_depth(t16, False, 16384, 2, 65536) is None, "a 64 KiB block: not even two rows"
+    assert _config.wide_bwd_depth(long_rms, True, 32768, 2, h200_optin) == 2
     names = _row_norm.instantiations()
     for depth in _config.WIDE_BWD_DEPTHS:
-        assert _row_norm._wide_name("bfloat16", "float32", True, depth) in names
+        assert _row_norm._wide_name("bfloat16", "float32", True, depth, t16) in names
+        assert _row_norm._wide_name("bfloat16", "float32", True, depth, long_rms) in names
+        assert _row_norm._wide_name("bfloat16", "float32", False, depth, long_rms) not in names, "LayerNorm: 16384"
+        assert _row_norm._wide_name("float32", "float32", True, depth, long_rms) not in names

@@ -39,8 +39,9 @@ USE_CLUSTER_BACKWARD = False
 # 0.41-0.42, RMSNorm 0.41-0.42 / 0.39-0.41 / 0.40 -> 0.44-0.45 / 0.39-0.40 / 0.40-0.42; fp16
 # +0.02-0.09. It serves before USE_CLUSTER_BACKWARD's kernel.
 USE_STAGED_CLUSTER_BACKWARD = True
-# Half-precision rows of 8193-16384 elements through norm_bwd_wide (v63, _config.WIDE_BWD_TILE),
-# before the staged cluster; WIDE_DEPTH forces its ring's rows (the sweeps), None: the policy.
+# Rows of 8193-16384 elements through norm_bwd_wide (v63 half precision, v65 float32; v66
+# half-precision RMSNorm to 32768: _config.wide_bwd_tiles), before the staged cluster;
+# WIDE_DEPTH forces its ring's rows (the sweeps), None: the policy.
 USE_WIDE_BACKWARD = True
 WIDE_DEPTH = None
 # Full-row backward tiles of 16-byte half-precision packs copy the next row into shared memory
@@ -123,7 +124,8 @@ def instantiations() -> list[str]:
                           _tile_name("norm_bwd_tile_sums", t, w, split, rms),
                           _tile_name("norm_bwd", t, w, split, rms, CHUNK_APPLY)]
         if itemsize in (2, 4):
-            names += [_wide_name(t, w, rms, d) for rms in (False, True) for d in _config.WIDE_BWD_DEPTHS]
+            names += [_wide_name(t, w, rms, d, tile) for rms in (False, True)
+                      for tile in _config.wide_bwd_tiles(itemsize, rms) for d in _config.WIDE_BWD_DEPTHS]
     for acc in ("float32", "float64"):
         a = c_type(acc)
         for rms in (False, True):
@@ -150,15 +152,17 @@ def cluster_instantiations() -> list[str]:
     return names
 
 
-def _wide_name(t: str, w: str, rms: bool, depth: int) -> str:
-    return f"norm_bwd_wide<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}>"
+def _wide_name(t: str, w: str, rms: bool, depth: int, tile: _config.TileConfig) -> str:
+    return f"norm_bwd_wide<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {tile.tile}>"
 
 
-def _wide_depth(itemsize: int, n: int, vec: int, rms: bool, device: int) -> int | None:
-    """The wide backward's ring depth for this row, or None where it does not serve."""
-    if not (USE_WIDE_BACKWARD and STAGE_BACKWARD and _config.wide_bwd_serves(n, vec, itemsize)):
+def _wide_plan(itemsize: int, n: int, vec: int, rms: bool, device: int) -> tuple[_config.TileConfig, int] | None:
+    """The wide backward's (tile, ring depth) for this row, or None where it does not serve."""
+    tile = _config.wide_bwd_tile(n, vec, itemsize, rms) if USE_WIDE_BACKWARD and STAGE_BACKWARD else None
+    if tile is None:
         return None
-    return WIDE_DEPTH or _config.wide_bwd_depth(rms, n, itemsize, smem_limits(device)[0])
+    depth = WIDE_DEPTH or _config.wide_bwd_depth(tile, rms, n, itemsize, smem_limits(device)[0])
+    return None if depth is None else (tile, depth)
 
 
 def _staged_cluster_name(t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
@@ -356,11 +360,11 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
         smem = stage_bytes(cfg, itemsize, itemsize, rms)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
-    depth = _wide_depth(itemsize, n, vec, rms, device)
-    if depth is not None:
-        cfg = _config.wide_bwd_tile(itemsize)
-        main = function_ptr(KERNEL_FILE, _wide_name(t, wn, rms, depth), device)
-        smem = depth * _config.wide_bwd_row_bytes(itemsize)
+    wide = _wide_plan(itemsize, n, vec, rms, device)
+    if wide is not None:
+        cfg, depth = wide
+        main = function_ptr(KERNEL_FILE, _wide_name(t, wn, rms, depth, cfg), device)
+        smem = depth * _config.wide_bwd_row_bytes(cfg, itemsize)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
     scfg = _config.cluster_staged_bwd_config(n, vec, itemsize) \
         if USE_STAGED_CLUSTER_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device) else None
