@@ -319,7 +319,10 @@ WIDE_BWD_RMS_DEEP_FROM = 12289
 WIDE_BWD_TILE_FP32 = TileConfig(4, 4, 1024)
 # Half-precision RMSNorm rows of 16385-32768 elements the float32 way (v66): four packs of 8
 # a thread, x staged (64 KiB a row), dy loaded in each pass. RMSNorm has no dB, so its 32 dW
-# accumulators a thread fit; LayerNorm's 64 would not. (Measurement: NOTES v66.)
+# accumulators a thread fit; LayerNorm's 64 would not. H200, two rounds (results/sweep-wide-
+# bwd-rms-long-v66-h200.txt), against the staged cluster, bf16 N = 20480 / 24576 / 32768:
+# 0.33 / 0.39 / 0.49 -> 0.54 / 0.58 / 0.56 with three rows in the ring (two: 0.52 / 0.55 /
+# 0.54; fp16 alike), so these rows keep WIDE_BWD_RMS_DEEP_FROM's three.
 WIDE_BWD_TILE_RMS_LONG = TileConfig(8, 4, 1024)
 
 
@@ -349,8 +352,7 @@ def wide_bwd_row_bytes(tile: TileConfig, itemsize: int) -> int:
 def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_optin: int) -> int | None:
     """Rows the wide backward's ring holds for this tile on a GPU whose blocks may opt in to
     ``smem_optin`` bytes of shared memory (None: not even two rows fit)."""
-    deep = rms and itemsize == 2 and n >= WIDE_BWD_RMS_DEEP_FROM and tile is not WIDE_BWD_TILE_RMS_LONG
-    depth = 3 if deep else 2
+    depth = 3 if rms and itemsize == 2 and n >= WIDE_BWD_RMS_DEEP_FROM else 2
     while depth >= min(WIDE_BWD_DEPTHS) and depth * wide_bwd_row_bytes(tile, itemsize) + WIDE_BWD_STATIC_SMEM > smem_optin:
         depth -= 1
     return depth if depth >= min(WIDE_BWD_DEPTHS) else None

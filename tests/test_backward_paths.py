@@ -137,13 +137,14 @@ def test_wide_backward_views_and_depths(rng, monkeypatch, op, view, depth):
 @pytest.mark.parametrize("view", ["contiguous", "row_stride"])
 def test_split_backward_walks_many_rows_in_one_wave(rng, monkeypatch, op, dtype, view):
     """Rows past the full-row backward tile take the split path (on sm_90, half-precision
-    rows up to 65536 elements take staged clusters unless switched off, as here), whose
+    rows up to 65536 elements take staged clusters or the wide backward unless switched off, as here), whose
     persistent grid holds at most the resident blocks (v27): N = 16424 is four full
     4096-element tiles and one of 40, 300 rows make every row group walk several."""
     from cunorm._launch import blocks_per_sm, sm_count
     from cunorm.ops import _row_norm
 
     monkeypatch.setattr(_row_norm, "USE_STAGED_CLUSTER_BACKWARD", False)
+    monkeypatch.setattr(_row_norm, "USE_WIDE_BACKWARD", False)  # RMSNorm's wide tile holds 16424 (v66)
     _row_norm.backward_plan.cache_clear()
     try:
         n, m = 16424, 300
