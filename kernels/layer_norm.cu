@@ -439,6 +439,13 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
 // 16385-32768 elements the float32 way, four packs of 8 a thread, x staged and dy loaded in
 // each pass: RMSNorm has no dB, so its 32 dW accumulators fit where LayerNorm's 64 would not
 // (one SM's 64K registers could not hold a 32768-column row's dW and dB at all).
+// v67 (prediction, NOTES): dy's loads, where not staged, go through the L2 only, so the L1
+// left beside the ring keeps the weight (64 KiB at bf16 32768 or float32 16384; ncu of
+// v66: L1 hit rate 2%, the weight's two loads a pack a row then come from the L2). 0: plain
+// loads (benchmarks/sweep_wide_bwd_dy.py).
+#ifndef CUNORM_WIDE_DY_PAST_L1
+#define CUNORM_WIDE_DY_PAST_L1 0
+#endif
 template <typename T, typename W, bool RMS, int DEPTH, int COLS>
 __global__ void __launch_bounds__(1024, 1)
 norm_bwd_wide(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
@@ -480,6 +487,7 @@ norm_bwd_wide(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __re
     const int col = pack_col<VEC, TPB>(p, lane);
     unpack(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
     if constexpr (kStageDy) unpack(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+    else if (CUNORM_WIDE_DY_PAST_L1 && col < limit) load_pack_past_l1<A, T, VEC>(dyrow + col, g);
     else load_param<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
     load_param<VEC>(col < limit ? weight : nullptr, col, A(1), wv);
   };
