@@ -358,6 +358,32 @@ def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_opti
     return depth if depth >= min(WIDE_BWD_DEPTHS) else None
 
 
+# Rows past one wide block on sm_90 (v68, prepared): a cluster of 2-4 wide blocks a row
+# (kernels/layer_norm_cluster.cu norm_bwd_wide_cluster), each COLS columns of it staged as
+# the wide backward stages them, the row sums exchanged once. The fewest blocks that hold the
+# row, so every block holds part of it (the kernel relies on that); clusters of three are
+# legal on sm_90. It serves before the staged cluster below. (Measurement: NOTES v68.)
+WIDE_CLUSTER_BWD_SIZES = (2, 3, 4)
+
+
+def wide_cluster_bwd_configs(itemsize: int, rms: bool) -> list[tuple[TileConfig, ClusterConfig]]:
+    """Every (wide tile, cluster) the wide cluster backward may take."""
+    return [(t, ClusterConfig(t.vec, t.packs, t.tpr, c)) for t in wide_bwd_tiles(itemsize, rms)
+            for c in WIDE_CLUSTER_BWD_SIZES]
+
+
+def wide_cluster_bwd_config(n: int, vec: int, itemsize: int, rms: bool,
+                            tile: TileConfig | None = None) -> tuple[TileConfig, ClusterConfig] | None:
+    """The narrowest wide tile (or ``tile``, where this op and dtype have it) and the fewest of
+    its blocks that hold a row of ``n`` elements in ``vec``-packs, or None (one block holds
+    it, or four do not)."""
+    for t in wide_bwd_tiles(itemsize, rms):
+        blocks = -(-n // t.tile)
+        if (tile is None or t == tile) and t.vec == vec and blocks in WIDE_CLUSTER_BWD_SIZES:
+            return t, ClusterConfig(t.vec, t.packs, t.tpr, blocks)
+    return None
+
+
 # Half-precision backward rows past the full-row tile (N > 8192) on sm_90, v46: a cluster of
 # 2, 4 or 8 blocks, each the full-row backward's 1024-thread one-pack tile of 8192 columns
 # staged as that tile is (bwd_stage_depth), the row sums exchanged once (kernels/

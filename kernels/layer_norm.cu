@@ -439,100 +439,17 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
 // 16385-32768 elements the float32 way, four packs of 8 a thread, x staged and dy loaded in
 // each pass: RMSNorm has no dB, so its 32 dW accumulators fit where LayerNorm's 64 would not
 // (one SM's 64K registers could not hold a 32768-column row's dW and dB at all).
-// v67 (prediction, NOTES): dy's loads, where not staged, go through the L2 only, so the L1
-// left beside the ring keeps the weight (64 KiB at bf16 32768 or float32 16384; ncu of
-// v66: L1 hit rate 2%, the weight's two loads a pack a row then come from the L2). 0: plain
-// loads (benchmarks/sweep_wide_bwd_dy.py).
-#ifndef CUNORM_WIDE_DY_PAST_L1
-#define CUNORM_WIDE_DY_PAST_L1 0
-#endif
+// The rows are row_norm.cuh's wide_bwd_rows, which the cluster form (layer_norm_cluster.cu
+// norm_bwd_wide_cluster, v68) shares.
 template <typename T, typename W, bool RMS, int DEPTH, int COLS>
 __global__ void __launch_bounds__(1024, 1)
 norm_bwd_wide(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
               CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight, const float* __restrict__ mean,
               const float* __restrict__ rstd, const float* __restrict__ row_sums, T* __restrict__ dx,
               float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N, i64 C) {
-  typedef float A;
-  constexpr int VEC = 16 / sizeof(T), TPB = 1024, PACKS = COLS / (TPB * VEC), kSet = PACKS * TPB;
-  // dy staged too where a row's x takes at most 32 KiB (the host mirrors this:
-  // _config.wide_bwd_row_bytes)
-  constexpr bool kStageDy = COLS * sizeof(T) <= 32768;
-  constexpr int kSets = kStageDy ? 2 : 1;  // staged tiles a row: x (and dy)
-  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "half precision or float32");
-  static_assert(COLS % (TPB * VEC) == 0 && PACKS >= 1, "whole packs a thread");
-  static_assert(RMS || PACKS * VEC <= 16, "LayerNorm's dW and dB: 32 accumulators a thread at most");
-  static_assert(DEPTH >= 2, "the next row in flight behind the current one");
-  __shared__ A smem[2 * kWarp];
-  __shared__ A stats[DEPTH * 2 * StatsSlots<TPB, TPB>::value];
-  extern __shared__ __align__(16) unsigned char stage_smem[];  // [DEPTH][x, dy][PACKS][block] packs
-  Pack<T, VEC>* const tiles = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
-  const RowMap dymap = CUNORM_ROWMAP(dym), xmap = CUNORM_ROWMAP(xm);
-  const int lane = threadIdx.x;
-  const int limit = tile_limit(N, 0, i64(kSet) * VEC, true);
-  const A inv_n = A(1) / A(N);
-  A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
-  zero_tile(dw_acc);
-  zero_tile(db_acc);
-  auto stage_row = [&](i64 r, int buf) {  // rows past M stage zeros, never read
-    const i64 safe = r < M ? r : 0;
-    const int lim = r < M ? limit : 0;
-    stage_tile<VEC, PACKS, TPB, TPB>(tiles + kSets * buf * kSet, x + xmap.offset(safe), lim, lane);
-    if constexpr (kStageDy)
-      stage_tile<VEC, PACKS, TPB, TPB>(tiles + (kSets * buf + 1) * kSet, dy + dymap.offset(safe), lim, lane);
-    stage_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, r, M);
-    copies_commit();
-  };
-  // This thread's pack p of the row in buf: x, dy and the weight, widened (zeros past N).
-  auto read_pack = [&](int buf, const T* dyrow, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
-    const int col = pack_col<VEC, TPB>(p, lane);
-    unpack(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
-    if constexpr (kStageDy) unpack(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
-    else if (CUNORM_WIDE_DY_PAST_L1 && col < limit) load_pack_past_l1<A, T, VEC>(dyrow + col, g);
-    else load_param<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
-    load_param<VEC>(col < limit ? weight : nullptr, col, A(1), wv);
-  };
-  StageRing<DEPTH> ring;
-  ring.fill([&](int ahead, int b) { stage_row(blockIdx.x + i64(ahead) * gridDim.x, b); });
-  for (i64 row = blockIdx.x; row < M; row += gridDim.x) {  // block-uniform
-    ring.refill_and_wait([&](int ahead, int b) { stage_row(row + i64(ahead) * gridDim.x, b); });
-    const int buf = ring.buf;
-    const T* const dyrow = kStageDy ? nullptr : dy + dymap.offset(row);
-    const RowStats<A> st = staged_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, row, M);
-    // the sums in xhat_sums_pass's order (packs outside the row hold zeros and add nothing)
-    A c1 = A(0), c2 = A(0);
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {
-      A xv[VEC], g[VEC], wv[VEC];
-      read_pack(buf, dyrow, p, xv, g, wv);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const A xhat = (xv[k] - st.mean) * st.rstd, wdy = wv[k] * g[k];
-        c1 += wdy;
-        c2 += wdy * xhat;
-      }
-    }
-    if constexpr (RMS) c2 = group_sum<TPB>(c2, smem);
-    else group_sum2<TPB>(c1, c2, smem);
-    const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {  // dx as dx_tile computes it
-      const int col = pack_col<VEC, TPB>(p, lane);
-      if (col >= limit) continue;
-      A xv[VEC], g[VEC], wv[VEC], out[VEC];
-      read_pack(buf, dyrow, p, xv, g, wv);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const A xhat = (xv[k] - st.mean) * st.rstd;
-        out[k] = st.rstd * (wv[k] * g[k] - m1 - xhat * m2);
-        dw_acc[p][k] += g[k] * xhat;
-        if constexpr (!RMS) db_acc[p][k] += g[k];
-      }
-      store_pack_whole<T>(dx + row * N + col, out);
-    }
-    ring.advance();
-  }
-  copies_wait<0>();  // the last stages (rows past M) land before the block's shared memory goes
-  store_partials<VEC, PACKS, TPB>(dw_acc, db_acc, dw_part, RMS ? nullptr : db_part, blockIdx.x, N, 0, lane);
+  wide_bwd_rows<T, W, RMS, DEPTH, COLS>(dy, CUNORM_ROWMAP(dym), x, CUNORM_ROWMAP(xm), weight, mean, rstd, dx,
+                                        dw_part, db_part, M, N, 0, blockIdx.x, gridDim.x, blockIdx.x,
+                                        [](float&, float&) {});
 }
 
 // Column blocks of norm_bwd_columns: lanes of kColLanes threads span kColLanes * VEC

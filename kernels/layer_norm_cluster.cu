@@ -392,3 +392,33 @@ norm_bwd_cluster_staged(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), con
   store_partials<VEC, PACKS, TPB>(dw_acc, db_acc, dw_part, db_part, group, N, c0, lane);
   cluster_barrier();  // no block leaves while another may still read its slots
 }
+
+// Backward of rows of 16385 to CLUSTER * COLS elements (v68): a cluster of CLUSTER wide
+// blocks a row (norm_bwd_wide's 1024-thread block, layer_norm.cu), each COLS columns of it
+// staged as that kernel stages them, the two row sums exchanged once through distributed
+// shared memory. One SM cannot hold a LayerNorm row of 32768 columns' dW and dB (65536
+// floats, its whole register file), so these rows need two SMs or more; the staged cluster
+// above spreads them over blocks of 8192 columns, which pay one cluster barrier a row for
+// half the work. Clusters are persistent and write one dW / dB partial row each. The
+// arguments are norm_bwd's; row_sums and C are unused.
+template <typename T, typename W, bool RMS, int DEPTH, int COLS, int CLUSTER>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(1024, 1)
+norm_bwd_wide_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
+                      CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight, const float* __restrict__ mean,
+                      const float* __restrict__ rstd, const float* __restrict__ row_sums, T* __restrict__ dx,
+                      float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N, i64 C) {
+  __shared__ float slots[2][2];  // [exchange][sum w*dy, sum w*dy*xhat]
+  __shared__ float bcast[2];
+  int exchange = 0;
+  const i64 group = blockIdx.x / CLUSTER, groups = gridDim.x / CLUSTER;
+  wide_bwd_rows<T, W, RMS, DEPTH, COLS>(dy, CUNORM_ROWMAP(dym), x, CUNORM_ROWMAP(xm), weight, mean, rstd, dx, dw_part,
+                                        db_part, M, N, i64(cluster_rank()) * COLS, group, groups, group,
+                                        [&](float& c1, float& c2) {
+                                          float sums[2] = {c1, c2};
+                                          cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
+                                          exchange ^= 1;
+                                          c1 = sums[0];
+                                          c2 = sums[1];
+                                        });
+  cluster_barrier();  // no block leaves while another may still read its slots
+}

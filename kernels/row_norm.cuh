@@ -487,4 +487,109 @@ __device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[P
   }
 }
 
+// ---- the wide backward (v63, v65, v66; the cluster form v68) ---------------------------------
+// v67 (prediction, NOTES): dy's loads, where not staged, go through the L2 only, so the L1
+// left beside the ring keeps the weight (64 KiB at bf16 32768 or float32 16384; ncu of
+// v66: L1 hit rate 2%, the weight's two loads a pack a row then come from the L2). 0: plain
+// loads (benchmarks/sweep_wide_bwd_dy.py).
+#ifndef CUNORM_WIDE_DY_PAST_L1
+#define CUNORM_WIDE_DY_PAST_L1 0
+#endif
+// The rows of norm_bwd_wide (layer_norm.cu, where its design is told): a 1024-thread block's
+// COLS columns from c0 of rows first, first + step, ... (uniform over the block, and over the
+// cluster in norm_bwd_wide_cluster). `exchange(c1, c2)` turns the block's two row sums into
+// the row's (nothing to do where one block holds the row); dW / dB go to partial row
+// `partial`. Every block holds part of the row (c0 < N: the host sizes clusters so), which
+// keeps norm_bwd_wide's code as it was before this function took c0 (a test of c0 against N
+// cost it 8 instructions). Every thread of the block calls it.
+template <typename T, typename W, bool RMS, int DEPTH, int COLS, typename Exchange>
+__device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const RowMap& dymap, const T* __restrict__ x,
+                                              const RowMap& xmap, const W* __restrict__ weight,
+                                              const float* __restrict__ mean, const float* __restrict__ rstd,
+                                              T* __restrict__ dx, float* __restrict__ dw_part,
+                                              float* __restrict__ db_part, i64 M, i64 N, i64 c0, i64 first, i64 step,
+                                              i64 partial, Exchange&& exchange) {
+  typedef float A;
+  constexpr int VEC = 16 / sizeof(T), TPB = 1024, PACKS = COLS / (TPB * VEC), kSet = PACKS * TPB;
+  // dy staged too where a row's x takes at most 32 KiB (the host mirrors this:
+  // _config.wide_bwd_row_bytes)
+  constexpr bool kStageDy = COLS * sizeof(T) <= 32768;
+  constexpr int kSets = kStageDy ? 2 : 1;  // staged tiles a row: x (and dy)
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "half precision or float32");
+  static_assert(COLS % (TPB * VEC) == 0 && PACKS >= 1, "whole packs a thread");
+  static_assert(RMS || PACKS * VEC <= 16, "LayerNorm's dW and dB: 32 accumulators a thread at most");
+  static_assert(DEPTH >= 2, "the next row in flight behind the current one");
+  __shared__ A smem[2 * kWarp];
+  __shared__ A stats[DEPTH * 2 * StatsSlots<TPB, TPB>::value];
+  extern __shared__ __align__(16) unsigned char stage_smem[];  // [DEPTH][x, dy][PACKS][block] packs
+  Pack<T, VEC>* const tiles = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
+  const int lane = threadIdx.x;
+  const int limit = tile_limit(N, c0, i64(kSet) * VEC, true);  // c0 < N: see above
+  const A inv_n = A(1) / A(N);
+  A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
+  zero_tile(dw_acc);
+  zero_tile(db_acc);
+  auto stage_row = [&](i64 r, int buf) {  // rows past M stage zeros, never read
+    const i64 safe = r < M ? r : 0;
+    const int lim = r < M ? limit : 0;
+    stage_tile<VEC, PACKS, TPB, TPB>(tiles + kSets * buf * kSet, x + xmap.offset(safe) + c0, lim, lane);
+    if constexpr (kStageDy)
+      stage_tile<VEC, PACKS, TPB, TPB>(tiles + (kSets * buf + 1) * kSet, dy + dymap.offset(safe) + c0, lim, lane);
+    stage_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, r, M);
+    copies_commit();
+  };
+  // This thread's pack p of the row in buf: x, dy and the weight, widened (zeros past N).
+  auto read_pack = [&](int buf, const T* dyrow, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
+    const int col = pack_col<VEC, TPB>(p, lane);
+    unpack(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
+    if constexpr (kStageDy) unpack(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+    else if (CUNORM_WIDE_DY_PAST_L1 && col < limit) load_pack_past_l1<A, T, VEC>(dyrow + col, g);
+    else load_param<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
+    load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
+  };
+  StageRing<DEPTH> ring;
+  ring.fill([&](int ahead, int b) { stage_row(first + ahead * step, b); });
+  for (i64 row = first; row < M; row += step) {  // block-uniform (cluster-uniform)
+    ring.refill_and_wait([&](int ahead, int b) { stage_row(row + ahead * step, b); });
+    const int buf = ring.buf;
+    const T* const dyrow = kStageDy ? nullptr : dy + dymap.offset(row) + c0;
+    const RowStats<A> st = staged_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, row, M);
+    // the sums in xhat_sums_pass's order (packs outside the row hold zeros and add nothing)
+    A c1 = A(0), c2 = A(0);
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      A xv[VEC], g[VEC], wv[VEC];
+      read_pack(buf, dyrow, p, xv, g, wv);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const A xhat = (xv[k] - st.mean) * st.rstd, wdy = wv[k] * g[k];
+        c1 += wdy;
+        c2 += wdy * xhat;
+      }
+    }
+    if constexpr (RMS) c2 = group_sum<TPB>(c2, smem);
+    else group_sum2<TPB>(c1, c2, smem);
+    exchange(c1, c2);
+    const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {  // dx as dx_tile computes it
+      const int col = pack_col<VEC, TPB>(p, lane);
+      if (col >= limit) continue;
+      A xv[VEC], g[VEC], wv[VEC], out[VEC];
+      read_pack(buf, dyrow, p, xv, g, wv);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const A xhat = (xv[k] - st.mean) * st.rstd;
+        out[k] = st.rstd * (wv[k] * g[k] - m1 - xhat * m2);
+        dw_acc[p][k] += g[k] * xhat;
+        if constexpr (!RMS) db_acc[p][k] += g[k];
+      }
+      store_pack_whole<T>(dx + row * N + c0 + col, out);
+    }
+    ring.advance();
+  }
+  copies_wait<0>();  // the last stages (rows past M) land before the block's shared memory goes
+  store_partials<VEC, PACKS, TPB>(dw_acc, db_acc, dw_part, RMS ? nullptr : db_part, partial, N, c0, lane);
+}
+
 }  // namespace cunorm

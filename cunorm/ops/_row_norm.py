@@ -44,6 +44,11 @@ USE_STAGED_CLUSTER_BACKWARD = True
 # WIDE_DEPTH forces its ring's rows (the sweeps), None: the policy.
 USE_WIDE_BACKWARD = True
 WIDE_DEPTH = None
+# Rows past one wide block through a cluster of them (sm_90+, v68: _config.
+# wide_cluster_bwd_config), before the staged cluster; WIDE_CLUSTER_TILE forces the tile (the
+# sweeps), None: the narrowest that the row's op and dtype have.
+USE_WIDE_CLUSTER_BACKWARD = True
+WIDE_CLUSTER_TILE = None
 # Full-row backward tiles of 16-byte half-precision packs copy the next row into shared memory
 # (cp.async) while reducing the current one: kernels/row_norm.cuh ``Staged``, which this
 # mirrors (CUNORM_BWD_STAGE); measured in benchmarks/NOTES.md, v19.
@@ -147,8 +152,12 @@ def cluster_instantiations() -> list[str]:
             for cfg in configs:
                 for rms in (False, True):
                     names.append(_cluster_name(kernel, t, w, cfg, rms))
-        for cfg in _config.all_cluster_staged_bwd_configs(vec, numpy.dtype(_np_name(t)).itemsize):
+        itemsize = numpy.dtype(_np_name(t)).itemsize
+        for cfg in _config.all_cluster_staged_bwd_configs(vec, itemsize):
             names += [_staged_cluster_name(t, w, cfg, rms) for rms in (False, True)]
+        for rms in (False, True):
+            names += [_wide_cluster_name(t, w, rms, d, tile, cfg) for tile, cfg in _config.wide_cluster_bwd_configs(itemsize, rms)
+                      for d in _config.WIDE_BWD_DEPTHS]
     return names
 
 
@@ -163,6 +172,24 @@ def _wide_plan(itemsize: int, n: int, vec: int, rms: bool, device: int) -> tuple
         return None
     depth = WIDE_DEPTH or _config.wide_bwd_depth(tile, rms, n, itemsize, smem_limits(device)[0])
     return None if depth is None else (tile, depth)
+
+
+def _wide_cluster_name(t: str, w: str, rms: bool, depth: int, tile: _config.TileConfig,
+                       cfg: _config.ClusterConfig) -> str:
+    return f"norm_bwd_wide_cluster<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {tile.tile}, {cfg.cluster}>"
+
+
+def _wide_cluster_plan(t: str, itemsize: int, n: int, vec: int, rms: bool, device: int):
+    """The wide cluster backward's (tile, cluster config, ring depth) for this row, or None
+    where it does not serve. The ring's depth is the wide block's for a full tile."""
+    if not (USE_WIDE_CLUSTER_BACKWARD and USE_WIDE_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device)):
+        return None
+    found = _config.wide_cluster_bwd_config(n, vec, itemsize, rms, WIDE_CLUSTER_TILE)
+    if found is None:
+        return None
+    tile, cfg = found
+    depth = WIDE_DEPTH or _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, smem_limits(device)[0])
+    return None if depth is None else (tile, cfg, depth)
 
 
 def _staged_cluster_name(t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
@@ -366,6 +393,12 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
         main = function_ptr(KERNEL_FILE, _wide_name(t, wn, rms, depth, cfg), device)
         smem = depth * _config.wide_bwd_row_bytes(cfg, itemsize)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
+    wide_cluster = _wide_cluster_plan(t, itemsize, n, vec, rms, device)
+    if wide_cluster is not None:
+        tile, ccfg, depth = wide_cluster
+        main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, tile, ccfg), device)
+        smem = depth * _config.wide_bwd_row_bytes(tile, itemsize)
+        return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block, smem), smem
     scfg = _config.cluster_staged_bwd_config(n, vec, itemsize) \
         if USE_STAGED_CLUSTER_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device) else None
     if scfg is not None:
