@@ -58,6 +58,26 @@ def alternate_builds(variants: dict, rounds: int, log=print):
     return alternate(variants, rounds, rebuild_row_norms, _compile.COMPILE_OPTIONS, log)
 
 
+def backward_sweep(variants: dict, rounds: int, use, default, cases, log=print, runs=None) -> list[dict]:
+    """``alternate`` over ``cases`` of (op, dtype, N), each timed by the benchmark; a row a
+    case, variant and round with the backward's fraction of copy, and the table of the best
+    rounds logged last. ``runs(name, op, dtype, n)`` (optional) skips the cases it refuses."""
+    from cunorm import _bench
+
+    rows = []
+    for round_, name, copy in alternate(variants, rounds, use, default, log):
+        for op, dtype, n in cases:
+            if runs is not None and not runs(name, op, dtype, n):
+                continue
+            r = _bench.bench_row_norm(op, dtype, n)
+            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
+                   "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
+            log(f"{name:16s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy")
+            rows.append(row)
+    log(best_table(rows, variants, ("bwd_of_copy",)))
+    return rows
+
+
 def best_table(rows: list[dict], variants, keys=("fwd_of_copy",), label: str | None = None) -> str:
     """Each (op, dtype, N) case's best of its rounds, fraction of copy, a column a variant;
     with several keys (passes: fwd_of_copy, bwd_of_copy, ...) a line a case and key; with

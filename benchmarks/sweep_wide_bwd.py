@@ -17,10 +17,9 @@ import os
 
 import numpy
 
-from cunorm import _bench
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import alternate, best_table  # benchmarks/ is the script's directory
+from _sweep_cli import backward_sweep  # benchmarks/ is the script's directory
 
 # name: (USE_WIDE_BACKWARD, WIDE_DEPTH)
 VARIANTS = {"before": (False, None), "v63_wide_depth2": (True, 2), "v63_wide_depth3": (True, 3)}
@@ -40,18 +39,9 @@ def _use(choice) -> None:
 
 def sweep(log=print) -> list[dict]:
     ops, dtypes, lengths = CASES[os.environ.get("WIDE_SWEEP", "v63")]
-    rows = []
-    for round_, name, copy in alternate(VARIANTS, ROUNDS, _use, (True, None), log):
-        for op in ops:
-            for dtype in dtypes:
-                for n in lengths:
-                    r = _bench.bench_row_norm(op, dtype, n)
-                    row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
-                           "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
-                    log(f"{name:16s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy")
-                    rows.append(row)
-    log(best_table(rows, VARIANTS, ("bwd_of_copy",)))
-    return rows
+    cases = [(op, dtype, n) for op in ops for dtype in dtypes for n in lengths]
+    return backward_sweep(VARIANTS, ROUNDS, _use, (True, None), cases, log)
+
 
 if __name__ == "__main__":
     from _sweep_cli import main

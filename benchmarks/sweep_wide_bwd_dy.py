@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy
 
-from cunorm import _bench, _compile
+from cunorm import _compile
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import alternate, best_table, rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import backward_sweep, rebuild_row_norms  # benchmarks/ is the script's directory
 
 PAST_L1 = ("-DCUNORM_WIDE_DY_PAST_L1=1",)
 # name: (extra NVRTC options, WIDE_DEPTH)
@@ -31,16 +31,7 @@ def sweep(log=print) -> list[dict]:
         rebuild_row_norms((*base, *options))
         _row_norm.WIDE_DEPTH = depth
 
-    rows = []
-    for round_, name, copy in alternate(VARIANTS, ROUNDS, use, ((), None), log):
-        for op, dtype, n in CASES:
-            r = _bench.bench_row_norm(op, dtype, n)
-            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
-                   "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
-            log(f"{name:12s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy")
-            rows.append(row)
-    log(best_table(rows, VARIANTS, ("bwd_of_copy",)))
-    return rows
+    return backward_sweep(VARIANTS, ROUNDS, use, ((), None), CASES, log)
 
 
 if __name__ == "__main__":
