@@ -56,6 +56,20 @@ WIDE = HALF + [numpy.dtype(numpy.float32)]
 WIDE_IDS = HALF_IDS + ["float32"]
 
 
+def _check_wide(rng, op, dtype, n, rows, tile):
+    """The plan is the wide backward's one-block ``tile`` with its ring in shared memory, and
+    the values match the reference."""
+    from cunorm import _config
+    from cunorm.ops import _row_norm
+
+    rms, itemsize = op == "rms_norm", numpy.dtype(dtype).itemsize
+    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
+    depth = _config.wide_bwd_depth(tile, rms, n, itemsize, _row_norm.smem_limits(0)[0])
+    assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
+    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, itemsize), "its ring in shared memory"
+    check(op, rng, (rows, n), dtype)
+
+
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", WIDE, ids=WIDE_IDS)
 @pytest.mark.parametrize("n", [8200, 12000, 16384])
@@ -68,16 +82,9 @@ def test_wide_backward(rng, op, dtype, n, rows):
     one); 1000 walks every block through its ring several times. N = 8200 and 12000 leave
     the tile's last packs past the row (zero-filled copies)."""
     from cunorm import _config
-    from cunorm.ops import _row_norm
 
-    rms = op == "rms_norm"
-    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
     itemsize = numpy.dtype(dtype).itemsize
-    tile = _config.wide_bwd_tile(n, 16 // itemsize, itemsize, rms)
-    depth = _config.wide_bwd_depth(tile, rms, n, itemsize, _row_norm.smem_limits(0)[0])
-    assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
-    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, itemsize), "its ring in shared memory"
-    check(op, rng, (rows, n), dtype)
+    _check_wide(rng, op, dtype, n, rows, _config.wide_bwd_tile(n, 16 // itemsize, itemsize, op == "rms_norm"))
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
@@ -88,46 +95,31 @@ def test_wide_backward_long_rms_rows(rng, dtype, n, rows):
     x staged, dy loaded in each pass. N = 16392 and 20000 leave most of the tile's last packs
     past the row; 500 rows walk every block through its ring several times."""
     from cunorm import _config
-    from cunorm.ops import _row_norm
 
-    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, True, 0, 0, 0)
-    tile = _config.WIDE_BWD_TILE_RMS_LONG
-    assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
-    depth = _config.wide_bwd_depth(tile, True, n, 2, _row_norm.smem_limits(0)[0])
-    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, 2), "its ring in shared memory"
-    check("rms_norm", rng, (rows, n), dtype)
+    _check_wide(rng, "rms_norm", dtype, n, rows, _config.WIDE_BWD_TILE_RMS_LONG)
 
 
+# (op, N, staged bytes a row and its message): the two-pack tile stages x and dy, v66's
+# four-pack RMSNorm tile x alone
+WIDE_VIEW_CASES = [("layer_norm", 16384, 2 * 16384 * 2, "the forced depth"),
+                   ("rms_norm", 16384, 2 * 16384 * 2, "the forced depth"),
+                   ("rms_norm", 24576, 32768 * 2, "the forced depth, x alone")]
+
+
+@pytest.mark.parametrize("op,n,row_bytes,what", WIDE_VIEW_CASES, ids=[f"{o}-{n}" for o, n, _, _ in WIDE_VIEW_CASES])
 @pytest.mark.parametrize("view", ["row_stride", "negative_row_stride"])
 @pytest.mark.parametrize("depth", [2, 3])
-def test_wide_backward_long_rms_views_and_depths(rng, monkeypatch, view, depth):
-    from cunorm.ops import _row_norm
-
-    monkeypatch.setattr(_row_norm, "WIDE_DEPTH", depth)
-    _row_norm.backward_plan.cache_clear()
-    try:
-        plan = _row_norm.backward_plan((300, 24576), (24576, 1), (24576, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1,
-                                       True, 0, 0, 0)
-        assert plan.smem == depth * 32768 * 2, "the forced depth, x alone"
-        check("rms_norm", rng, (300, 24576), BFLOAT16, view=view)
-    finally:
-        _row_norm.backward_plan.cache_clear()
-
-
-@pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("view", ["row_stride", "negative_row_stride"])
-@pytest.mark.parametrize("depth", [2, 3])
-def test_wide_backward_views_and_depths(rng, monkeypatch, op, view, depth):
+def test_wide_backward_views_and_depths(rng, monkeypatch, op, n, row_bytes, what, view, depth):
     """Strided rows through the wide backward's copies, and each ring depth forced."""
     from cunorm.ops import _row_norm
 
     monkeypatch.setattr(_row_norm, "WIDE_DEPTH", depth)
     _row_norm.backward_plan.cache_clear()
     try:
-        plan = _row_norm.backward_plan((300, 16384), (16384, 1), (16384, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1,
+        plan = _row_norm.backward_plan((300, n), (n, 1), (n, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1,
                                        op == "rms_norm", 0, 0, 0)
-        assert plan.smem == depth * 2 * 16384 * 2, "the forced depth"
-        check(op, rng, (300, 16384), BFLOAT16, view=view)
+        assert plan.smem == depth * row_bytes, what
+        check(op, rng, (300, n), BFLOAT16, view=view)
     finally:
         _row_norm.backward_plan.cache_clear()
 
