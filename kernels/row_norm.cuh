@@ -488,13 +488,8 @@ __device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[P
 }
 
 // ---- the wide backward (v63, v65, v66; the cluster form v68) ---------------------------------
-// v67 (prediction, NOTES): dy's loads, where not staged, go through the L2 only, so the L1
-// left beside the ring keeps the weight (64 KiB at bf16 32768 or float32 16384; ncu of
-// v66: L1 hit rate 2%, the weight's two loads a pack a row then come from the L2). 0: plain
-// loads (benchmarks/sweep_wide_bwd_dy.py).
-#ifndef CUNORM_WIDE_DY_PAST_L1
-#define CUNORM_WIDE_DY_PAST_L1 0
-#endif
+// v67 (dy's loads through the L2 only, so the L1 would keep the weight) lost 0.01-0.03 of
+// copy on the RMSNorm tiles (NOTES v67; benchmarks/experiments/v67-wide-dy-past-l1.patch).
 // The rows of norm_bwd_wide (layer_norm.cu, where its design is told): a 1024-thread block's
 // COLS columns from c0 of rows first, first + step, ... (uniform over the block, and over the
 // cluster in norm_bwd_wide_cluster). `exchange(c1, c2)` turns the block's two row sums into
@@ -543,7 +538,6 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
     const int col = pack_col<VEC, TPB>(p, lane);
     unpack(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
     if constexpr (kStageDy) unpack(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
-    else if (CUNORM_WIDE_DY_PAST_L1 && col < limit) load_pack_past_l1<A, T, VEC>(dyrow + col, g);
     else load_param<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
     load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
   };
