@@ -501,12 +501,15 @@ __device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[P
 // ---- the wide backward (v63, v65, v66; the cluster form v68) ---------------------------------
 // v67 (dy's loads through the L2 only, so the L1 would keep the weight) lost 0.01-0.03 of
 // copy on the RMSNorm tiles (NOTES v67; benchmarks/experiments/v67-wide-dy-past-l1.patch).
-// v69 (prediction, NOTES): bf16 packs widened a 32-bit word at a time (common.cuh
-// unpack_words) in both passes: x, dy and the weight, 1 instruction a value instead of ~1.5
-// (static SASS of the bf16 RMSNorm 32768 tile: SHF 122 + PRMT 96 of 1285 a row step). Off
-// until measured (benchmarks/sweep_wide_bwd_words.py).
+// v69: bf16 packs widened a 32-bit word at a time (common.cuh unpack_words) in both passes:
+// x, dy and the weight, one instruction a value instead of ~1.5 (static SASS of the bf16
+// RMSNorm 32768 tile: SHF 122 + PRMT 96 of 1285 a row step). H200, two rounds within 0.003
+// (benchmarks/sweep_wide_bwd_words.py, results/sweep-wide-bwd-words-v69-h200.txt), bf16
+// backward of copy: LayerNorm N = 9216 / 12288 / 16384 0.54 / 0.61 / 0.66 -> 0.57 / 0.67 /
+// 0.71, 32768 / 65536 (clusters) +0.01; RMSNorm 9216 / 16384 / 24576 / 32768 +0.01-0.03,
+// 65536 +0.01. 0: element by element.
 #ifndef CUNORM_WIDE_BF16_WORDS
-#define CUNORM_WIDE_BF16_WORDS 0
+#define CUNORM_WIDE_BF16_WORDS 1
 #endif
 // The rows of norm_bwd_wide (layer_norm.cu, where its design is told): a 1024-thread block's
 // COLS columns from c0 of rows first, first + step, ... (uniform over the block, and over the
