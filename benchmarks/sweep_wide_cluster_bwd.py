@@ -1,8 +1,9 @@
 """v68: rows past one wide block on a cluster of wide blocks (norm_bwd_wide_cluster) against
 what took them before (half precision: the staged cluster of 8192-column blocks, v46;
-float32 and half-precision RMSNorm past 65536: the split path), and, for half-precision
-RMSNorm, blocks of 16384 columns against 32768. Host switches only (no rebuild): variants
-alternate ROUNDS times in one process.
+float32 and half-precision RMSNorm past 65536: the split path). Host switches only (no
+rebuild): variants alternate ROUNDS times in one process. (v68's run also had blocks of
+32768 columns for half-precision RMSNorm, results/sweep-wide-cluster-bwd-v68-h200.txt; they
+lost and were taken out.)
 
     python benchmarks/sweep_wide_cluster_bwd.py [--json out.json]
 """
@@ -10,13 +11,12 @@ from __future__ import annotations
 
 import numpy
 
-from cunorm import _config
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
 from _sweep_cli import backward_sweep  # benchmarks/ is the script's directory
 
-# name: (USE_WIDE_CLUSTER_BACKWARD, WIDE_CLUSTER_TILE)
-VARIANTS = {"before": (False, None), "v68": (True, None), "v68_rms_32768": (True, _config.WIDE_BWD_TILE_RMS_LONG)}
+# name: USE_WIDE_CLUSTER_BACKWARD
+VARIANTS = {"before": False, "v68": True}
 ROUNDS = 2
 F32 = numpy.dtype(numpy.float32)
 CASES = [("layer_norm", BFLOAT16, n) for n in (32768, 65536)] + \
@@ -25,17 +25,12 @@ CASES = [("layer_norm", BFLOAT16, n) for n in (32768, 65536)] + \
 
 
 def _use(choice) -> None:
-    _row_norm.USE_WIDE_CLUSTER_BACKWARD, _row_norm.WIDE_CLUSTER_TILE = choice
+    _row_norm.USE_WIDE_CLUSTER_BACKWARD = choice
     _row_norm.backward_plan.cache_clear()
 
 
-def _runs(name, op, dtype, n) -> bool:
-    # the forced tile changes only half-precision RMSNorm: elsewhere it is v68's kernel again
-    return name != "v68_rms_32768" or (op == "rms_norm" and dtype == BFLOAT16)
-
-
 def sweep(log=print) -> list[dict]:
-    return backward_sweep(VARIANTS, ROUNDS, _use, (True, None), CASES, log, _runs)
+    return backward_sweep(VARIANTS, ROUNDS, _use, True, CASES, log)
 
 
 if __name__ == "__main__":

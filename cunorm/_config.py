@@ -358,30 +358,36 @@ def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_opti
     return depth if depth >= min(WIDE_BWD_DEPTHS) else None
 
 
-# Rows past one wide block on sm_90 (v68, prepared): a cluster of 2-4 wide blocks a row
-# (kernels/layer_norm_cluster.cu norm_bwd_wide_cluster), each COLS columns of it staged as
-# the wide backward stages them, the row sums exchanged once. The fewest blocks that hold the
-# row, so every block holds part of it (the kernel relies on that); clusters of three are
-# legal on sm_90. It serves before the staged cluster below. (Measurement: NOTES v68.)
+# Rows past one wide block on sm_90 (v68): a cluster of 2-4 wide blocks of 16384 columns a
+# row (kernels/layer_norm_cluster.cu norm_bwd_wide_cluster), each staged as the wide backward
+# stages it, the row sums exchanged once. The fewest blocks that hold the row, so every
+# block holds part of it (the kernel relies on that); clusters of three are legal on sm_90.
+# It serves before the staged cluster below, which then serves no row by default. H200, two
+# rounds (results/sweep-wide-cluster-bwd-v68-h200.txt), backward of copy: bf16 LayerNorm
+# N = 32768 / 65536 0.45 / 0.45 -> 0.55 / 0.48 and RMSNorm 65536 0.48 -> 0.50 (against the
+# staged cluster); float32 N = 32768 / 65536 LayerNorm 0.51 / 0.50 -> 0.61 / 0.56, RMSNorm
+# 0.53 / 0.52 -> 0.71 / 0.63 (against the split path). Blocks of v66's 32768 columns lost:
+# bf16 RMSNorm 65536 0.45, and 131072 0.39 against the split path's 0.41.
 WIDE_CLUSTER_BWD_SIZES = (2, 3, 4)
 
 
-def wide_cluster_bwd_configs(itemsize: int, rms: bool) -> list[tuple[TileConfig, ClusterConfig]]:
-    """Every (wide tile, cluster) the wide cluster backward may take."""
-    return [(t, ClusterConfig(t.vec, t.packs, t.tpr, c)) for t in wide_bwd_tiles(itemsize, rms)
-            for c in WIDE_CLUSTER_BWD_SIZES]
+def wide_cluster_bwd_tile(itemsize: int) -> TileConfig | None:
+    """The wide tile a cluster block holds (None: float64)."""
+    return {2: WIDE_BWD_TILE, 4: WIDE_BWD_TILE_FP32}.get(itemsize)
 
 
-def wide_cluster_bwd_config(n: int, vec: int, itemsize: int, rms: bool,
-                            tile: TileConfig | None = None) -> tuple[TileConfig, ClusterConfig] | None:
-    """The narrowest wide tile (or ``tile``, where this op and dtype have it) and the fewest of
-    its blocks that hold a row of ``n`` elements in ``vec``-packs, or None (one block holds
-    it, or four do not)."""
-    for t in wide_bwd_tiles(itemsize, rms):
-        blocks = -(-n // t.tile)
-        if (tile is None or t == tile) and t.vec == vec and blocks in WIDE_CLUSTER_BWD_SIZES:
-            return t, ClusterConfig(t.vec, t.packs, t.tpr, blocks)
-    return None
+def wide_cluster_bwd_configs(itemsize: int) -> list[ClusterConfig]:
+    """Every cluster the wide cluster backward may take for this element size."""
+    t = wide_cluster_bwd_tile(itemsize)
+    return [] if t is None else [ClusterConfig(t.vec, t.packs, t.tpr, c) for c in WIDE_CLUSTER_BWD_SIZES]
+
+
+def wide_cluster_bwd_config(n: int, vec: int, itemsize: int) -> ClusterConfig | None:
+    """The fewest wide blocks that hold a row of ``n`` elements in ``vec``-packs, or None
+    (one block holds it, or four do not)."""
+    t = wide_cluster_bwd_tile(itemsize)
+    blocks = -(-n // t.tile) if t is not None and t.vec == vec else 0
+    return ClusterConfig(t.vec, t.packs, t.tpr, blocks) if blocks in WIDE_CLUSTER_BWD_SIZES else None
 
 
 # Half-precision backward rows past the full-row tile (N > 8192) on sm_90, v46: a cluster of

@@ -161,21 +161,6 @@ __device__ __forceinline__ void load_pack(const T* p, A (&out)[VEC]) {
   unpack(pk, out);
 }
 
-// A 16-byte pack read through the L2 only (ld.global.cg), so it takes no L1 line: for data
-// read once a pass that would otherwise push out what the L1 should keep (the wide
-// backward's parameters, v67). HIP: a plain load.
-template <typename A, typename T, int VEC>
-__device__ __forceinline__ void load_pack_past_l1(const T* p, A (&out)[VEC]) {
-  static_assert(sizeof(Pack<T, VEC>) == 16, "16-byte packs");
-  Pack<T, VEC> pk;
-#if defined(CUNORM_HIP)
-  pk = *reinterpret_cast<const Pack<T, VEC>*>(p);
-#else
-  *reinterpret_cast<uint4*>(&pk) = __ldcg(reinterpret_cast<const uint4*>(p));
-#endif
-  unpack(pk, out);
-}
-
 // The raw pack (held in its own width until used: half the registers of converted bf16).
 template <int VEC, typename T>
 __device__ __forceinline__ Pack<T, VEC> load_raw(const T* p) {

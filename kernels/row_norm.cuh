@@ -63,6 +63,17 @@ __device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)
   }
 }
 
+// load_param with bf16 packs widened a 32-bit word at a time (common.cuh unpack_words).
+template <int VEC, typename A, typename W>
+__device__ __forceinline__ void load_param_words(const W* p, i64 col, A fill, A (&out)[VEC]) {
+  if (p) {
+    unpack_words(load_raw<VEC>(p + col), out);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = fill;
+  }
+}
+
 // Backward's per-thread part of the two row sums: turns x into xhat in place and adds up
 // w*dy and w*dy*xhat, w from weight_at(col, inside the row, w pack). Packs outside the row
 // hold x = dy = 0 and add nothing. IN_PLACE (v61, xhat_sums_wdy_with): each element's dy and
@@ -488,12 +499,17 @@ __device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[P
 }
 
 // ---- the wide backward (v63, v65, v66; the cluster form v68) ---------------------------------
-// v67 (prediction, NOTES): dy's loads, where not staged, go through the L2 only, so the L1
-// left beside the ring keeps the weight (64 KiB at bf16 32768 or float32 16384; ncu of
-// v66: L1 hit rate 2%, the weight's two loads a pack a row then come from the L2). 0: plain
-// loads (benchmarks/sweep_wide_bwd_dy.py).
-#ifndef CUNORM_WIDE_DY_PAST_L1
-#define CUNORM_WIDE_DY_PAST_L1 0
+// v67 (dy's loads through the L2 only, so the L1 would keep the weight) lost 0.01-0.03 of
+// copy on the RMSNorm tiles (NOTES v67; benchmarks/experiments/v67-wide-dy-past-l1.patch).
+// v69: bf16 packs widened a 32-bit word at a time (common.cuh unpack_words) in both passes:
+// x, dy and the weight, one instruction a value instead of ~1.5 (static SASS of the bf16
+// RMSNorm 32768 tile: SHF 122 + PRMT 96 of 1285 a row step). H200, two rounds within 0.003
+// (benchmarks/sweep_wide_bwd_words.py, results/sweep-wide-bwd-words-v69-h200.txt), bf16
+// backward of copy: LayerNorm N = 9216 / 12288 / 16384 0.54 / 0.61 / 0.66 -> 0.57 / 0.67 /
+// 0.71, 32768 / 65536 (clusters) +0.01; RMSNorm 9216 / 16384 / 24576 / 32768 +0.01-0.03,
+// 65536 +0.01. 0: element by element.
+#ifndef CUNORM_WIDE_BF16_WORDS
+#define CUNORM_WIDE_BF16_WORDS 1
 #endif
 // The rows of norm_bwd_wide (layer_norm.cu, where its design is told): a 1024-thread block's
 // COLS columns from c0 of rows first, first + step, ... (uniform over the block, and over the
@@ -541,11 +557,17 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   // This thread's pack p of the row in buf: x, dy and the weight, widened (zeros past N).
   auto read_pack = [&](int buf, const T* dyrow, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
     const int col = pack_col<VEC, TPB>(p, lane);
-    unpack(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
-    if constexpr (kStageDy) unpack(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
-    else if (CUNORM_WIDE_DY_PAST_L1 && col < limit) load_pack_past_l1<A, T, VEC>(dyrow + col, g);
-    else load_param<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
-    load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
+    if constexpr (CUNORM_WIDE_BF16_WORDS) {
+      unpack_words(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
+      if constexpr (kStageDy) unpack_words(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+      else load_param_words<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
+      load_param_words<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
+    } else {
+      unpack(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
+      if constexpr (kStageDy) unpack(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+      else load_param<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
+      load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
+    }
   };
   StageRing<DEPTH> ring;
   ring.fill([&](int ahead, int b) { stage_row(first + ahead * step, b); });

@@ -37,7 +37,9 @@ USE_CLUSTER_BACKWARD = False
 # split path in two rounds (results/sweep-cluster-bwd-staged-occupancy-h200.txt, backward of
 # copy): bf16 LayerNorm N = 16384 / 32768 / 65536 0.40 / 0.39 / 0.39 -> 0.47 / 0.41-0.43 /
 # 0.41-0.42, RMSNorm 0.41-0.42 / 0.39-0.41 / 0.40 -> 0.44-0.45 / 0.39-0.40 / 0.40-0.42; fp16
-# +0.02-0.09. It serves before USE_CLUSTER_BACKWARD's kernel.
+# +0.02-0.09. It serves before USE_CLUSTER_BACKWARD's kernel. Since v63 and v68 the wide
+# block and its clusters take all these rows first, so it serves only with them switched off
+# (USE_WIDE_BACKWARD = False), as a fallback.
 USE_STAGED_CLUSTER_BACKWARD = True
 # Rows of 8193-16384 elements through norm_bwd_wide (v63 half precision, v65 float32; v66
 # half-precision RMSNorm to 32768: _config.wide_bwd_tiles), before the staged cluster;
@@ -45,10 +47,8 @@ USE_STAGED_CLUSTER_BACKWARD = True
 USE_WIDE_BACKWARD = True
 WIDE_DEPTH = None
 # Rows past one wide block through a cluster of them (sm_90+, v68: _config.
-# wide_cluster_bwd_config), before the staged cluster; WIDE_CLUSTER_TILE forces the tile (the
-# sweeps), None: the narrowest that the row's op and dtype have.
+# wide_cluster_bwd_config), before the staged cluster.
 USE_WIDE_CLUSTER_BACKWARD = True
-WIDE_CLUSTER_TILE = None
 # Full-row backward tiles of 16-byte half-precision packs copy the next row into shared memory
 # (cp.async) while reducing the current one: kernels/row_norm.cuh ``Staged``, which this
 # mirrors (CUNORM_BWD_STAGE); measured in benchmarks/NOTES.md, v19.
@@ -156,7 +156,7 @@ def cluster_instantiations() -> list[str]:
         for cfg in _config.all_cluster_staged_bwd_configs(vec, itemsize):
             names += [_staged_cluster_name(t, w, cfg, rms) for rms in (False, True)]
         for rms in (False, True):
-            names += [_wide_cluster_name(t, w, rms, d, tile, cfg) for tile, cfg in _config.wide_cluster_bwd_configs(itemsize, rms)
+            names += [_wide_cluster_name(t, w, rms, d, cfg) for cfg in _config.wide_cluster_bwd_configs(itemsize)
                       for d in _config.WIDE_BWD_DEPTHS]
     return names
 
@@ -174,22 +174,22 @@ def _wide_plan(itemsize: int, n: int, vec: int, rms: bool, device: int) -> tuple
     return None if depth is None else (tile, depth)
 
 
-def _wide_cluster_name(t: str, w: str, rms: bool, depth: int, tile: _config.TileConfig,
-                       cfg: _config.ClusterConfig) -> str:
-    return f"norm_bwd_wide_cluster<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {tile.tile}, {cfg.cluster}>"
+def _wide_cluster_name(t: str, w: str, rms: bool, depth: int, cfg: _config.ClusterConfig) -> str:
+    cols = cfg.tpb * cfg.packs * cfg.vec
+    return f"norm_bwd_wide_cluster<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {cols}, {cfg.cluster}>"
 
 
 def _wide_cluster_plan(t: str, itemsize: int, n: int, vec: int, rms: bool, device: int):
-    """The wide cluster backward's (tile, cluster config, ring depth) for this row, or None
-    where it does not serve. The ring's depth is the wide block's for a full tile."""
+    """The wide cluster backward's (cluster config, ring depth) for this row, or None where
+    it does not serve. The ring's depth is the wide block's for a full tile."""
     if not (USE_WIDE_CLUSTER_BACKWARD and USE_WIDE_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device)):
         return None
-    found = _config.wide_cluster_bwd_config(n, vec, itemsize, rms, WIDE_CLUSTER_TILE)
-    if found is None:
+    cfg = _config.wide_cluster_bwd_config(n, vec, itemsize)
+    if cfg is None:
         return None
-    tile, cfg = found
+    tile = _config.wide_cluster_bwd_tile(itemsize)
     depth = WIDE_DEPTH or _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, smem_limits(device)[0])
-    return None if depth is None else (tile, cfg, depth)
+    return None if depth is None else (cfg, depth)
 
 
 def _staged_cluster_name(t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
@@ -395,9 +395,9 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
     wide_cluster = _wide_cluster_plan(t, itemsize, n, vec, rms, device)
     if wide_cluster is not None:
-        tile, ccfg, depth = wide_cluster
-        main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, tile, ccfg), device)
-        smem = depth * _config.wide_bwd_row_bytes(tile, itemsize)
+        ccfg, depth = wide_cluster
+        main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, ccfg), device)
+        smem = depth * _config.wide_bwd_row_bytes(_config.wide_cluster_bwd_tile(itemsize), itemsize)
         return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block, smem), smem
     scfg = _config.cluster_staged_bwd_config(n, vec, itemsize) \
         if USE_STAGED_CLUSTER_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device) else None
