@@ -88,9 +88,10 @@ def _smem_bytes(cfg: TileConfig) -> int:
 #   between (fused residual backward N = 2048 / 4096 0.77-0.81 -> 0.82-0.85, the plain one
 #   within ±0.02); else 2.
 # - (the kernels alone decide this one) each row's mean and rstd staged with it, for rows of a
-#   block an SM only (one block an SM has no other block to hide their load behind: N = 8192
-#   LayerNorm 0.53 -> 0.56-0.66, RMSNorm 0.56-0.64 -> 0.67-0.71; narrower rows lost up to
-#   0.1 with it).
+#   block an SM at first (v44: N = 8192 LayerNorm 0.53 -> 0.56-0.66, RMSNorm 0.56-0.64 ->
+#   0.67-0.71; narrower rows lost up to 0.1 with it), and since v74 for rows of 128 threads
+#   or more (with the weight in shared memory, v71: bf16 LayerNorm N = 1024-4096 0.71-0.77 ->
+#   0.85-0.88; 64-thread rows still lose, row_norm.cuh StagePolicy).
 def bwd_stage_depth(tpr: int, rms: bool) -> int:
     if tpr <= 32:
         return 3

@@ -303,6 +303,24 @@ __device__ __forceinline__ A group_warp_sum(A v) {
   return v;
 }
 
+// v72: the second level of a group's sum, over its kWarps warp partials, as a butterfly of
+// kWarps lanes, each lane reading partial lane % kWarps, instead of 32 lanes with zeros past
+// kWarps: log2(32 / kWarps) shuffle-adds fewer a value (3 at 128-thread rows). The same
+// bits: the dropped steps added exact zeros. H200, two rounds (benchmarks/
+// sweep_bwd_overhead.py): bf16 norm_bwd N = 1024 / 2048 / 4096 LayerNorm +0.034 / +0.025 /
+// +0.013 of copy, RMSNorm +0.01-0.02; forwards within 0.004; float32 LayerNorm backward
+// 4096 -0.008 and the fused RMSNorm backward 2048 -0.005-0.01, the cases it lost. 0: 32 lanes.
+#ifndef CUNORM_NARROW_SECOND_SUM
+#define CUNORM_NARROW_SECOND_SUM 1
+#endif
+
+// Lane `lane`'s share of the group's kWarps partials at smem[first ..], summed over the warp.
+template <int kWarps, typename A>
+__device__ __forceinline__ A second_level_sum(const A* partials, int lane) {
+  if constexpr (CUNORM_NARROW_SECOND_SUM) return group_warp_sum<kWarps>(partials[lane % kWarps]);
+  else return group_warp_sum<kWarp>(lane < kWarps ? partials[lane] : A(0));
+}
+
 // group_sum2's sums before its closing barrier (TPR > warp: that barrier is the caller's, so
 // smem may be reused only after it).
 template <int TPR, typename A>
@@ -314,10 +332,8 @@ __device__ __forceinline__ void group_sum2_open(A& a, A& b, A* smem) {
   b = group_warp_sum<kWarp>(b);
   if (lane == 0) { smem[warp] = a; smem[kWarp + warp] = b; }
   __syncthreads();
-  a = lane < kWarps ? smem[first + lane] : A(0);
-  b = lane < kWarps ? smem[kWarp + first + lane] : A(0);
-  a = group_warp_sum<kWarp>(a);
-  b = group_warp_sum<kWarp>(b);
+  a = second_level_sum<kWarps>(smem + first, lane);
+  b = second_level_sum<kWarps>(smem + kWarp + first, lane);
 }
 
 // Sum over the TPR threads of a row group. TPR <= warp: shuffles only. TPR > warp: the
@@ -364,8 +380,7 @@ __device__ __forceinline__ A group_sum(A v, A* smem) {
     v = group_warp_sum<kWarp>(v);
     if (lane == 0) smem[warp] = v;
     __syncthreads();
-    v = lane < kWarps ? smem[first + lane] : A(0);
-    v = group_warp_sum<kWarp>(v);
+    v = second_level_sum<kWarps>(smem + first, lane);
     __syncthreads();
     return v;
   }

@@ -325,11 +325,13 @@ norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ row_shift, A
 // overwritten with xhat).
 // With ACC, adds the row's dy*xhat and dy into the group's dW / dB accumulators. kFullRow
 // computes the two row sums here; kChunkApply reads them from `row_sums` [M, 2] (split path).
-template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE, bool ACC, typename A>
+// With WSLOTS (v71, in place only), the weight comes from the thread's stage_weight slots.
+template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE, bool ACC, bool WSLOTS = false,
+          typename A>
 __device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC], const W* __restrict__ weight,
                                         const RowStats<A>& st, const A* __restrict__ row_sums, T* __restrict__ dx,
                                         i64 row, i64 M, i64 N, i64 c0, int lane, A* smem, A (&dw_acc)[PACKS][VEC],
-                                        A (&db_acc)[PACKS][VEC]) {
+                                        A (&db_acc)[PACKS][VEC], const float4* wslots = nullptr) {
   constexpr i64 kTile = i64(TPR) * PACKS * VEC;
   const bool row_ok = row < M;
   const i64 safe_row = row_ok ? row : 0;
@@ -341,7 +343,14 @@ __device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC],
 
   // xv becomes xhat; g stays dy, or becomes w*dy (row_norm.cuh, CUNORM_BWD_WDY_IN_PLACE)
   A c1, c2;
-  bwd_first_pass<VEC, PACKS, TPR, ACC, kInPlace>(xv, g, weight, c0, limit, lane, mu, r, c1, c2, dw_acc, db_acc);
+  if constexpr (WSLOTS) {
+    static_assert(kInPlace && sizeof(A) == 4, "weight slots serve the in-place float accumulation");
+    xhat_sums_wdy_with<VEC, PACKS, TPR, ACC>(
+        xv, g, [&](int p, int, bool, A (&wv)[VEC]) { unstage_weight<VEC, GroupShape<TPR>::kBlock>(wslots, p, wv); },
+        limit, lane, mu, r, c1, c2, dw_acc, db_acc);
+  } else {
+    bwd_first_pass<VEC, PACKS, TPR, ACC, kInPlace>(xv, g, weight, c0, limit, lane, mu, r, c1, c2, dw_acc, db_acc);
+  }
   if constexpr (MODE == kFullRow) {
     if constexpr (RMS) c2 = group_sum<TPR>(c2, smem);
     else group_sum2<TPR>(c1, c2, smem);
@@ -388,6 +397,9 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
     constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock, kDepth = StagePolicy<TPR, RMS>::depth;
     Pack<T, VEC>* slots = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
     __shared__ A stats[kDepth * 2 * StatsSlots<TPR, kBlock>::value];  // rows' mean and rstd, where staged
+    constexpr bool kWeightSlots = CUNORM_BWD_WEIGHT_SMEM && WdyInPlace<T>::value && VEC % 4 == 0;
+    __shared__ __align__(16) float4 wslots[kWeightSlots ? PACKS * VEC / 4 * kBlock : 1];
+    if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPR, kBlock>(wslots, weight, c0, N, lane);
     auto stage_row = [&](i64 base, int buf) {  // rows past M stage zeros, never read
       const i64 r = base + ty;
       const i64 safe = r < M ? r : 0;
@@ -405,9 +417,9 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
       A xv[PACKS][VEC], g[PACKS][VEC];
       unstage_tile<VEC, PACKS, kBlock>(slots + 2 * buf * kSet, xv);
       unstage_tile<VEC, PACKS, kBlock>(slots + (2 * buf + 1) * kSet, g);
-      bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true>(xv, g, weight,
-                                                       staged_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, base + ty, M),
-                                                       row_sums, dx, base + ty, M, N, c0, lane, smem, dw_acc, db_acc);
+      bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true, kWeightSlots>(
+          xv, g, weight, staged_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, base + ty, M), row_sums, dx, base + ty,
+          M, N, c0, lane, smem, dw_acc, db_acc, wslots);
       ring.advance();
     }
   } else {

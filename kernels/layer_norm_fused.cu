@@ -115,6 +115,10 @@ __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax)
 // where a bias is added). FP8 LayerNorm N = 2048-8192 +0.005-0.007 of copy on an H100; the
 // residual forward, which is memory-bound, lost 0.006-0.011 with it, so it keeps two passes
 // (NOTES v60). 0: two passes always; 1: FP8 outputs; 2: every output.
+#ifndef CUNORM_FUSED_BWD_WEIGHT_SMEM
+#define CUNORM_FUSED_BWD_WEIGHT_SMEM 1  // v73, in norm_bwd_fused below
+#endif
+
 #ifndef CUNORM_FUSED_ONE_PASS
 #define CUNORM_FUSED_ONE_PASS 1
 #endif
@@ -304,6 +308,13 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
     stage_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, r, M);
     copies_commit();
   };
+  // v73: the weight (+ offset) widened once into shared memory (row_norm.cuh stage_weight, v71
+  // for norm_bwd), read back in both passes. H200, two rounds (results/sweep-bwd-overhead-v73-
+  // stats-h200.txt), bf16 N = 2048 / 4096 / 8192: LayerNorm 0.82 / 0.81 / 0.79 -> 0.86 / 0.85 /
+  // 0.84, RMSNorm 0.84 / 0.84 / 0.85 -> 0.88 / 0.88 / 0.89 of copy. 0: loaded each row step.
+  constexpr bool kWeightSlots = CUNORM_FUSED_BWD_WEIGHT_SMEM && kStaged && VEC % 4 == 0;
+  __shared__ __align__(16) float4 wslots[kWeightSlots ? PACKS * VEC / 4 * kBlock : 1];
+  if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPR, kBlock>(wslots, weight, 0, N, lane, weight_offset);
   const i64 step = i64(gridDim.x) * kRows;
   StageRing<kDepth> ring;
   if constexpr (kStaged) ring.fill([&](int ahead, int b) { stage_row(i64(blockIdx.x) * kRows + ahead * step, b); });
@@ -332,8 +343,9 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
     // H200 sweep, bf16 N = 2048-8192, LayerNorm +0.005-0.010 of copy, RMSNorm -0.002-0.007
     constexpr bool kInPlace = WdyInPlace<T>::value && !RMS;
     const A mu = kInPlace && !row_ok ? A(0) : st.mean, r = kInPlace && !row_ok ? A(0) : st.rstd;
-    auto weight_at = [&](int col, bool inside, A (&wv)[VEC]) {
-      load_weight<VEC>(inside ? weight : nullptr, col, weight_offset, wv);
+    auto weight_at = [&](int p, int col, bool inside, A (&wv)[VEC]) {
+      if constexpr (kWeightSlots) unstage_weight<VEC, kBlock>(wslots, p, wv);
+      else load_weight<VEC>(inside ? weight : nullptr, col, weight_offset, wv);
     };
     A c1, c2;
     if constexpr (kInPlace) {
@@ -351,7 +363,7 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
       if (col >= limit) continue;
       const i64 at = safe_row * N + col;
       A wv[VEC], dhv[VEC], out[VEC];
-      if constexpr (!kInPlace) load_weight<VEC>(weight, col, weight_offset, wv);
+      if constexpr (!kInPlace) weight_at(p, col, true, wv);
       load_param<VEC>(dh ? dh + at : nullptr, 0, A(0), dhv);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {

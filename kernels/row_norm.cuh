@@ -75,7 +75,7 @@ __device__ __forceinline__ void load_param_words(const W* p, i64 col, A fill, A 
 }
 
 // Backward's per-thread part of the two row sums: turns x into xhat in place and adds up
-// w*dy and w*dy*xhat, w from weight_at(col, inside the row, w pack). Packs outside the row
+// w*dy and w*dy*xhat, w from weight_at(p, col, inside the row, w pack) for the thread's pack p. Packs outside the row
 // hold x = dy = 0 and add nothing. IN_PLACE (v61, xhat_sums_wdy_with): each element's dy and
 // xhat go to `accumulate(p, k, dy, xhat)` first, and g is left holding w*dy.
 template <int VEC, int PACKS, int TPR, bool IN_PLACE, typename A, typename G, typename WeightAt, typename Accumulate>
@@ -87,7 +87,7 @@ __device__ __forceinline__ void xhat_sums_pass(A (&xv)[PACKS][VEC], G (&g)[PACKS
   for (int p = 0; p < PACKS; ++p) {
     const int col = pack_col<VEC, TPR>(p, lane);
     A wv[VEC];
-    weight_at(col, col < limit, wv);
+    weight_at(p, col, col < limit, wv);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       xv[p][k] = (xv[p][k] - mu) * r;
@@ -112,7 +112,7 @@ template <int VEC, int PACKS, int TPR, typename A, typename W>
 __device__ __forceinline__ void xhat_and_sums(A (&xv)[PACKS][VEC], const A (&g)[PACKS][VEC], const W* weight,
                                               i64 c0, int limit, int lane, A mu, A r, A& c1, A& c2) {
   xhat_and_sums_with<VEC, PACKS, TPR>(
-      xv, g, [&](int col, bool inside, A (&wv)[VEC]) { load_param<VEC>(inside ? weight : nullptr, c0 + col, A(1), wv); },
+      xv, g, [&](int, int col, bool inside, A (&wv)[VEC]) { load_param<VEC>(inside ? weight : nullptr, c0 + col, A(1), wv); },
       limit, lane, mu, r, c1, c2);
 }
 
@@ -176,7 +176,7 @@ struct WdyInPlace {
 // pass zeros for x and dy outside the row (load_tile, stage_tile) and a finite mean and rstd
 // (0 for a row past M), so the rest add zeros, and only into columns past N, which are never
 // stored. A test per pack held the bf16 tile to 64 registers with spills.
-// `weight_at(col, inside, wv)` gives the weight of the pack at tile column col, as in
+// `weight_at(p, col, inside, wv)` gives the weight of pack p, at tile column col, as in
 // xhat_and_sums_with.
 template <int VEC, int PACKS, int TPR, bool ACC, typename A, typename WeightAt>
 __device__ __forceinline__ void xhat_sums_wdy_with(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC], WeightAt&& weight_at,
@@ -195,7 +195,7 @@ __device__ __forceinline__ void xhat_sums_wdy(A (&xv)[PACKS][VEC], A (&g)[PACKS]
                                               int limit, int lane, A mu, A r, A& c1, A& c2,
                                               A (&dw_acc)[PACKS][VEC], A (&db_acc)[PACKS][VEC]) {
   xhat_sums_wdy_with<VEC, PACKS, TPR, ACC>(
-      xv, g, [&](int col, bool inside, A (&wv)[VEC]) { load_param<VEC>(inside ? weight : nullptr, c0 + col, A(1), wv); },
+      xv, g, [&](int, int col, bool inside, A (&wv)[VEC]) { load_param<VEC>(inside ? weight : nullptr, c0 + col, A(1), wv); },
       limit, lane, mu, r, c1, c2, dw_acc, db_acc);
 }
 
@@ -373,9 +373,16 @@ struct Staged {  // whether the backward stages rows of T in VEC-packs (the host
 template <int TPR, bool RMS>
 struct StagePolicy {
   static constexpr bool kWarpRows = TPR <= 32, kSmRows = TPR >= 1024;  // a warp a row / a block an SM
+  // v74: rows of 128 threads or more stage their statistics. With v70-v72 in, two rounds on the
+  // H200 (benchmarks/sweep_bwd_overhead.py, results/sweep-bwd-overhead-v73-stats-h200.txt), bf16
+  // backward of copy: LayerNorm N = 1024 / 2048 / 4096 0.77 / 0.74 / 0.71 -> 0.85 / 0.88 /
+  // 0.86, RMSNorm 0.82 / 0.79 / 0.76 -> 0.83 / 0.85 / 0.78; at N = 512 (64-thread rows) they
+  // lost 0.01 / 0.04, so those load them late still. Before v71 (NOTES v44) rows under 1024
+  // threads lost with them.
+  static constexpr int kStatsFrom = 128;
   static constexpr int depth = CUNORM_BWD_STAGE_DEPTH > 0 ? CUNORM_BWD_STAGE_DEPTH
                                : kWarpRows ? 3 : kSmRows ? (RMS ? 2 : 3) : (RMS ? 3 : 2);
-  static constexpr bool stats = CUNORM_BWD_STAGE_STATS >= 0 ? bool(CUNORM_BWD_STAGE_STATS) : kSmRows;
+  static constexpr bool stats = CUNORM_BWD_STAGE_STATS >= 0 ? bool(CUNORM_BWD_STAGE_STATS) : TPR >= kStatsFrom;
   static_assert(depth >= 2, "a staged backward keeps at least the next row in flight");
 };
 
@@ -489,12 +496,62 @@ __device__ __forceinline__ RowStats<float> staged_stats(const float* stats, int 
   return RowStats<float>{RMS ? 0.0f : stats[(2 * buf) * kSlots + slot], stats[(2 * buf + 1) * kSlots + slot]};
 }
 
+// v70: the staged row tiles widened a 32-bit word at a time (common.cuh unpack_words), as v69
+// did in the wide backward. H200, two rounds within 0.003 (benchmarks/sweep_bwd_overhead.py,
+// results/sweep-bwd-overhead-v70-v72-h200.txt): bf16 norm_bwd N = 512-8192 +0.000-0.005 of
+// copy, the fused residual backward +0.004-0.010 at N = 8192. 0: element by element.
+#ifndef CUNORM_BWD_STAGED_WORDS
+#define CUNORM_BWD_STAGED_WORDS 1
+#endif
+
 template <int VEC, int PACKS, int BLOCK, typename A, typename T>
 __device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[PACKS][VEC]) {
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     const Pack<T, VEC> pk = slots[p * BLOCK + threadIdx.x];  // one wide load (see load_pack)
-    unpack(pk, v[p]);
+    if constexpr (CUNORM_BWD_STAGED_WORDS) unpack_words(pk, v[p]);
+    else unpack(pk, v[p]);
+  }
+}
+
+// v71: a persistent backward group's columns never change, so each thread widens its packs
+// of the weight once, into shared memory as float (its own slots: [PACKS * VEC / 4][BLOCK]
+// float4, a warp's reads consecutive), and each row step reads them back with VEC / 4 wide
+// loads instead of a global load (whose latency ncu put first among the stalls at N = 4096),
+// its address and predicate, and the widening. Columns past the row hold 1 (+ offset; their
+// x and dy are zero). Same sweep: bf16 norm_bwd N = 8192 (one block an SM) LayerNorm 0.70 ->
+// 0.79, RMSNorm 0.81 -> 0.89; N = 512 +0.01-0.02; RMSNorm 1024-4096 +0.005-0.01; LayerNorm
+// 1024-4096 -0.004-0.013 alone, even with v72. 0: the weight loaded each row step.
+#ifndef CUNORM_BWD_WEIGHT_SMEM
+#define CUNORM_BWD_WEIGHT_SMEM 1
+#endif
+
+template <int VEC, int PACKS, int TPR, int BLOCK, typename W>
+__device__ __forceinline__ void stage_weight(float4* slots, const W* weight, i64 c0, i64 N, int lane,
+                                             float offset = 0.0f) {
+  static_assert(VEC % 4 == 0, "whole float4 slots");
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    const i64 col = c0 + pack_col<VEC, TPR>(p, lane);
+    float wv[VEC];
+    load_param<VEC>(col < N ? weight : nullptr, col, 1.0f, wv);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) wv[k] += offset;  // the fused backward's w + offset, as load_weight
+#pragma unroll
+    for (int q = 0; q < VEC / 4; ++q)
+      slots[(p * (VEC / 4) + q) * BLOCK + threadIdx.x] = make_float4(wv[4 * q], wv[4 * q + 1], wv[4 * q + 2], wv[4 * q + 3]);
+  }
+}
+
+template <int VEC, int BLOCK>
+__device__ __forceinline__ void unstage_weight(const float4* slots, int p, float (&wv)[VEC]) {
+#pragma unroll
+  for (int q = 0; q < VEC / 4; ++q) {
+    const float4 f = slots[(p * (VEC / 4) + q) * BLOCK + threadIdx.x];
+    wv[4 * q] = f.x;
+    wv[4 * q + 1] = f.y;
+    wv[4 * q + 2] = f.z;
+    wv[4 * q + 3] = f.w;
   }
 }
 
