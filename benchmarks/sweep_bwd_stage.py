@@ -72,6 +72,20 @@ def _fused_grads(op: str, n: int, m: int = 300):
     return [a.get() for a in grad(dy, out[1], w, *out[2:], dh=dh, residual_dtype=r.dtype) if a is not None]
 
 
+def _forward(op: str, dtype, n: int, m: int = 300):
+    """y and the statistics of one forward on fixed inputs."""
+    import cupy
+
+    import cunorm
+
+    rng = cupy.random.default_rng(3)
+    x = (rng.standard_normal((m, n), dtype=numpy.float32) + 3).astype(dtype)
+    w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(dtype)
+    out = cunorm.layer_norm(x, w, cupy.zeros(n, dtype), return_stats=True) if op == "layer_norm" else \
+        cunorm.rms_norm(x, w, return_stats=True)
+    return [a.get() for a in out]
+
+
 def _same(a: list, b: list) -> bool:
     return len(a) == len(b) and all(numpy.array_equal(p.view(numpy.uint8), q.view(numpy.uint8)) for p, q in zip(a, b))
 
@@ -86,6 +100,21 @@ def bwd_bits_row(name: str, round_: int, op: str, dtype, n: int, copy: float, re
            "bwd_of_copy": round(r["bwd_GBps"] / copy, 3), "same_bits": same}
     log(f"{name:20s} {op:10s} {row['dtype']:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy"
         + ("" if same else "  RESULTS DIFFER from the first variant"))
+    return row
+
+
+def fwd_bwd_bits_row(name: str, round_: int, op: str, dtype, n: int, copy: float, reference: dict, log) -> dict:
+    """One case of a sweep whose builds must agree bit for bit in both directions: forward
+    outputs and gradients against the first build's (kept in ``reference``), and both
+    directions' fractions of copy, logged."""
+    got = _forward(op, dtype, n) + _grads(op, dtype, n)
+    same = _same(got, reference.setdefault((op, numpy.dtype(dtype).name, n), got))
+    r = _bench.bench_row_norm(op, dtype, n)
+    row = {"variant": name, "round": round_, "op": op, "dtype": numpy.dtype(dtype).name, "N": n,
+           "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), "bwd_of_copy": round(r["bwd_GBps"] / copy, 3),
+           "same_bits": same}
+    log(f"{name:18s} {op:10s} {row['dtype']:8s} N={n:<6d} fwd {row['fwd_of_copy']:.3f} "
+        f"bwd {row['bwd_of_copy']:.3f} of copy" + ("" if same else "  RESULTS DIFFER from the first variant"))
     return row
 
 

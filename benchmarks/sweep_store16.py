@@ -20,7 +20,7 @@ import numpy
 from cunorm import _bench, _bench_fused
 from cunorm._checks import BFLOAT16
 from _sweep_cli import alternate_builds, best_table, row_norm_cases  # benchmarks/ is the script's directory
-from sweep_bwd_stage import _grads, _same, fused_bwd_row
+from sweep_bwd_stage import _same, fused_bwd_row, fwd_bwd_bits_row
 
 VARIANTS = {"v46_base": ("-DCUNORM_STORE16=0", "-DCUNORM_FP8_WORDS=0"),
             "v47_store16": ("-DCUNORM_FP8_WORDS=0",),
@@ -28,19 +28,6 @@ VARIANTS = {"v46_base": ("-DCUNORM_STORE16=0", "-DCUNORM_FP8_WORDS=0"),
 ROUNDS = 2
 ROW_LENGTHS = (512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
 FUSED_ROW_LENGTHS = (2048, 4096, 8192)
-
-
-def _forward(op: str, dtype, n: int, m: int = 300):
-    import cupy
-
-    import cunorm
-
-    rng = cupy.random.default_rng(3)
-    x = (rng.standard_normal((m, n), dtype=numpy.float32) + 3).astype(dtype)
-    w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(dtype)
-    out = cunorm.layer_norm(x, w, cupy.zeros(n, dtype), return_stats=True) if op == "layer_norm" else \
-        cunorm.rms_norm(x, w, return_stats=True)
-    return [a.get() for a in out]
 
 
 def _fp8(op: str, n: int, copy: float, m: int = 300):
@@ -62,15 +49,7 @@ def sweep(log=print) -> list[dict]:
     rows, reference = [], {}
     for round_, name, copy in alternate_builds(VARIANTS, ROUNDS, log):
         for op, dtype, n in row_norm_cases(ROW_LENGTHS):
-            got = _forward(op, dtype, n) + _grads(op, dtype, n)
-            same = _same(got, reference.setdefault((op, dtype.name, n), got))
-            r = _bench.bench_row_norm(op, dtype, n)
-            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
-                   "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), "bwd_of_copy": round(r["bwd_GBps"] / copy, 3),
-                   "same_bits": same}
-            log(f"{name:18s} {op:10s} {dtype.name:8s} N={n:<6d} fwd {row['fwd_of_copy']:.3f} "
-                f"bwd {row['bwd_of_copy']:.3f} of copy" + ("" if same else "  RESULTS DIFFER"))
-            rows.append(row)
+            rows.append(fwd_bwd_bits_row(name, round_, op, dtype, n, copy, reference, log))
         for op in ("layer_norm", "rms_norm"):
             for n in FUSED_ROW_LENGTHS:
                 rows.append(fused_bwd_row(name, round_, op, n, copy, reference, log))
