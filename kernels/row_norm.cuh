@@ -376,12 +376,12 @@ struct StagePolicy {
   // v74: rows of 128 threads or more stage their statistics. With v70-v72 in, two rounds on the
   // H200 (benchmarks/sweep_bwd_overhead.py, results/sweep-bwd-overhead-v73-stats-h200.txt), bf16
   // backward of copy: LayerNorm N = 1024 / 2048 / 4096 0.77 / 0.74 / 0.71 -> 0.85 / 0.88 /
-  // 0.86, RMSNorm 0.82 / 0.79 / 0.76 -> 0.83 / 0.85 / 0.78; at N = 512 (64-thread rows) they
-  // lost 0.01 / 0.04, so those load them late still. Before v71 (NOTES v44) rows under 1024
-  // threads lost with them.
+  // 0.86, RMSNorm 0.82 / 0.79 / 0.76 -> 0.83 / 0.85 / 0.78; at N = 512 (warp rows of two
+  // packs) they lost 0.01 / 0.04, so rows under 128 threads load them late still (64-thread
+  // rows were not measured). Before v71 (NOTES v44) rows under 1024 threads lost with them.
   static constexpr int kStatsFrom = 128;
   static constexpr int depth = CUNORM_BWD_STAGE_DEPTH > 0 ? CUNORM_BWD_STAGE_DEPTH
-                               : kWarpRows ? 3 : kSmRows ? (RMS ? 2 : 3) : (RMS ? 3 : 2);
+                               : kWarpRows ? 3 : kSmRows ? (RMS ? 2 : 3) : 2;  // v75: 2 for RMSNorm too
   static constexpr bool stats = CUNORM_BWD_STAGE_STATS >= 0 ? bool(CUNORM_BWD_STAGE_STATS) : TPR >= kStatsFrom;
   static_assert(depth >= 2, "a staged backward keeps at least the next row in flight");
 };
