@@ -115,10 +115,6 @@ __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax)
 // where a bias is added). FP8 LayerNorm N = 2048-8192 +0.005-0.007 of copy on an H100; the
 // residual forward, which is memory-bound, lost 0.006-0.011 with it, so it keeps two passes
 // (NOTES v60). 0: two passes always; 1: FP8 outputs; 2: every output.
-#ifndef CUNORM_FUSED_BWD_WEIGHT_SMEM
-#define CUNORM_FUSED_BWD_WEIGHT_SMEM 1  // v73, in norm_bwd_fused below
-#endif
-
 #ifndef CUNORM_FUSED_ONE_PASS
 #define CUNORM_FUSED_ONE_PASS 1
 #endif
@@ -262,6 +258,11 @@ __device__ __forceinline__ void load_weight(const W* weight, i64 col, float offs
   for (int k = 0; k < VEC; ++k) wv[k] += offset;
 }
 
+// v73: the backward's weight slots (norm_bwd_fused below). 0: the weight loaded each row step.
+#ifndef CUNORM_FUSED_BWD_WEIGHT_SMEM
+#define CUNORM_FUSED_BWD_WEIGHT_SMEM 1
+#endif
+
 // Backward of the fused forward for rows one register tile holds, one pass over h, dy and dh:
 //   dx = dh + rstd * (w'dy - mean(w'dy) - xhat * mean(w'dy * xhat)),  w' = w + offset,
 // written in X and, where dres is given, again in H as the residual's gradient (h = x + r
@@ -311,7 +312,7 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
   // v73: the weight (+ offset) widened once into shared memory (row_norm.cuh stage_weight, v71
   // for norm_bwd), read back in both passes. H200, two rounds (results/sweep-bwd-overhead-v73-
   // stats-h200.txt), bf16 N = 2048 / 4096 / 8192: LayerNorm 0.82 / 0.81 / 0.79 -> 0.86 / 0.85 /
-  // 0.84, RMSNorm 0.84 / 0.84 / 0.85 -> 0.88 / 0.88 / 0.89 of copy. 0: loaded each row step.
+  // 0.84, RMSNorm 0.84 / 0.84 / 0.85 -> 0.88 / 0.88 / 0.89 of copy.
   constexpr bool kWeightSlots = CUNORM_FUSED_BWD_WEIGHT_SMEM && kStaged && VEC % 4 == 0;
   __shared__ __align__(16) float4 wslots[kWeightSlots ? PACKS * VEC / 4 * kBlock : 1];
   if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPR, kBlock>(wslots, weight, 0, N, lane, weight_offset);

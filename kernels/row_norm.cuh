@@ -75,8 +75,8 @@ __device__ __forceinline__ void load_param_words(const W* p, i64 col, A fill, A 
 }
 
 // Backward's per-thread part of the two row sums: turns x into xhat in place and adds up
-// w*dy and w*dy*xhat, w from weight_at(p, col, inside the row, w pack) for the thread's pack p. Packs outside the row
-// hold x = dy = 0 and add nothing. IN_PLACE (v61, xhat_sums_wdy_with): each element's dy and
+// w*dy and w*dy*xhat, w from weight_at(p, col, inside the row, w pack) for the thread's pack
+// p. Packs outside the row hold x = dy = 0 and add nothing. IN_PLACE (v61, xhat_sums_wdy_with): each element's dy and
 // xhat go to `accumulate(p, k, dy, xhat)` first, and g is left holding w*dy.
 template <int VEC, int PACKS, int TPR, bool IN_PLACE, typename A, typename G, typename WeightAt, typename Accumulate>
 __device__ __forceinline__ void xhat_sums_pass(A (&xv)[PACKS][VEC], G (&g)[PACKS][VEC], WeightAt&& weight_at,
@@ -517,8 +517,8 @@ __device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[P
 // v71: a persistent backward group's columns never change, so each thread widens its packs
 // of the weight once, into shared memory as float (its own slots: [PACKS * VEC / 4][BLOCK]
 // float4, a warp's reads consecutive), and each row step reads them back with VEC / 4 wide
-// loads instead of a global load (whose latency ncu put first among the stalls at N = 4096),
-// its address and predicate, and the widening. Columns past the row hold 1 (+ offset; their
+// loads instead of a global load (with the statistics' loads, the long-scoreboard waits ncu
+// put first among the stalls at N = 4096), its address and predicate, and the widening. Columns past the row hold 1 (+ offset; their
 // x and dy are zero). Same sweep: bf16 norm_bwd N = 8192 (one block an SM) LayerNorm 0.70 ->
 // 0.79, RMSNorm 0.81 -> 0.89; N = 512 +0.01-0.02; RMSNorm 1024-4096 +0.005-0.01; LayerNorm
 // 1024-4096 -0.004-0.013 alone, even with v72. 0: the weight loaded each row step.
