@@ -119,6 +119,15 @@ __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax)
 #define CUNORM_FUSED_ONE_PASS 1
 #endif
 
+// v76 (prepared, not run on a GPU): x, the residual, the weight and the bias widened a
+// 32-bit word at a time (common.cuh unpack_words) where bf16: one instruction a value
+// instead of ~1.5. The FP8 LayerNorm forward is short of issue slots (NOTES v60) and reads
+// ~12 instructions an element, ~4.5 of them widening. Bit 1: x and the residual; bit 2: the
+// weight and the bias (3: both). 0: element by element.
+#ifndef CUNORM_FUSED_FWD_WORDS
+#define CUNORM_FUSED_FWD_WORDS 0
+#endif
+
 // Launch bounds of 1024 threads an SM (v45): NVRTC 13.0 (sm_90) gave the forward 56 registers
 // and 16-28 bytes of spills left alone, 64 and none with the bound; bf16 LayerNorm residual
 // forward 0.84-0.89 -> 0.87-0.90 of copy at N = 2048-8192 in two rounds, RMSNorm and FP8 out
@@ -156,10 +165,12 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
     const T* xrow = x + xmap.offset(safe_row);
     const R* rrow = residual ? residual + rmap.offset(safe_row) : nullptr;
     A v[PACKS][VEC];
-    load_tile<VEC, PACKS, TPR>(xrow, limit, lane, v);
+    if constexpr (CUNORM_FUSED_FWD_WORDS & 1) load_tile_words<VEC, PACKS, TPR>(xrow, limit, lane, v);
+    else load_tile<VEC, PACKS, TPR>(xrow, limit, lane, v);
     if (rrow) {
       A rv[PACKS][VEC];
-      load_tile<VEC, PACKS, TPR>(rrow, limit, lane, rv);
+      if constexpr (CUNORM_FUSED_FWD_WORDS & 1) load_tile_words<VEC, PACKS, TPR>(rrow, limit, lane, rv);
+      else load_tile<VEC, PACKS, TPR>(rrow, limit, lane, rv);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
@@ -201,8 +212,13 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
         const int col = pack_col<VEC, TPR>(p, lane);
         if (col >= limit) continue;
         A wv[VEC], bv[VEC], out[VEC];
-        load_param<VEC>(weight, col, A(1), wv);  // 1 where there is no weight, offset or not
-        if constexpr (!kFold) load_param<VEC>(bias, col, A(0), bv);
+        if constexpr (CUNORM_FUSED_FWD_WORDS & 2) {
+          load_param_words<VEC>(weight, col, A(1), wv);
+          if constexpr (!kFold) load_param_words<VEC>(bias, col, A(0), bv);
+        } else {
+          load_param<VEC>(weight, col, A(1), wv);  // 1 where there is no weight, offset or not
+          if constexpr (!kFold) load_param<VEC>(bias, col, A(0), bv);
+        }
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const A wk = decltype(add_offset)::value ? wv[k] + weight_offset : wv[k];

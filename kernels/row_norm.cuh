@@ -38,6 +38,20 @@ __device__ __forceinline__ void load_tile(const T* tile, int limit, int lane, A 
   }
 }
 
+// load_tile with bf16 packs widened a 32-bit word at a time (common.cuh unpack_words).
+template <int VEC, int PACKS, int TPR, typename A, typename T>
+__device__ __forceinline__ void load_tile_words(const T* tile, int limit, int lane, A (&v)[PACKS][VEC]) {
+#pragma unroll
+  for (int p = 0; p < PACKS; ++p) {
+    if (pack_col<VEC, TPR>(p, lane) < limit) {
+      unpack_words(load_raw<VEC>(tile + pack_col<VEC, TPR>(p, lane)), v[p]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[p][k] = A(0);
+    }
+  }
+}
+
 // A row's saved statistics for the backward (mean 0 for RMSNorm; row 0's for rows past M,
 // whose results are never stored).
 template <typename A>
