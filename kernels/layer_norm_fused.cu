@@ -119,13 +119,16 @@ __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax)
 #define CUNORM_FUSED_ONE_PASS 1
 #endif
 
-// v76 (prepared, not run on a GPU): x, the residual, the weight and the bias widened a
-// 32-bit word at a time (common.cuh unpack_words) where bf16: one instruction a value
-// instead of ~1.5. The FP8 LayerNorm forward is short of issue slots (NOTES v60) and reads
-// ~12 instructions an element, ~4.5 of them widening. Bit 1: x and the residual; bit 2: the
-// weight and the bias (3: both). 0: element by element.
+// v76: bf16 packs widened a 32-bit word at a time (common.cuh unpack_words): one instruction
+// a value instead of ~1.5. The FP8 LayerNorm forward is short of issue slots (NOTES v60).
+// Bit 2: the weight and the bias; bit 1: x and the residual (which spilled 32 bytes in the
+// FP8 LayerNorm tile, NVRTC 13, sm_90). H200, two rounds within 0.003 (benchmarks/
+// sweep_fused_variant.py, results/sweep-fused-fwd-words-v76-h200.txt), bf16 N = 2048 / 4096 /
+// 8192: with 2, FP8 LayerNorm 0.737 / 0.740 / 0.705 -> 0.762 / 0.765 / 0.731 of copy, FP8
+// RMSNorm +0.001-0.006, the residual forwards within 0.002; with 3, FP8 LayerNorm +0.01 only
+// and the residual LayerNorm forward -0.01. 0: element by element.
 #ifndef CUNORM_FUSED_FWD_WORDS
-#define CUNORM_FUSED_FWD_WORDS 0
+#define CUNORM_FUSED_FWD_WORDS 2
 #endif
 
 // Launch bounds of 1024 threads an SM (v45): NVRTC 13.0 (sm_90) gave the forward 56 registers
