@@ -332,7 +332,9 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
   // for norm_bwd), read back in both passes. H200, two rounds (results/sweep-bwd-overhead-v73-
   // stats-h200.txt), bf16 N = 2048 / 4096 / 8192: LayerNorm 0.82 / 0.81 / 0.79 -> 0.86 / 0.85 /
   // 0.84, RMSNorm 0.84 / 0.84 / 0.85 -> 0.88 / 0.88 / 0.89 of copy.
-  constexpr bool kWeightSlots = CUNORM_FUSED_BWD_WEIGHT_SMEM && kStaged && VEC % 4 == 0;
+  constexpr bool kWeightSlots =
+      CUNORM_FUSED_BWD_WEIGHT_SMEM && kStaged && VEC % 4 == 0 &&
+      WeightSlotsFit<kDepth * kSet * int(sizeof(Pack<H, VEC>) + sizeof(Pack<T, VEC>)), PACKS * VEC * 4 * kBlock>::value;
   __shared__ __align__(16) float4 wslots[kWeightSlots ? PACKS * VEC / 4 * kBlock : 1];
   if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPR, kBlock>(wslots, weight, 0, N, lane, weight_offset);
   const i64 step = i64(gridDim.x) * kRows;

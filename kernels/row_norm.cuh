@@ -540,6 +540,22 @@ __device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[P
 #define CUNORM_BWD_WEIGHT_SMEM 1
 #endif
 
+// v77: the weight slots are static shared memory beside the ring's dynamic bytes, and a block
+// must fit both in what the GPU lets it opt in to: 227 KiB on sm_90, 163 KiB on sm_80, 99 KiB
+// on sm_86 / sm_89. The host compiles each kernel with its device's opt-in
+// (_compile.function_ptr: CUNORM_SMEM_OPTIN); a tile whose ring and slots would not fit keeps
+// loading its weight each row step (on sm_86, 1024-thread LayerNorm rows; on sm_80, the fused
+// backward's 1024-thread LayerNorm rows with float32 h). Without the define (NVRTC checks in
+// CI), the sm_90 figure.
+#ifndef CUNORM_SMEM_OPTIN
+#define CUNORM_SMEM_OPTIN 232448
+#endif
+template <int RING_BYTES, int SLOT_BYTES>
+struct WeightSlotsFit {
+  // 2 KiB for the kernels' other static buffers (block sums, staged statistics: under 1.1 KiB)
+  static constexpr bool value = i64(RING_BYTES) + SLOT_BYTES + 2048 <= i64(CUNORM_SMEM_OPTIN);
+};
+
 template <int VEC, int PACKS, int TPR, int BLOCK, typename W>
 __device__ __forceinline__ void stage_weight(float4* slots, const W* weight, i64 c0, i64 N, int lane,
                                              float offset = 0.0f) {
