@@ -369,8 +369,9 @@ __device__ __forceinline__ bool group_sum2_any(A& a, A& b, A* smem, Flag flag) {
   }
 }
 
+// group_sum's sum before its closing barrier (TPR > warp: as group_sum2_open).
 template <int TPR, typename A>
-__device__ __forceinline__ A group_sum(A v, A* smem) {
+__device__ __forceinline__ A group_sum_open(A v, A* smem) {
   if constexpr (TPR <= kWarp) {
     return group_warp_sum<TPR>(v);
   } else {
@@ -380,10 +381,15 @@ __device__ __forceinline__ A group_sum(A v, A* smem) {
     v = group_warp_sum<kWarp>(v);
     if (lane == 0) smem[warp] = v;
     __syncthreads();
-    v = second_level_sum<kWarps>(smem + first, lane);
-    __syncthreads();
-    return v;
+    return second_level_sum<kWarps>(smem + first, lane);
   }
+}
+
+template <int TPR, typename A>
+__device__ __forceinline__ A group_sum(A v, A* smem) {
+  v = group_sum_open<TPR>(v, smem);
+  if constexpr (TPR > kWarp) __syncthreads();
+  return v;
 }
 
 // Chan et al.'s merge of two (count, mean, M2) summaries; exact in exact arithmetic and

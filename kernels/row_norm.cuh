@@ -605,7 +605,10 @@ __device__ __forceinline__ void unstage_weight(const float4* slots, int p, float
 // `partial`. Every block holds part of the row (c0 < N: the host sizes clusters so), which
 // keeps norm_bwd_wide's code as it was before this function took c0 (a test of c0 against N
 // cost it 8 instructions). Every thread of the block calls it.
-template <typename T, typename W, bool RMS, int DEPTH, int COLS, typename Exchange>
+// OPEN_SUMS (v78): the block sums leave out their closing barrier, for an exchange whose own
+// barriers (the cluster barrier of norm_bwd_wide_cluster: every thread arrives after reading
+// the partials) order the next row's writes of them.
+template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool OPEN_SUMS = false, typename Exchange>
 __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const RowMap& dymap, const T* __restrict__ x,
                                               const RowMap& xmap, const W* __restrict__ weight,
                                               const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -676,8 +679,13 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
         c2 += wdy * xhat;
       }
     }
-    if constexpr (RMS) c2 = group_sum<TPB>(c2, smem);
-    else group_sum2<TPB>(c1, c2, smem);
+    if constexpr (OPEN_SUMS) {
+      if constexpr (RMS) c2 = group_sum_open<TPB>(c2, smem);
+      else group_sum2_open<TPB>(c1, c2, smem);
+    } else {
+      if constexpr (RMS) c2 = group_sum<TPB>(c2, smem);
+      else group_sum2<TPB>(c1, c2, smem);
+    }
     exchange(c1, c2);
     const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
 #pragma unroll
