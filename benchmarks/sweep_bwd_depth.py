@@ -12,8 +12,8 @@ from __future__ import annotations
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import alternate, best_table, rebuild_row_norms  # benchmarks/ is the script's directory
-from sweep_bwd_stage import fused_bwd_row, fwd_bwd_bits_row
+from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
+from sweep_bwd_stage import bits_sweep
 
 # name: rows in the ring (None: StagePolicy / _config.bwd_stage_depth)
 VARIANTS = {"policy": None, "depth2": 2, "depth3": 3, "depth4": 4}
@@ -29,15 +29,8 @@ def _use(depth: int | None, base=_compile.COMPILE_OPTIONS) -> None:
 
 def sweep(log=print, names=None) -> list[dict]:
     variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
-    rows, reference = [], {}
-    for round_, name, copy in alternate(variants, ROUNDS, _use, None, log):
-        for op, dtype, n in CASES:
-            rows.append(fwd_bwd_bits_row(name, round_, op, dtype, n, copy, reference, log))
-        for op in ("layer_norm", "rms_norm"):
-            for n in FUSED_ROW_LENGTHS:
-                rows.append(fused_bwd_row(name, round_, op, n, copy, reference, log))
-    log(best_table(rows, variants, ("bwd_of_copy", "fused_residual_bwd_of_copy")))
-    return rows
+    return bits_sweep(variants, ROUNDS, _use, None, CASES, FUSED_ROW_LENGTHS,
+                      ("bwd_of_copy", "fused_residual_bwd_of_copy"), log)
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ import numpy
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import alternate, best_table, rebuild_row_norms  # benchmarks/ is the script's directory
-from sweep_bwd_stage import fused_bwd_row, fwd_bwd_bits_row
+from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
+from sweep_bwd_stage import bits_sweep
 
 SWITCHES = ("CUNORM_BWD_STAGED_WORDS", "CUNORM_BWD_WEIGHT_SMEM", "CUNORM_NARROW_SECOND_SUM",
             "CUNORM_FUSED_BWD_WEIGHT_SMEM")
@@ -58,15 +58,8 @@ FUSED_ROW_LENGTHS = (2048, 4096, 8192)
 def sweep(log=print, names=None) -> list[dict]:
     variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
     base = _compile.COMPILE_OPTIONS
-    rows, reference = [], {}
-    for round_, name, copy in alternate(variants, ROUNDS, lambda extra: rebuild_row_norms((*base, *extra)), (), log):
-        for op, dtype, n in CASES:
-            rows.append(fwd_bwd_bits_row(name, round_, op, dtype, n, copy, reference, log))
-        for op in ("layer_norm", "rms_norm"):
-            for n in FUSED_ROW_LENGTHS:
-                rows.append(fused_bwd_row(name, round_, op, n, copy, reference, log))
-    log(best_table(rows, variants, ("fwd_of_copy", "bwd_of_copy", "fused_residual_bwd_of_copy")))
-    return rows
+    return bits_sweep(variants, ROUNDS, lambda extra: rebuild_row_norms((*base, *extra)), (), CASES,
+                      FUSED_ROW_LENGTHS, ("fwd_of_copy", "bwd_of_copy", "fused_residual_bwd_of_copy"), log)
 
 
 if __name__ == "__main__":

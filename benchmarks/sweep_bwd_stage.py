@@ -16,7 +16,7 @@ import numpy
 from cunorm import _bench, _bench_fused, _compile
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import alternate, best_table, rebuild_row_norms  # benchmarks/ is the script's directory
 
 # name: (compile options, rows in the buffers)
 # (the first run, results/sweep-bwd-stage-h200.txt, had no v44_policy: the policy was read off it)
@@ -140,6 +140,21 @@ def fused_bwd_row(variant: str, round_: int, op: str, n: int, copy: float, refer
     log(f"{variant:20s} {op:10s} fused residual bf16 N={n:<5d} bwd {row['fused_residual_bwd_of_copy']:.3f} of copy"
         + ("" if same else "  RESULTS DIFFER from the first variant"))
     return row
+
+
+def bits_sweep(variants: dict, rounds: int, use, default, cases, fused_lengths, keys, log=print) -> list[dict]:
+    """``alternate`` over variants whose outputs must agree bit for bit: each (op, dtype, N)
+    of ``cases`` through fwd_bwd_bits_row, then both ops' fused residual backward at each of
+    ``fused_lengths`` through fused_bwd_row; the best rounds' table of ``keys`` logged last."""
+    rows, reference = [], {}
+    for round_, name, copy in alternate(variants, rounds, use, default, log):
+        for op, dtype, n in cases:
+            rows.append(fwd_bwd_bits_row(name, round_, op, dtype, n, copy, reference, log))
+        for op in ("layer_norm", "rms_norm"):
+            for n in fused_lengths:
+                rows.append(fused_bwd_row(name, round_, op, n, copy, reference, log))
+    log(best_table(rows, variants, keys))
+    return rows
 
 
 def sweep(log=print) -> list[dict]:
