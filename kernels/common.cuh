@@ -152,13 +152,20 @@ __device__ __forceinline__ void unpack_words(const Pack<T, VEC>& pk, A (&out)[VE
   }
 }
 
+// unpack, or unpack_words where WORDS: the kernels' word switches (CUNORM_*_WORDS) pick it.
+template <bool WORDS, typename A, typename T, int VEC>
+__device__ __forceinline__ void widen(const Pack<T, VEC>& pk, A (&out)[VEC]) {
+  if constexpr (WORDS) unpack_words(pk, out);
+  else unpack(pk, out);
+}
+
 // The pack is copied into registers first: unpack() reading through a reference into global
 // memory compiled to one narrow load an element (the LayerNorm bf16 forward fell from 0.75 to
-// 0.46 of copy in the GPU check until this copy came back).
-template <typename A, typename T, int VEC>
+// 0.46 of copy in the GPU check until this copy came back). WORDS: widened as widen says.
+template <typename A, typename T, int VEC, bool WORDS = false>
 __device__ __forceinline__ void load_pack(const T* p, A (&out)[VEC]) {
   const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(p);
-  unpack(pk, out);
+  widen<WORDS>(pk, out);
 }
 
 // The raw pack (held in its own width until used: half the registers of converted bf16).

@@ -168,12 +168,11 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
     const T* xrow = x + xmap.offset(safe_row);
     const R* rrow = residual ? residual + rmap.offset(safe_row) : nullptr;
     A v[PACKS][VEC];
-    if constexpr (CUNORM_FUSED_FWD_WORDS & 1) load_tile_words<VEC, PACKS, TPR>(xrow, limit, lane, v);
-    else load_tile<VEC, PACKS, TPR>(xrow, limit, lane, v);
+    constexpr bool kTileWords = CUNORM_FUSED_FWD_WORDS & 1, kParamWords = CUNORM_FUSED_FWD_WORDS & 2;
+    load_tile<VEC, PACKS, TPR, kTileWords>(xrow, limit, lane, v);
     if (rrow) {
       A rv[PACKS][VEC];
-      if constexpr (CUNORM_FUSED_FWD_WORDS & 1) load_tile_words<VEC, PACKS, TPR>(rrow, limit, lane, rv);
-      else load_tile<VEC, PACKS, TPR>(rrow, limit, lane, rv);
+      load_tile<VEC, PACKS, TPR, kTileWords>(rrow, limit, lane, rv);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
@@ -215,13 +214,8 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
         const int col = pack_col<VEC, TPR>(p, lane);
         if (col >= limit) continue;
         A wv[VEC], bv[VEC], out[VEC];
-        if constexpr (CUNORM_FUSED_FWD_WORDS & 2) {
-          load_param_words<VEC>(weight, col, A(1), wv);
-          if constexpr (!kFold) load_param_words<VEC>(bias, col, A(0), bv);
-        } else {
-          load_param<VEC>(weight, col, A(1), wv);  // 1 where there is no weight, offset or not
-          if constexpr (!kFold) load_param<VEC>(bias, col, A(0), bv);
-        }
+        load_param<VEC, kParamWords>(weight, col, A(1), wv);  // 1 where there is no weight, offset or not
+        if constexpr (!kFold) load_param<VEC, kParamWords>(bias, col, A(0), bv);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const A wk = decltype(add_offset)::value ? wv[k] + weight_offset : wv[k];

@@ -24,27 +24,14 @@ __device__ __forceinline__ int tile_limit(i64 N, i64 c0, i64 tile, bool row_ok) 
   return row_ok ? int(N - c0 < tile ? N - c0 : tile) : 0;
 }
 
-// Loads this thread's part of a tile into registers, zeros outside the row.
-template <int VEC, int PACKS, int TPR, typename A, typename T>
+// Loads this thread's part of a tile into registers, zeros outside the row (WORDS: bf16
+// packs widened a 32-bit word at a time, common.cuh widen).
+template <int VEC, int PACKS, int TPR, bool WORDS = false, typename A, typename T>
 __device__ __forceinline__ void load_tile(const T* tile, int limit, int lane, A (&v)[PACKS][VEC]) {
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     if (pack_col<VEC, TPR>(p, lane) < limit) {
-      load_pack<A, T, VEC>(tile + pack_col<VEC, TPR>(p, lane), v[p]);
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) v[p][k] = A(0);
-    }
-  }
-}
-
-// load_tile with bf16 packs widened a 32-bit word at a time (common.cuh unpack_words).
-template <int VEC, int PACKS, int TPR, typename A, typename T>
-__device__ __forceinline__ void load_tile_words(const T* tile, int limit, int lane, A (&v)[PACKS][VEC]) {
-#pragma unroll
-  for (int p = 0; p < PACKS; ++p) {
-    if (pack_col<VEC, TPR>(p, lane) < limit) {
-      unpack_words(load_raw<VEC>(tile + pack_col<VEC, TPR>(p, lane)), v[p]);
+      load_pack<A, T, VEC, WORDS>(tile + pack_col<VEC, TPR>(p, lane), v[p]);
     } else {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) v[p][k] = A(0);
@@ -66,22 +53,11 @@ __device__ __forceinline__ RowStats<A> row_stats(const A* __restrict__ mean, con
   return RowStats<A>{RMS ? A(0) : mean[safe], rstd[safe]};
 }
 
-// Optional affine parameter of one pack: `fill` where absent.
-template <int VEC, typename A, typename W>
+// Optional affine parameter of one pack: `fill` where absent (WORDS as load_tile's).
+template <int VEC, bool WORDS = false, typename A, typename W>
 __device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)[VEC]) {
   if (p) {
-    load_pack<A, W, VEC>(p + col, out);
-  } else {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) out[k] = fill;
-  }
-}
-
-// load_param with bf16 packs widened a 32-bit word at a time (common.cuh unpack_words).
-template <int VEC, typename A, typename W>
-__device__ __forceinline__ void load_param_words(const W* p, i64 col, A fill, A (&out)[VEC]) {
-  if (p) {
-    unpack_words(load_raw<VEC>(p + col), out);
+    load_pack<A, W, VEC, WORDS>(p + col, out);
   } else {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) out[k] = fill;
@@ -523,8 +499,7 @@ __device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[P
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     const Pack<T, VEC> pk = slots[p * BLOCK + threadIdx.x];  // one wide load (see load_pack)
-    if constexpr (CUNORM_BWD_STAGED_WORDS) unpack_words(pk, v[p]);
-    else unpack(pk, v[p]);
+    widen<bool(CUNORM_BWD_STAGED_WORDS)>(pk, v[p]);
   }
 }
 
@@ -647,17 +622,11 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   // This thread's pack p of the row in buf: x, dy and the weight, widened (zeros past N).
   auto read_pack = [&](int buf, const T* dyrow, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
     const int col = pack_col<VEC, TPB>(p, lane);
-    if constexpr (CUNORM_WIDE_BF16_WORDS) {
-      unpack_words(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
-      if constexpr (kStageDy) unpack_words(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
-      else load_param_words<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
-      load_param_words<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
-    } else {
-      unpack(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
-      if constexpr (kStageDy) unpack(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
-      else load_param<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
-      load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
-    }
+    constexpr bool kWords = CUNORM_WIDE_BF16_WORDS;
+    widen<kWords>(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
+    if constexpr (kStageDy) widen<kWords>(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+    else load_param<VEC, kWords>(col < limit ? dyrow : nullptr, col, A(0), g);
+    load_param<VEC, kWords>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
   };
   StageRing<DEPTH> ring;
   ring.fill([&](int ahead, int b) { stage_row(first + ahead * step, b); });
