@@ -217,8 +217,13 @@ class ClusterConfig:
         return self.tpb
 
     @property
+    def block_columns(self) -> int:
+        """The columns of the row each block holds."""
+        return self.tpb * self.packs * self.vec
+
+    @property
     def capacity(self) -> int:
-        return self.cluster * self.tpb * self.packs * self.vec
+        return self.cluster * self.block_columns
 
     tile = capacity  # the row length one launch unit covers, as TileConfig.tile
 
@@ -256,7 +261,7 @@ def cluster_fwd_stage_rows(cfg: ClusterConfig, itemsize: int, rms: bool) -> int:
 def cluster_fwd_stage_bytes(cfg: ClusterConfig, itemsize: int, rms: bool) -> int:
     """Dynamic shared memory a block of the cluster forward takes for its staged rows (0: the
     v48 kernel, a cluster a row)."""
-    return cluster_fwd_stage_rows(cfg, itemsize, rms) * cfg.tpb * cfg.packs * cfg.vec * itemsize
+    return cluster_fwd_stage_rows(cfg, itemsize, rms) * cfg.block_columns * itemsize
 
 
 def cluster_config(n: int, vec: int) -> ClusterConfig | None:
