@@ -75,7 +75,7 @@ def function_ptr(filename: str, name_expression: str, device: int) -> int:
         with _lock:  # one compile per kernel, even when many threads ask at once
             fn = _modules.get(key)
             if fn is None:
-                kernel = compile_kernel(kernel_source(filename), name_expression)
+                kernel = compile_kernel(kernel_source(filename), name_expression, device_options(device))
                 fn = _modules[key] = (kernel, kernel.kernel.ptr)  # the RawKernel keeps the module alive
     return fn[1]
 
@@ -87,7 +87,7 @@ def drop_modules() -> None:
 
     _modules.clear()
     _launch._smem_allowed.clear()
-    for cache in (_launch.blocks_per_sm, _launch.max_active_clusters):
+    for cache in (_launch.blocks_per_sm, _launch.max_active_clusters, _launch.static_smem):
         cache.cache_clear()
 
 
@@ -95,7 +95,15 @@ def drop_modules() -> None:
 _cache_unusable: list[str] = []
 
 
-def compile_kernel(code: str, name_expression: str):
+def device_options(device: int) -> tuple[str, ...]:
+    """NVRTC options that describe the device a kernel is compiled for: the shared memory a
+    block may opt in to (kernels/row_norm.cuh WeightSlotsFit)."""
+    from ._launch import smem_limits
+
+    return (f"-DCUNORM_SMEM_OPTIN={smem_limits(device)[0]}",)
+
+
+def compile_kernel(code: str, name_expression: str, extra_options: tuple[str, ...] = ()):
     """The RawKernel ``name_expression`` of ``code`` for the current device, through CuPy's
     on-disk cache. CuPy raises OSError when that cache cannot be read or written (a
     read-only CUPY_CACHE_DIR, an entry that is not a readable file); then this and every
@@ -103,7 +111,7 @@ def compile_kernel(code: str, name_expression: str):
     with wrong contents CuPy detects by its hash and recompiles itself.)"""
     if not _cache_unusable:
         try:
-            return _raw_kernel(code, name_expression)
+            return _raw_kernel(code, name_expression, extra_options)
         except OSError as err:
             _cache_unusable.append(f"{type(err).__name__}: {err}")
             warnings.warn(f"cunorm: CuPy's kernel cache is unusable ({_cache_unusable[0]}); compiling kernels in "
@@ -112,7 +120,7 @@ def compile_kernel(code: str, name_expression: str):
     before = os.environ.get("CUPY_CACHE_IN_MEMORY")
     os.environ["CUPY_CACHE_IN_MEMORY"] = "1"
     try:
-        return _raw_kernel(code, name_expression)
+        return _raw_kernel(code, name_expression, extra_options)
     finally:
         if before is None:
             del os.environ["CUPY_CACHE_IN_MEMORY"]
@@ -120,10 +128,10 @@ def compile_kernel(code: str, name_expression: str):
             os.environ["CUPY_CACHE_IN_MEMORY"] = before
 
 
-def _raw_kernel(code: str, name_expression: str):
+def _raw_kernel(code: str, name_expression: str, extra_options: tuple[str, ...] = ()):
     import cupy
 
-    module = cupy.RawModule(code=code, options=COMPILE_OPTIONS, name_expressions=(name_expression,))
+    module = cupy.RawModule(code=code, options=(*COMPILE_OPTIONS, *extra_options), name_expressions=(name_expression,))
     return module.get_function(name_expression)
 
 

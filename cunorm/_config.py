@@ -84,20 +84,22 @@ def _smem_bytes(cfg: TileConfig) -> int:
 # benchmarks/sweep_bwd_stage.py, NOTES v44; two rounds, bf16 / fp16, backward of copy):
 # - rows in the buffers (the current and depth - 1 in flight): 3 for warp rows (N = 512:
 #   LayerNorm 0.61-0.72 -> 0.74-0.76, RMSNorm 0.59-0.72 -> 0.79-0.81) and for LayerNorm rows
-#   of a block an SM (N = 8192 with the statistics staged: bf16 0.56-0.58 -> 0.62); for RMSNorm
-#   between (fused residual backward N = 2048 / 4096 0.77-0.81 -> 0.82-0.85, the plain one
-#   within ±0.02); else 2.
+#   of a block an SM (N = 8192 with the statistics staged: bf16 0.56-0.58 -> 0.62); else 2.
+#   RMSNorm rows between took 3 from v44 (fused residual backward N = 2048 / 4096 0.77-0.81 ->
+#   0.82-0.85) until v75: with v70-v74's weight and statistics in shared memory, 2 measured
+#   bf16 N = 1024 / 4096 0.83 / 0.77 -> 0.87 / 0.83 and the fused backward at 2048 / 4096
+#   0.87 -> 0.89-0.90; only N = 2048 lost, 0.85 -> 0.83 (benchmarks/sweep_bwd_depth.py).
 # - (the kernels alone decide this one) each row's mean and rstd staged with it, for rows of a
 #   block an SM at first (v44: N = 8192 LayerNorm 0.53 -> 0.56-0.66, RMSNorm 0.56-0.64 ->
 #   0.67-0.71; narrower rows lost up to 0.1 with it), and since v74 for rows of 128 threads
 #   or more (with the weight in shared memory, v71: bf16 LayerNorm N = 1024-4096 0.71-0.77 ->
-#   0.85-0.88; 64-thread rows still lose, row_norm.cuh StagePolicy).
+#   0.85-0.88; warp rows, N = 512, still lose, row_norm.cuh StagePolicy).
 def bwd_stage_depth(tpr: int, rms: bool) -> int:
     if tpr <= 32:
         return 3
     if tpr >= 1024:
         return 2 if rms else 3
-    return 3 if rms else 2
+    return 2
 
 
 def bwd_limits(itemsize: int, rms: bool) -> PathLimits:
@@ -215,8 +217,13 @@ class ClusterConfig:
         return self.tpb
 
     @property
+    def block_columns(self) -> int:
+        """The columns of the row each block holds."""
+        return self.tpb * self.packs * self.vec
+
+    @property
     def capacity(self) -> int:
-        return self.cluster * self.tpb * self.packs * self.vec
+        return self.cluster * self.block_columns
 
     tile = capacity  # the row length one launch unit covers, as TileConfig.tile
 
@@ -254,7 +261,7 @@ def cluster_fwd_stage_rows(cfg: ClusterConfig, itemsize: int, rms: bool) -> int:
 def cluster_fwd_stage_bytes(cfg: ClusterConfig, itemsize: int, rms: bool) -> int:
     """Dynamic shared memory a block of the cluster forward takes for its staged rows (0: the
     v48 kernel, a cluster a row)."""
-    return cluster_fwd_stage_rows(cfg, itemsize, rms) * cfg.tpb * cfg.packs * cfg.vec * itemsize
+    return cluster_fwd_stage_rows(cfg, itemsize, rms) * cfg.block_columns * itemsize
 
 
 def cluster_config(n: int, vec: int) -> ClusterConfig | None:

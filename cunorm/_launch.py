@@ -153,6 +153,20 @@ def smem_limits(device: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
+def static_smem(function_ptr: int) -> int:
+    """A kernel's static shared memory, bytes."""
+    from cupy_backends.cuda.api import driver
+
+    return driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function_ptr)
+
+
+def fits_smem(function_ptr: int, smem: int, device: int) -> bool:
+    """Whether a block of this kernel with ``smem`` bytes of dynamic shared memory fits what
+    the device lets a block opt in to (static and dynamic together)."""
+    return static_smem(function_ptr) + smem <= smem_limits(device)[0]
+
+
+@functools.lru_cache(maxsize=None)
 def blocks_per_sm(function_ptr: int, block: int, smem: int = 0) -> int:
     """Resident blocks per SM for a kernel at this block size and dynamic shared memory
     (the driver's occupancy; ``smem`` past 48 KiB is allowed first, see allow_smem)."""

@@ -152,13 +152,20 @@ __device__ __forceinline__ void unpack_words(const Pack<T, VEC>& pk, A (&out)[VE
   }
 }
 
+// unpack, or unpack_words where WORDS: the kernels' word switches (CUNORM_*_WORDS) pick it.
+template <bool WORDS, typename A, typename T, int VEC>
+__device__ __forceinline__ void widen(const Pack<T, VEC>& pk, A (&out)[VEC]) {
+  if constexpr (WORDS) unpack_words(pk, out);
+  else unpack(pk, out);
+}
+
 // The pack is copied into registers first: unpack() reading through a reference into global
 // memory compiled to one narrow load an element (the LayerNorm bf16 forward fell from 0.75 to
-// 0.46 of copy in the GPU check until this copy came back).
-template <typename A, typename T, int VEC>
+// 0.46 of copy in the GPU check until this copy came back). WORDS: widened as widen says.
+template <typename A, typename T, int VEC, bool WORDS = false>
 __device__ __forceinline__ void load_pack(const T* p, A (&out)[VEC]) {
   const Pack<T, VEC> pk = *reinterpret_cast<const Pack<T, VEC>*>(p);
-  unpack(pk, out);
+  widen<WORDS>(pk, out);
 }
 
 // The raw pack (held in its own width until used: half the registers of converted bf16).
@@ -369,8 +376,9 @@ __device__ __forceinline__ bool group_sum2_any(A& a, A& b, A* smem, Flag flag) {
   }
 }
 
+// group_sum's sum before its closing barrier (TPR > warp: as group_sum2_open).
 template <int TPR, typename A>
-__device__ __forceinline__ A group_sum(A v, A* smem) {
+__device__ __forceinline__ A group_sum_open(A v, A* smem) {
   if constexpr (TPR <= kWarp) {
     return group_warp_sum<TPR>(v);
   } else {
@@ -380,10 +388,15 @@ __device__ __forceinline__ A group_sum(A v, A* smem) {
     v = group_warp_sum<kWarp>(v);
     if (lane == 0) smem[warp] = v;
     __syncthreads();
-    v = second_level_sum<kWarps>(smem + first, lane);
-    __syncthreads();
-    return v;
+    return second_level_sum<kWarps>(smem + first, lane);
   }
+}
+
+template <int TPR, typename A>
+__device__ __forceinline__ A group_sum(A v, A* smem) {
+  v = group_sum_open<TPR>(v, smem);
+  if constexpr (TPR > kWarp) __syncthreads();
+  return v;
 }
 
 // Chan et al.'s merge of two (count, mean, M2) summaries; exact in exact arithmetic and

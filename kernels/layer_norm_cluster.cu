@@ -401,6 +401,14 @@ norm_bwd_cluster_staged(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), con
 // above spreads them over blocks of 8192 columns, which pay one cluster barrier a row for
 // half the work. Clusters are persistent and write one dW / dB partial row each. The
 // arguments are norm_bwd's; row_sums and C are unused.
+// v78 (prepared, not run on a GPU): each row meets four barriers here (the block sums' two,
+// the exchange's cluster barrier, cluster_sums' closing block barrier); the block sums'
+// closing one only guards their partials' reuse by the next row, which the cluster barrier
+// already orders, so 1 drops it (wide_bwd_rows OPEN_SUMS). ncu at bf16 LayerNorm 65536: the
+// barrier is this kernel's largest stall (3.28 cycles an issue, NOTES v75). 0: four barriers.
+#ifndef CUNORM_WIDE_CLUSTER_OPEN_SUMS
+#define CUNORM_WIDE_CLUSTER_OPEN_SUMS 0
+#endif
 template <typename T, typename W, bool RMS, int DEPTH, int COLS, int CLUSTER>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(1024, 1)
 norm_bwd_wide_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
@@ -411,14 +419,14 @@ norm_bwd_wide_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const
   __shared__ float bcast[2];
   int exchange = 0;
   const i64 group = blockIdx.x / CLUSTER, groups = gridDim.x / CLUSTER;
-  wide_bwd_rows<T, W, RMS, DEPTH, COLS>(dy, CUNORM_ROWMAP(dym), x, CUNORM_ROWMAP(xm), weight, mean, rstd, dx, dw_part,
-                                        db_part, M, N, i64(cluster_rank()) * COLS, group, groups, group,
-                                        [&](float& c1, float& c2) {
-                                          float sums[2] = {c1, c2};
-                                          cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
-                                          exchange ^= 1;
-                                          c1 = sums[0];
-                                          c2 = sums[1];
-                                        });
+  wide_bwd_rows<T, W, RMS, DEPTH, COLS, bool(CUNORM_WIDE_CLUSTER_OPEN_SUMS)>(
+      dy, CUNORM_ROWMAP(dym), x, CUNORM_ROWMAP(xm), weight, mean, rstd, dx, dw_part, db_part, M, N,
+      i64(cluster_rank()) * COLS, group, groups, group, [&](float& c1, float& c2) {
+        float sums[2] = {c1, c2};
+        cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
+        exchange ^= 1;
+        c1 = sums[0];
+        c2 = sums[1];
+      });
   cluster_barrier();  // no block leaves while another may still read its slots
 }

@@ -115,12 +115,20 @@ __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax)
 // where a bias is added). FP8 LayerNorm N = 2048-8192 +0.005-0.007 of copy on an H100; the
 // residual forward, which is memory-bound, lost 0.006-0.011 with it, so it keeps two passes
 // (NOTES v60). 0: two passes always; 1: FP8 outputs; 2: every output.
-#ifndef CUNORM_FUSED_BWD_WEIGHT_SMEM
-#define CUNORM_FUSED_BWD_WEIGHT_SMEM 1  // v73, in norm_bwd_fused below
-#endif
-
 #ifndef CUNORM_FUSED_ONE_PASS
 #define CUNORM_FUSED_ONE_PASS 1
+#endif
+
+// v76: bf16 packs widened a 32-bit word at a time (common.cuh unpack_words): one instruction
+// a value instead of ~1.5. The FP8 LayerNorm forward is short of issue slots (NOTES v60).
+// Bit 2: the weight and the bias; bit 1: x and the residual (which spilled 32 bytes in the
+// FP8 LayerNorm tile, NVRTC 13, sm_90). H200, two rounds within 0.003 (benchmarks/
+// sweep_fused_variant.py, results/sweep-fused-fwd-words-v76-h200.txt), bf16 N = 2048 / 4096 /
+// 8192: with 2, FP8 LayerNorm 0.737 / 0.740 / 0.705 -> 0.762 / 0.765 / 0.731 of copy, FP8
+// RMSNorm +0.001-0.006, the residual forwards within 0.002; with 3, FP8 LayerNorm +0.01 only
+// and the residual LayerNorm forward -0.01. 0: element by element.
+#ifndef CUNORM_FUSED_FWD_WORDS
+#define CUNORM_FUSED_FWD_WORDS 2
 #endif
 
 // Launch bounds of 1024 threads an SM (v45): NVRTC 13.0 (sm_90) gave the forward 56 registers
@@ -160,10 +168,11 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
     const T* xrow = x + xmap.offset(safe_row);
     const R* rrow = residual ? residual + rmap.offset(safe_row) : nullptr;
     A v[PACKS][VEC];
-    load_tile<VEC, PACKS, TPR>(xrow, limit, lane, v);
+    constexpr bool kTileWords = CUNORM_FUSED_FWD_WORDS & 1, kParamWords = CUNORM_FUSED_FWD_WORDS & 2;
+    load_tile<VEC, PACKS, TPR, kTileWords>(xrow, limit, lane, v);
     if (rrow) {
       A rv[PACKS][VEC];
-      load_tile<VEC, PACKS, TPR>(rrow, limit, lane, rv);
+      load_tile<VEC, PACKS, TPR, kTileWords>(rrow, limit, lane, rv);
 #pragma unroll
       for (int p = 0; p < PACKS; ++p)
 #pragma unroll
@@ -205,8 +214,8 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
         const int col = pack_col<VEC, TPR>(p, lane);
         if (col >= limit) continue;
         A wv[VEC], bv[VEC], out[VEC];
-        load_param<VEC>(weight, col, A(1), wv);  // 1 where there is no weight, offset or not
-        if constexpr (!kFold) load_param<VEC>(bias, col, A(0), bv);
+        load_param<VEC, kParamWords>(weight, col, A(1), wv);  // 1 where there is no weight, offset or not
+        if constexpr (!kFold) load_param<VEC, kParamWords>(bias, col, A(0), bv);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const A wk = decltype(add_offset)::value ? wv[k] + weight_offset : wv[k];
@@ -262,6 +271,11 @@ __device__ __forceinline__ void load_weight(const W* weight, i64 col, float offs
   for (int k = 0; k < VEC; ++k) wv[k] += offset;
 }
 
+// v73: the backward's weight slots (norm_bwd_fused below). 0: the weight loaded each row step.
+#ifndef CUNORM_FUSED_BWD_WEIGHT_SMEM
+#define CUNORM_FUSED_BWD_WEIGHT_SMEM 1
+#endif
+
 // Backward of the fused forward for rows one register tile holds, one pass over h, dy and dh:
 //   dx = dh + rstd * (w'dy - mean(w'dy) - xhat * mean(w'dy * xhat)),  w' = w + offset,
 // written in X and, where dres is given, again in H as the residual's gradient (h = x + r
@@ -311,8 +325,10 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
   // v73: the weight (+ offset) widened once into shared memory (row_norm.cuh stage_weight, v71
   // for norm_bwd), read back in both passes. H200, two rounds (results/sweep-bwd-overhead-v73-
   // stats-h200.txt), bf16 N = 2048 / 4096 / 8192: LayerNorm 0.82 / 0.81 / 0.79 -> 0.86 / 0.85 /
-  // 0.84, RMSNorm 0.84 / 0.84 / 0.85 -> 0.88 / 0.88 / 0.89 of copy. 0: loaded each row step.
-  constexpr bool kWeightSlots = CUNORM_FUSED_BWD_WEIGHT_SMEM && kStaged && VEC % 4 == 0;
+  // 0.84, RMSNorm 0.84 / 0.84 / 0.85 -> 0.88 / 0.88 / 0.89 of copy.
+  constexpr bool kWeightSlots =
+      CUNORM_FUSED_BWD_WEIGHT_SMEM && kStaged && VEC % 4 == 0 &&
+      WeightSlotsFit<kDepth * kSet * int(sizeof(Pack<H, VEC>) + sizeof(Pack<T, VEC>)), PACKS * VEC * 4 * kBlock>::value;
   __shared__ __align__(16) float4 wslots[kWeightSlots ? PACKS * VEC / 4 * kBlock : 1];
   if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPR, kBlock>(wslots, weight, 0, N, lane, weight_offset);
   const i64 step = i64(gridDim.x) * kRows;

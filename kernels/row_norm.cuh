@@ -24,13 +24,14 @@ __device__ __forceinline__ int tile_limit(i64 N, i64 c0, i64 tile, bool row_ok) 
   return row_ok ? int(N - c0 < tile ? N - c0 : tile) : 0;
 }
 
-// Loads this thread's part of a tile into registers, zeros outside the row.
-template <int VEC, int PACKS, int TPR, typename A, typename T>
+// Loads this thread's part of a tile into registers, zeros outside the row (WORDS: bf16
+// packs widened a 32-bit word at a time, common.cuh widen).
+template <int VEC, int PACKS, int TPR, bool WORDS = false, typename A, typename T>
 __device__ __forceinline__ void load_tile(const T* tile, int limit, int lane, A (&v)[PACKS][VEC]) {
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     if (pack_col<VEC, TPR>(p, lane) < limit) {
-      load_pack<A, T, VEC>(tile + pack_col<VEC, TPR>(p, lane), v[p]);
+      load_pack<A, T, VEC, WORDS>(tile + pack_col<VEC, TPR>(p, lane), v[p]);
     } else {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) v[p][k] = A(0);
@@ -52,22 +53,11 @@ __device__ __forceinline__ RowStats<A> row_stats(const A* __restrict__ mean, con
   return RowStats<A>{RMS ? A(0) : mean[safe], rstd[safe]};
 }
 
-// Optional affine parameter of one pack: `fill` where absent.
-template <int VEC, typename A, typename W>
+// Optional affine parameter of one pack: `fill` where absent (WORDS as load_tile's).
+template <int VEC, bool WORDS = false, typename A, typename W>
 __device__ __forceinline__ void load_param(const W* p, i64 col, A fill, A (&out)[VEC]) {
   if (p) {
-    load_pack<A, W, VEC>(p + col, out);
-  } else {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) out[k] = fill;
-  }
-}
-
-// load_param with bf16 packs widened a 32-bit word at a time (common.cuh unpack_words).
-template <int VEC, typename A, typename W>
-__device__ __forceinline__ void load_param_words(const W* p, i64 col, A fill, A (&out)[VEC]) {
-  if (p) {
-    unpack_words(load_raw<VEC>(p + col), out);
+    load_pack<A, W, VEC, WORDS>(p + col, out);
   } else {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) out[k] = fill;
@@ -75,8 +65,8 @@ __device__ __forceinline__ void load_param_words(const W* p, i64 col, A fill, A 
 }
 
 // Backward's per-thread part of the two row sums: turns x into xhat in place and adds up
-// w*dy and w*dy*xhat, w from weight_at(p, col, inside the row, w pack) for the thread's pack p. Packs outside the row
-// hold x = dy = 0 and add nothing. IN_PLACE (v61, xhat_sums_wdy_with): each element's dy and
+// w*dy and w*dy*xhat, w from weight_at(p, col, inside the row, w pack) for the thread's pack
+// p. Packs outside the row hold x = dy = 0 and add nothing. IN_PLACE (v61, xhat_sums_wdy_with): each element's dy and
 // xhat go to `accumulate(p, k, dy, xhat)` first, and g is left holding w*dy.
 template <int VEC, int PACKS, int TPR, bool IN_PLACE, typename A, typename G, typename WeightAt, typename Accumulate>
 __device__ __forceinline__ void xhat_sums_pass(A (&xv)[PACKS][VEC], G (&g)[PACKS][VEC], WeightAt&& weight_at,
@@ -376,12 +366,12 @@ struct StagePolicy {
   // v74: rows of 128 threads or more stage their statistics. With v70-v72 in, two rounds on the
   // H200 (benchmarks/sweep_bwd_overhead.py, results/sweep-bwd-overhead-v73-stats-h200.txt), bf16
   // backward of copy: LayerNorm N = 1024 / 2048 / 4096 0.77 / 0.74 / 0.71 -> 0.85 / 0.88 /
-  // 0.86, RMSNorm 0.82 / 0.79 / 0.76 -> 0.83 / 0.85 / 0.78; at N = 512 (64-thread rows) they
-  // lost 0.01 / 0.04, so those load them late still. Before v71 (NOTES v44) rows under 1024
-  // threads lost with them.
+  // 0.86, RMSNorm 0.82 / 0.79 / 0.76 -> 0.83 / 0.85 / 0.78; at N = 512 (warp rows of two
+  // packs) they lost 0.01 / 0.04, so rows under 128 threads load them late still (64-thread
+  // rows were not measured). Before v71 (NOTES v44) rows under 1024 threads lost with them.
   static constexpr int kStatsFrom = 128;
   static constexpr int depth = CUNORM_BWD_STAGE_DEPTH > 0 ? CUNORM_BWD_STAGE_DEPTH
-                               : kWarpRows ? 3 : kSmRows ? (RMS ? 2 : 3) : (RMS ? 3 : 2);
+                               : kWarpRows ? 3 : kSmRows ? (RMS ? 2 : 3) : 2;  // v75: 2 for RMSNorm too
   static constexpr bool stats = CUNORM_BWD_STAGE_STATS >= 0 ? bool(CUNORM_BWD_STAGE_STATS) : TPR >= kStatsFrom;
   static_assert(depth >= 2, "a staged backward keeps at least the next row in flight");
 };
@@ -509,22 +499,37 @@ __device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[P
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     const Pack<T, VEC> pk = slots[p * BLOCK + threadIdx.x];  // one wide load (see load_pack)
-    if constexpr (CUNORM_BWD_STAGED_WORDS) unpack_words(pk, v[p]);
-    else unpack(pk, v[p]);
+    widen<bool(CUNORM_BWD_STAGED_WORDS)>(pk, v[p]);
   }
 }
 
 // v71: a persistent backward group's columns never change, so each thread widens its packs
 // of the weight once, into shared memory as float (its own slots: [PACKS * VEC / 4][BLOCK]
 // float4, a warp's reads consecutive), and each row step reads them back with VEC / 4 wide
-// loads instead of a global load (whose latency ncu put first among the stalls at N = 4096),
-// its address and predicate, and the widening. Columns past the row hold 1 (+ offset; their
+// loads instead of a global load (with the statistics' loads, the long-scoreboard waits ncu
+// put first among the stalls at N = 4096), its address and predicate, and the widening. Columns past the row hold 1 (+ offset; their
 // x and dy are zero). Same sweep: bf16 norm_bwd N = 8192 (one block an SM) LayerNorm 0.70 ->
 // 0.79, RMSNorm 0.81 -> 0.89; N = 512 +0.01-0.02; RMSNorm 1024-4096 +0.005-0.01; LayerNorm
 // 1024-4096 -0.004-0.013 alone, even with v72. 0: the weight loaded each row step.
 #ifndef CUNORM_BWD_WEIGHT_SMEM
 #define CUNORM_BWD_WEIGHT_SMEM 1
 #endif
+
+// v77: the weight slots are static shared memory beside the ring's dynamic bytes, and a block
+// must fit both in what the GPU lets it opt in to: 227 KiB on sm_90, 163 KiB on sm_80, 99 KiB
+// on sm_86 / sm_89. The host compiles each kernel with its device's opt-in
+// (_compile.function_ptr: CUNORM_SMEM_OPTIN); a tile whose ring and slots would not fit keeps
+// loading its weight each row step (on sm_86, 1024-thread LayerNorm rows; on sm_80, the fused
+// backward's 1024-thread LayerNorm rows with float32 h). Without the define (NVRTC checks in
+// CI), the sm_90 figure.
+#ifndef CUNORM_SMEM_OPTIN
+#define CUNORM_SMEM_OPTIN 232448
+#endif
+template <int RING_BYTES, int SLOT_BYTES>
+struct WeightSlotsFit {
+  // 2 KiB for the kernels' other static buffers (block sums, staged statistics: under 1.1 KiB)
+  static constexpr bool value = i64(RING_BYTES) + SLOT_BYTES + 2048 <= i64(CUNORM_SMEM_OPTIN);
+};
 
 template <int VEC, int PACKS, int TPR, int BLOCK, typename W>
 __device__ __forceinline__ void stage_weight(float4* slots, const W* weight, i64 c0, i64 N, int lane,
@@ -575,7 +580,10 @@ __device__ __forceinline__ void unstage_weight(const float4* slots, int p, float
 // `partial`. Every block holds part of the row (c0 < N: the host sizes clusters so), which
 // keeps norm_bwd_wide's code as it was before this function took c0 (a test of c0 against N
 // cost it 8 instructions). Every thread of the block calls it.
-template <typename T, typename W, bool RMS, int DEPTH, int COLS, typename Exchange>
+// OPEN_SUMS (v78): the block sums leave out their closing barrier, for an exchange whose own
+// barriers (the cluster barrier of norm_bwd_wide_cluster: every thread arrives after reading
+// the partials) order the next row's writes of them.
+template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool OPEN_SUMS = false, typename Exchange>
 __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const RowMap& dymap, const T* __restrict__ x,
                                               const RowMap& xmap, const W* __restrict__ weight,
                                               const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -614,17 +622,11 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   // This thread's pack p of the row in buf: x, dy and the weight, widened (zeros past N).
   auto read_pack = [&](int buf, const T* dyrow, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
     const int col = pack_col<VEC, TPB>(p, lane);
-    if constexpr (CUNORM_WIDE_BF16_WORDS) {
-      unpack_words(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
-      if constexpr (kStageDy) unpack_words(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
-      else load_param_words<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
-      load_param_words<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
-    } else {
-      unpack(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
-      if constexpr (kStageDy) unpack(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
-      else load_param<VEC>(col < limit ? dyrow : nullptr, col, A(0), g);
-      load_param<VEC>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
-    }
+    constexpr bool kWords = CUNORM_WIDE_BF16_WORDS;
+    widen<kWords>(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
+    if constexpr (kStageDy) widen<kWords>(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+    else load_param<VEC, kWords>(col < limit ? dyrow : nullptr, col, A(0), g);
+    load_param<VEC, kWords>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
   };
   StageRing<DEPTH> ring;
   ring.fill([&](int ahead, int b) { stage_row(first + ahead * step, b); });
@@ -646,8 +648,13 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
         c2 += wdy * xhat;
       }
     }
-    if constexpr (RMS) c2 = group_sum<TPB>(c2, smem);
-    else group_sum2<TPB>(c1, c2, smem);
+    if constexpr (OPEN_SUMS) {
+      if constexpr (RMS) c2 = group_sum_open<TPB>(c2, smem);
+      else group_sum2_open<TPB>(c1, c2, smem);
+    } else {
+      if constexpr (RMS) c2 = group_sum<TPB>(c2, smem);
+      else group_sum2<TPB>(c1, c2, smem);
+    }
     exchange(c1, c2);
     const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
 #pragma unroll

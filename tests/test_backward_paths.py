@@ -35,7 +35,7 @@ def test_staged_partial_row_backward_walks_many_rows(rng, op, dtype, n):
     """Half-precision rows staged through shared memory (the next rows copied during this
     one's reductions): enough rows that every persistent group walks many, including the last
     steps' stages of rows past M. Each staging of _config.bwd_stage_depth / StagePolicy: warp
-    rows (N = 504, three buffers), 128-512-thread rows (two or three) and 1024-thread rows
+    rows (N = 504, three buffers), 128-512-thread rows (two, v75) and 1024-thread rows
     (N = 8184, three buffers for LayerNorm), both with their statistics staged (v74). N = 504 /
     520 / 8184 leave the tile's last packs past the row: zero-filled copies, and weight slots
     (v71) holding 1."""

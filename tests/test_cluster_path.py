@@ -261,7 +261,7 @@ def test_wide_cluster_configs():
     for n in range(16385, 65537, 397):  # every block holds part of the row (the kernel relies on it)
         for vec, itemsize in ((8, 2), (4, 4)):
             c = cfg(n, vec, itemsize)
-            assert (c.cluster - 1) * c.tpb * c.packs * c.vec < n <= c.capacity
+            assert (c.cluster - 1) * c.block_columns < n <= c.capacity
     names = _row_norm.cluster_instantiations()
     for itemsize, t in ((2, "bfloat16"), (4, "float32")):
         for rms in (False, True):

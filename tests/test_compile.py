@@ -166,3 +166,60 @@ def test_stage_policy_matches_the_host(nvrtc_ready):
     finally:
         nvrtc.destroyProgram(prog)
     assert len(tiles) >= 5, "warp rows, block rows and the 1024-thread rows are all covered"
+
+
+# sm_86 / sm_89, sm_80, sm_90: what a block may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+SMEM_OPTINS = (101376, 166912, 232448)
+
+
+def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:
+    """{name expression: static shared memory bytes} from ptxas's report of one NVRTC compile."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    prog = nvrtc.createProgram(_compile.kernel_source(filename), filename, [], [])
+    try:
+        for name in names:
+            nvrtc.addNameExpression(prog, name)
+        nvrtc.compileProgram(prog, [*options, "--ptxas-options=-v"])
+        log, lowered = nvrtc.getProgramLog(prog), {nvrtc.getLoweredName(prog, n): n for n in names}
+    finally:
+        nvrtc.destroyProgram(prog)
+    found, entry = {}, None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            entry = lowered.get(m.group(1))
+        m = re.search(r"(\d+) bytes smem", line)
+        if m and entry is not None:
+            found[entry] = int(m.group(1))
+            entry = None
+    assert set(found) == set(names), f"ptxas reported no shared memory for {set(names) - set(found)}"
+    return found
+
+
+@pytest.mark.parametrize("optin", SMEM_OPTINS)
+def test_staged_backward_shared_memory_fits_each_gpu(nvrtc_ready, optin):
+    """v77: the staged backwards' weight slots (static) sit beside the ring the host sizes
+    (dynamic, _row_norm.stage_bytes); compiled with a device's opt-in (CUNORM_SMEM_OPTIN, as
+    _compile.function_ptr passes it), every 512- and 1024-thread bf16 tile, plain and fused
+    (h in bf16 and float32), fits both in it, so its launch can opt in. On sm_90 the plain
+    1024-thread tiles keep their slots (v71's measured gain)."""
+    options = [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS, f"-DCUNORM_SMEM_OPTIN={optin}"]
+    b = "__nv_bfloat16"
+    for rms in (False, True):
+        plain = {_row_norm._tile_name("norm_bwd", "bfloat16", w, cfg, rms, _row_norm.FULL_ROW): (cfg, 2)
+                 for w in ("bfloat16", "float32")
+                 for cfg in (_config.bwd_row_config(n, 8, 2, rms) for n in (4096, 8192))}
+        fused = {f"norm_bwd_fused<{b}, {h}, {b}, {b}, 8, 1, {cfg.tpr}, {str(rms).lower()}>": (cfg, hsize)
+                 for h, hsize in ((b, 2), ("float", 4))
+                 for cfg in (_config.bwd_row_config(n, 8, 2, rms) for n in (4096, 8192))}
+        for filename, tiles in ((_row_norm.KERNEL_FILE, plain), ("layer_norm_fused.cu", fused)):
+            static = _static_smem(filename, list(tiles), options)
+            for name, (cfg, hsize) in tiles.items():
+                dynamic = _row_norm.stage_bytes(cfg, 2, hsize, rms)
+                if dynamic + 2048 > optin:
+                    continue  # the ring alone is too large for this GPU (the host's limit, not v77's)
+                assert static[name] + dynamic <= optin, f"{name}: {static[name]} + {dynamic} bytes past {optin}"
+            if optin == SMEM_OPTINS[-1] and tiles is plain:
+                wide = [n for n, (cfg, _) in plain.items() if cfg.tpr == 1024]
+                assert wide and all(static[n] >= 32768 for n in wide), "sm_90's 1024-thread rows keep their slots"

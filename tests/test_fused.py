@@ -73,6 +73,33 @@ def _reference(op, x, w, b, r, offset):
     return reference.rms_norm(x, w, None, residual=r, weight_offset=offset, return_stats=True)
 
 
+@pytest.mark.parametrize("optin,served", [(101376, False), (232448, True)])
+def test_fused_backward_plan_only_where_its_ring_fits(monkeypatch, optin, served):
+    """v77: float32 h at 1024-thread rows stages 144 KiB of ring; where a block may not opt
+    in to that and the kernel's static bytes (sm_86 / sm_89: 99 KiB), the plan is None and
+    the callers compose the plain kernels instead of failing to launch. The device is faked
+    (no GPU needed): kernel pointers, SM count, occupancy and shared-memory sizes."""
+    pytest.importorskip("cupy", reason="CuPy is not installed")
+    from cunorm import _launch
+    from cunorm.ops import _fused
+
+    monkeypatch.setattr(_fused, "function_ptr", lambda f, name, dev: 1)
+    monkeypatch.setattr(_fused, "sm_count", lambda dev: 132)
+    monkeypatch.setattr(_fused, "blocks_per_sm", lambda fn, block, smem: 1)
+    monkeypatch.setattr(_launch, "static_smem", lambda fn: 1024)
+    monkeypatch.setattr(_launch, "smem_limits", lambda dev: (optin, optin + 1024))
+    _fused.fused_backward_plan.cache_clear()
+    try:
+        n = 8192
+        plan = _fused.fused_backward_plan((64, n), (n, 1), (n, 1), BFLOAT16, numpy.float32, BFLOAT16, BFLOAT16,
+                                          numpy.float32, 1, False, 0, ((0, 2), (0, 4), (0, 2)))
+    finally:
+        _fused.fused_backward_plan.cache_clear()
+    assert (plan is not None) == served
+    if served:
+        assert plan.smem == 3 * 1024 * 8 * (2 + 4), "three rows of bf16 dy and float32 h"
+
+
 # ---- GPU -----------------------------------------------------------------------------------
 
 def _check_fused(op, rng, shape, dtype, *, r_dtype=None, h_dtype=None, out_dtype=None, offset=0.0, scale=None,

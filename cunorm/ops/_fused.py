@@ -14,7 +14,7 @@ import numpy
 
 from .. import _config
 from .._compile import c_type, function_ptr
-from .._launch import blocks_per_sm, launch, pick_vec, row_layout, scalar_bits, sm_count
+from .._launch import blocks_per_sm, fits_smem, launch, pick_vec, row_layout, scalar_bits, sm_count
 from ._row_norm import KERNEL_FILE, TYPE_PAIRS, _b, _np_name, partial_rows, reduce_partial_rows, stage_bytes
 
 FUSED_FILE = "layer_norm_fused.cu"
@@ -171,7 +171,9 @@ def fused_backward_plan(shape: tuple, h_strides: tuple, dy_strides: tuple, dydty
                         grad_dtype, nd: int, rms: bool, device: int, pointers: tuple) -> FusedBackwardPlan | None:
     """The plan of a fused backward (dy and h of this layout, dh, dx and the residual's
     gradient contiguous); ``pointers`` as fused_forward_plan's. None where the kernel does not
-    serve it: rows past one register tile, packs under 16 bytes, dtypes not compiled."""
+    serve it: rows past one register tile, packs under 16 bytes, dtypes not compiled, or a
+    block whose staged rows do not fit the device's shared memory (float32 h at rows of
+    4097-8192 elements on GPUs of 99 KiB a block: 144 KiB of ring)."""
     t, h, x, w = (numpy.dtype(d).name for d in (dydtype, hdtype, dxdtype, wdtype))
     if (h, x) not in _BWD_TYPES.get(t, ()) or (t, w) not in TYPE_PAIRS:
         return None
@@ -189,6 +191,8 @@ def fused_backward_plan(shape: tuple, h_strides: tuple, dy_strides: tuple, dydty
     kernel = function_ptr(FUSED_FILE, _bwd_name(t, h, x, w, cfg, rms), device)
     reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<float, {c_type(numpy.dtype(grad_dtype).name)}>", device)
     smem = stage_bytes(cfg, itemsize, numpy.dtype(hdtype).itemsize, rms)
+    if not fits_smem(kernel, smem, device):
+        return None
     blocks = min(-(-m // cfg.rows_per_block), sm_count(device) * blocks_per_sm(kernel, cfg.block, smem))
     return FusedBackwardPlan(kernel, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), hr.args(),
                              m, n, smem)

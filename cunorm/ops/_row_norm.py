@@ -165,31 +165,34 @@ def _wide_name(t: str, w: str, rms: bool, depth: int, tile: _config.TileConfig) 
     return f"norm_bwd_wide<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {tile.tile}>"
 
 
+def _wide_depth(tile: _config.TileConfig, rms: bool, n: int, itemsize: int, device: int) -> int | None:
+    """Rows in a wide block's ring for rows of n columns a block (WIDE_DEPTH forces it)."""
+    return WIDE_DEPTH or _config.wide_bwd_depth(tile, rms, n, itemsize, smem_limits(device)[0])
+
+
 def _wide_plan(itemsize: int, n: int, vec: int, rms: bool, device: int) -> tuple[_config.TileConfig, int] | None:
     """The wide backward's (tile, ring depth) for this row, or None where it does not serve."""
     tile = _config.wide_bwd_tile(n, vec, itemsize, rms) if USE_WIDE_BACKWARD and STAGE_BACKWARD else None
-    if tile is None:
-        return None
-    depth = WIDE_DEPTH or _config.wide_bwd_depth(tile, rms, n, itemsize, smem_limits(device)[0])
+    depth = None if tile is None else _wide_depth(tile, rms, n, itemsize, device)
     return None if depth is None else (tile, depth)
 
 
 def _wide_cluster_name(t: str, w: str, rms: bool, depth: int, cfg: _config.ClusterConfig) -> str:
-    cols = cfg.tpb * cfg.packs * cfg.vec
-    return f"norm_bwd_wide_cluster<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {cols}, {cfg.cluster}>"
+    return f"norm_bwd_wide_cluster<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {cfg.block_columns}, {cfg.cluster}>"
 
 
 def _wide_cluster_plan(t: str, itemsize: int, n: int, vec: int, rms: bool, device: int):
-    """The wide cluster backward's (cluster config, ring depth) for this row, or None where
-    it does not serve. The ring's depth is the wide block's for a full tile."""
+    """The wide cluster backward's (cluster config, its blocks' wide tile, ring depth) for
+    this row, or None where it does not serve. The ring's depth is the wide block's for a
+    full tile."""
     if not (USE_WIDE_CLUSTER_BACKWARD and USE_WIDE_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device)):
         return None
     cfg = _config.wide_cluster_bwd_config(n, vec, itemsize)
     if cfg is None:
         return None
     tile = _config.wide_cluster_bwd_tile(itemsize)
-    depth = WIDE_DEPTH or _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, smem_limits(device)[0])
-    return None if depth is None else (cfg, depth)
+    depth = _wide_depth(tile, rms, tile.tile, itemsize, device)
+    return None if depth is None else (cfg, tile, depth)
 
 
 def _staged_cluster_name(t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
@@ -395,9 +398,9 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
     wide_cluster = _wide_cluster_plan(t, itemsize, n, vec, rms, device)
     if wide_cluster is not None:
-        ccfg, depth = wide_cluster
+        ccfg, tile, depth = wide_cluster
         main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, ccfg), device)
-        smem = depth * _config.wide_bwd_row_bytes(_config.wide_cluster_bwd_tile(itemsize), itemsize)
+        smem = depth * _config.wide_bwd_row_bytes(tile, itemsize)
         return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block, smem), smem
     scfg = _config.cluster_staged_bwd_config(n, vec, itemsize) \
         if USE_STAGED_CLUSTER_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device) else None
