@@ -16,8 +16,11 @@ import numpy
 # (rows, N): warp tile, block tile, staged partial-row backward (past the column kernel's
 # rows), odd N, split path, cluster tiles (sm_90), the wide backward (v63, v65: 140 rows walk
 # some blocks through two ring steps; N past the tile's last full pack; v66: N = 24000 takes
-# the half-precision RMSNorm tile of 32768)
-ROW_CASES = [(7, 96), (5, 4096), (1100, 1024), (9, 1533), (3, 150000), (3, 65536), (140, 12000), (134, 24000)]
+# the half-precision RMSNorm tile of 32768; v78: 70 rows of 32768 walk the wide clusters, 66 of
+# 2 blocks in bf16 and 33 of 4 in float32 on the H200, through a second row, where the block
+# sums' partials are written again)
+ROW_CASES = [(7, 96), (5, 4096), (1100, 1024), (9, 1533), (3, 150000), (3, 65536), (140, 12000), (134, 24000),
+             (70, 32768)]
 DTYPES = ("float32", "bfloat16")
 
 

@@ -401,11 +401,13 @@ norm_bwd_cluster_staged(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), con
 // above spreads them over blocks of 8192 columns, which pay one cluster barrier a row for
 // half the work. Clusters are persistent and write one dW / dB partial row each. The
 // arguments are norm_bwd's; row_sums and C are unused.
-// v78 (prepared, not run on a GPU): each row meets four barriers here (the block sums' two,
-// the exchange's cluster barrier, cluster_sums' closing block barrier); the block sums'
-// closing one only guards their partials' reuse by the next row, which the cluster barrier
-// already orders, so 1 drops it (wide_bwd_rows OPEN_SUMS). ncu at bf16 LayerNorm 65536: the
-// barrier is this kernel's largest stall (3.28 cycles an issue, NOTES v75). 0: four barriers.
+// v78, lost: each row meets four barriers here (the block sums' two, the exchange's cluster
+// barrier, cluster_sums' closing block barrier); the block sums' closing one only guards their
+// partials' reuse by the next row, which the cluster barrier already orders, so 1 drops it
+// (wide_bwd_rows OPEN_SUMS; racecheck clean, benchmarks/sanitize_wide_cluster.py). The barrier
+// is this kernel's largest stall in ncu (3.28 cycles an issue at bf16 LayerNorm 65536), but
+// one H200 sweep read the same with three (benchmarks/sweep_wide_cluster_barriers.py, results/
+// sweep-wide-cluster-barriers-v78-h200.txt: all eight rows within 0.002 of copy). 0: four.
 #ifndef CUNORM_WIDE_CLUSTER_OPEN_SUMS
 #define CUNORM_WIDE_CLUSTER_OPEN_SUMS 0
 #endif
