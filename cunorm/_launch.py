@@ -288,6 +288,29 @@ def launch_cluster(function_ptr: int, grid: int, block: int, args, stream: int, 
         raise RuntimeError(f"cunorm: cuLaunchKernelEx failed with CUresult {err} (clusters of {cluster})")
 
 
+_COOPERATIVE = 2  # CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+
+
+def launch_cooperative(function_ptr: int, grid: int, block: int, args, stream: int, smem: int) -> None:
+    """launch, as a cooperative grid (cuLaunchKernelEx): the driver refuses it unless every
+    block can be resident at once, which a kernel with grid-wide barriers needs (a block that
+    waits for one never scheduled would wait forever)."""
+    buffers = _args
+    buffers.slots[: len(args)] = args
+    attr = _LaunchAttribute(_COOPERATIVE)
+    attr.value[0] = 1
+    config = _LaunchConfig((grid, 1, 1), (block, 1, 1), smem, stream or None, ctypes.addressof(attr), 1)
+    err = _launch_kernel_ex()(ctypes.addressof(config), function_ptr, buffers.params_ptr, None)
+    if err:
+        raise RuntimeError(f"cunorm: cooperative launch of {grid} blocks failed with CUresult {err} (a GPU "
+                           "shared with other processes may hold fewer blocks at once than it has SMs for)")
+
+
+def zero_async(ptr: int, nbytes: int, stream: int) -> None:
+    """Zeroes ``nbytes`` at ``ptr`` on ``stream`` (cudaMemsetAsync)."""
+    _runtime.memsetAsync(ptr, 0, nbytes, stream)
+
+
 ARENA_ALIGN = 256  # every scratch block starts 256-byte aligned, as allocators hand them out
 
 

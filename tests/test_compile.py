@@ -63,6 +63,27 @@ def test_all_cluster_instantiations_compile(nvrtc_ready):
     _compile.compile_check(_row_norm.CLUSTER_FILE, _row_norm.cluster_instantiations(), "sm_90")
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("chunk", range(2))
+def test_all_grid_row_instantiations_compile(nvrtc_ready, arch, chunk):
+    # the grid-row kernels (cp.async, acquire loads: sm_80 on), each shape the plans may take
+    from cunorm.ops import _grid_rows
+
+    names = _grid_rows.instantiations(_row_norm.TYPE_PAIRS)
+    _compile.compile_check(_grid_rows.GRID_FILE, names[chunk::2], arch)
+
+
+def test_grid_row_instantiations_cover_their_shapes():
+    # every (blocks an SM, threads a block) grid_shapes can give has its kernels compiled
+    from cunorm.ops import _grid_rows
+
+    names = set(_grid_rows.instantiations(_row_norm.TYPE_PAIRS))
+    for packs in (16384, 20000, 65536, 100000):
+        for _, tpb in _config.grid_shapes(packs, 132):
+            for backward in (False, True):
+                assert _grid_rows.grid_name(backward, "bfloat16", "float32", True, tpb) in names
+
+
 @pytest.fixture(scope="module")
 def hipcc_ready():
     if shutil.which("hipcc") is None:

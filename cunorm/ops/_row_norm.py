@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy
 
 from .. import _config
+from . import _grid_rows
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
 from .._launch import (View, allow_smem, blocks_per_sm, launch, make_current, max_active_clusters, pick_vec,
@@ -254,6 +255,9 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     if ccfg is not None:
         return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, ccfg, rms), device),), \
             _config.cluster_fwd_stage_bytes(ccfg, numpy.dtype(_np_name(t)).itemsize, rms)
+    grid = _grid_rows.grid_plan(False, t, wn, numpy.dtype(_np_name(t)).itemsize, n, vec, rms, device)
+    if grid is not None:
+        return grid, (grid.kernel,), grid.smem
     cfg = _config.split_fwd_config(vec)
     return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS), device),
                  function_ptr(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>", device),
@@ -276,6 +280,7 @@ class ForwardPlan(NamedTuple):
     eps_bits: int
     acc: numpy.dtype
     smem: int = 0  # dynamic shared memory of the full-row kernel (norm_fwd_smem)
+    grid_rows: _grid_rows.GridPlan | None = None  # the grid-row kernel's launch (kernels[0])
 
 
 # Plans are cached by call signature (layout, dtypes, options, alignment class): small batches
@@ -299,6 +304,9 @@ def forward_plan(shape: tuple, strides: tuple, dtype, wdtype, nd: int, rms: bool
     cfg, kernels, smem = _forward_kernels(dtype.name, wdtype.name, n, vec, rms, device)
     acc = acc_dtype(dtype)
     eps_bits = scalar_bits(eps, acc)
+    if isinstance(cfg, _grid_rows.GridPlan):
+        return ForwardPlan(kernels, cfg.blocks, cfg.block, rows.args(), (m, n, eps_bits), m, n, 1, n, rms, eps_bits,
+                           acc, cfg.smem, cfg)
     if isinstance(cfg, _config.ClusterConfig):
         clusters = min(m, _config.MAX_GRID // cfg.cluster)  # a cluster a row, looping past the grid
         if smem:  # rows staged ahead (v49): persistent, as many clusters as run at once
@@ -327,6 +335,9 @@ def run_forward(plan: ForwardPlan, x: int, y: int, weight: int, bias: int, mean:
     and rstd. ``alloc(shape, dtype) -> pointer`` is called on the split path only."""
     mean = 0 if plan.rms else mean
     head = (x, *plan.row_args, y, weight, bias, mean, rstd)
+    if plan.grid_rows is not None:
+        _grid_rows.run(plan.grid_rows, head, plan.tail, alloc, stream)
+        return
     if plan.tiles == 1:
         launch(plan.kernels[0], plan.grid, plan.block, (*head, *plan.tail), stream, plan.smem)
         return
@@ -347,6 +358,8 @@ def run_forward(plan: ForwardPlan, x: int, y: int, weight: int, bias: int, mean:
 def forward_scratch(plan: ForwardPlan, stats: bool) -> list:
     """The (shape, dtype) of each ``alloc`` run_forward makes with this plan, in order, for a
     frontend that must hand out scratch it allocated beforehand (JAX)."""
+    if plan.grid_rows is not None:
+        return [_grid_rows.scratch(plan.grid_rows)]
     if plan.tiles == 1:
         return []
     m, acc = plan.m, plan.acc
@@ -412,6 +425,9 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
     if ccfg is not None:
         main = function_ptr(CLUSTER_FILE, _cluster_name("norm_bwd_cluster", t, wn, ccfg, rms), device)
         return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block), 0
+    grid = _grid_rows.grid_plan(True, t, wn, itemsize, n, vec, rms, device)
+    if grid is not None:
+        return grid, grid.kernel, None, None, reduce, grid.blocks, grid.smem
     cfg = _config.split_config(vec)
     main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, CHUNK_APPLY), device)
     sums = function_ptr(KERNEL_FILE, _tile_name("norm_bwd_tile_sums", t, wn, cfg, rms), device)
@@ -444,6 +460,7 @@ class BackwardPlan(NamedTuple):
     acc: numpy.dtype
     column_blocks: int  # > 0: `main` is norm_bwd_columns, dW/dB in the same launch
     smem: int = 0  # dynamic shared memory of `main` (rows staged, stage_bytes)
+    grid_rows: _grid_rows.GridPlan | None = None  # `main` is the grid-row kernel: one partial row
 
 
 @functools.lru_cache(maxsize=4096)
@@ -469,6 +486,9 @@ def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdty
                             acc, -(-n // (_config.COLUMN_LANES * vec)))
     cfg, main, sums, finalize, reduce, resident, smem = _backward_kernels(
         dtype.name, wdtype.name, numpy.dtype(grad_dtype).name, n, vec, rms, device)
+    if isinstance(cfg, _grid_rows.GridPlan):
+        return BackwardPlan(main, cfg.blocks, cfg.block, 1, reduce, dyr.args(), xr.args(), m, n, None, acc, 0,
+                            smem, cfg)
     if isinstance(cfg, _config.ClusterConfig):  # persistent clusters, one partial row each
         # as many as run at once: more ran a second wave at 4 and 8 blocks a cluster (v46)
         active = max_active_clusters(main, cfg.block, smem, cfg.cluster) or resident // cfg.cluster
@@ -499,6 +519,12 @@ def run_backward(plan: BackwardPlan, dy: int, x: int, weight: int, mean: int, rs
         return
     stats = (weight, mean, rstd)
     m, n, groups, acc = plan.m, plan.n, plan.groups, plan.acc
+    if plan.grid_rows is not None:
+        dw_part, db_part = partial_rows(dw, db, 1, n, acc, alloc)
+        _grid_rows.run(plan.grid_rows, (dy, *plan.dy_args, x, *plan.x_args, *stats, dx, dw_part, db_part), (m, n),
+                       alloc, stream)
+        reduce_partial_rows(plan.reduce, dw_part, dw, db_part, db, 1, n, stream)
+        return
     row_sums, tiles = 0, 1
     if plan.split is not None:
         sums, finalize, tiles = plan.split
@@ -550,6 +576,8 @@ def backward_scratch(plan: BackwardPlan, dw: bool, db: bool) -> list:
         out += [((plan.m, plan.split[2], 2), plan.acc), ((plan.m, 2), plan.acc)]
     if dw or db:
         out.append(((int(dw) + int(db), plan.groups, plan.n), plan.acc))
+    if plan.grid_rows is not None:
+        out.append(_grid_rows.scratch(plan.grid_rows))
     return out
 
 

@@ -115,7 +115,8 @@ def _cuda_forward(x, nd, weight, bias, eps, rms, stats=True, grads=None):
         sp = st.data_ptr()
         mean, rstd = (0, sp) if rms else (sp, sp + plan.m * plan.acc.itemsize)
     make_current(dev)
-    _row_norm.run_forward(plan, xp, yp, wp, bp, mean, rstd, _Scratch(dev) if plan.tiles > 1 else None, _stream(dev))
+    scratch = _Scratch(dev) if plan.tiles > 1 or plan.grid_rows is not None else None
+    _row_norm.run_forward(plan, xp, yp, wp, bp, mean, rstd, scratch, _stream(dev))
     if grads is None:
         return y, st, None
     return y, st, fast.prepare(x, y, weight, xp, wp, sp, mean, rstd, *grads)

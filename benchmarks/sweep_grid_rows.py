@@ -1,0 +1,50 @@
+"""v79: the grid-row kernels (kernels/layer_norm_grid.cu: the whole grid on a few rows a step,
+x and dy read once) against the split path they replace, forward and backward, bf16 and
+float32, LayerNorm and RMSNorm at N = 131072 / 262144 / 1M (the benchmark's M: 64 Mi
+elements), with the barrier's wait right after the arrival (lag 0) or two steps later;
+and at N = 32768 / 65536 with the cluster kernels off (v79_grid_lag2_no_clusters), where the
+grid rows would serve in their place. The variants alternate ROUNDS times in one
+process (Python switches; lag 0 compiles its own kernels).
+
+    python benchmarks/sweep_grid_rows.py [--json out.json]
+"""
+from __future__ import annotations
+
+from cunorm import _config
+from cunorm.ops import _grid_rows, _row_norm
+from _sweep_cli import alternate, best_table, row_norm_cases  # benchmarks/ is the script's directory
+
+# name: (grid rows on, cluster kernels on, steps between a step's sums and its finish)
+VARIANTS = {"split": (False, True, 2), "v79_grid_lag0": (True, True, 0), "v79_grid_lag2": (True, True, 2),
+            "v79_grid_lag2_no_clusters": (True, False, 2)}
+ROUNDS = 2
+CASES = list(row_norm_cases((32768, 65536, 131072, 262144, 1 << 20)))
+
+
+def _use(variant) -> None:
+    _grid_rows.USE_GRID_ROWS, _row_norm.USE_CLUSTERS, _config.GRID_LAG = variant
+    for cache in (_grid_rows.grid_plan, _row_norm._forward_kernels, _row_norm.forward_plan,
+                  _row_norm.backward_plan):
+        cache.cache_clear()
+
+
+def sweep(log=print) -> list[dict]:
+    from cunorm import _bench
+
+    rows = []
+    for round_, name, copy in alternate(VARIANTS, ROUNDS, _use, (True, True, 2), log):
+        for op, dtype, n in CASES:
+            r = _bench.bench_row_norm(op, dtype, n)
+            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
+                   "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
+            log(f"{name:26s} {op:10s} {dtype.name:8s} N={n:<7d} fwd {row['fwd_of_copy']:.3f} "
+                f"bwd {row['bwd_of_copy']:.3f} of copy")
+            rows.append(row)
+    log(best_table(rows, VARIANTS, ("fwd_of_copy", "bwd_of_copy")))
+    return rows
+
+
+if __name__ == "__main__":
+    from _sweep_cli import main
+
+    main(sweep, __doc__)

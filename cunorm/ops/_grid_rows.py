@@ -1,0 +1,89 @@
+"""Host side of kernels/layer_norm_grid.cu (v79): rows past the cluster and wide tiles, the
+whole grid on a few rows at a time, x (and dy) read once. Plans (the grid's shape from the
+row's length and the GPU) and launches; ``_row_norm`` takes a plan where one serves.
+
+A launch takes one scratch block: the grid barriers' arrival counters (zeroed), then the
+steps' row partials (_config.grid_scratch_words). The grid is cooperative: every block
+resident.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy
+
+from .. import _config
+from .._compile import c_type, function_ptr
+from .._launch import blocks_per_sm, launch_cooperative, sm_count, smem_limits, static_smem, zero_async
+
+GRID_FILE = "layer_norm_grid.cu"  # CUDA sm_80+ only
+# Where the grid-row kernels serve (past the forward's clusters, the backward's wide
+# clusters), instead of the split path: measured in benchmarks/NOTES.md, v79.
+USE_GRID_ROWS = True
+_COUNTER_BYTES = 256  # the counters' words, then the partials 256-byte aligned
+
+
+class GridPlan(NamedTuple):
+    kernel: int
+    blocks: int
+    block: int
+    rows: int  # R, rows a step
+    smem: int
+
+
+def grid_name(backward: bool, t: str, w: str, rms: bool, tpb: int) -> str:
+    kernel = "norm_bwd_grid" if backward else "norm_fwd_grid"
+    rows = _config.grid_stage_rows(tpb, backward)
+    return (f"{kernel}<{c_type(t)}, {c_type(w)}, {'true' if rms else 'false'}, {tpb}, {rows}, {_config.GRID_DEPTH}, "
+            f"{_config.GRID_LAG}>")
+
+
+def instantiations(type_pairs) -> list[str]:
+    """Every grid-row kernel the plans below may launch (16-byte packs: half precision and
+    float32)."""
+    return [grid_name(backward, t, w, rms, tpb) for t, w in type_pairs if t != "float64"
+            for backward in (False, True) for rms in (False, True) for tpb in _config.GRID_TPBS]
+
+
+@functools.lru_cache(maxsize=256)
+def grid_plan(backward: bool, t: str, w: str, itemsize: int, n: int, vec: int, rms: bool,
+              device: int) -> GridPlan | None:
+    """The grid-row launch for rows of ``n`` elements of ``itemsize`` bytes in ``vec``-packs,
+    or None where it does not serve (switched off, HIP, before sm_80, packs under 16 bytes, or
+    no shape whose blocks are all resident)."""
+    if not USE_GRID_ROWS or vec * itemsize != 16 or not _cuda_sm80(device):
+        return None
+    sms = sm_count(device)
+    for per_sm, tpb in _config.grid_shapes(n // vec, sms):
+        kernel = function_ptr(GRID_FILE, grid_name(backward, t, w, rms, tpb), device)
+        smem = _config.grid_stage_bytes(tpb, backward)
+        if static_smem(kernel) + smem > smem_limits(device)[0] or blocks_per_sm(kernel, tpb, smem) < per_sm:
+            continue
+        return GridPlan(kernel, per_sm * sms, tpb, _config.grid_stage_rows(tpb, backward), smem)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_sm80(device: int) -> bool:
+    import cupy
+
+    if cupy.cuda.runtime.is_hip:
+        return False
+    return int(cupy.cuda.Device(device).compute_capability) >= _config.GRID_MIN_SM
+
+
+def scratch(plan: GridPlan) -> tuple:
+    """The (shape, dtype) of the launch's scratch block."""
+    counters, floats = _config.grid_scratch_words(plan.rows, plan.blocks)
+    assert counters * 4 <= _COUNTER_BYTES
+    return ((_COUNTER_BYTES // 4 + floats,), numpy.dtype(numpy.float32))
+
+
+def run(plan: GridPlan, head: tuple, tail: tuple, alloc, stream: int) -> None:
+    """Launches ``plan.kernel`` with arguments (*head, partials, counters, *tail) after zeroing
+    the counters of a fresh scratch block."""
+    block = alloc(*scratch(plan))
+    zero_async(block, 4 * _config.grid_scratch_words(plan.rows, plan.blocks)[0], stream)
+    launch_cooperative(plan.kernel, plan.blocks, plan.block, (*head, block + _COUNTER_BYTES, block, *tail), stream,
+                       plan.smem)

@@ -1,0 +1,121 @@
+"""Rows past the cluster and wide tiles on the grid-row kernels (kernels/layer_norm_grid.cu,
+v79): the whole grid on R rows a step, each block one slice of every row, one grid barrier a
+step, x (and dy) read once. Row counts of 1 (most of a step's rows past M), and enough for
+every block to walk its ring through several steps; N = 131080 and 150000 leave the blocks'
+slices a pack apart in size."""
+from __future__ import annotations
+
+import numpy
+import pytest
+
+from cunorm import _config
+from norm_cases import DTYPE_IDS, DTYPES, check
+
+OPS = ["layer_norm", "rms_norm"]
+WIDE = [d for d in DTYPES if numpy.dtype(d).itemsize in (2, 4)]
+WIDE_IDS = [i for d, i in zip(DTYPES, DTYPE_IDS) if numpy.dtype(d).itemsize in (2, 4)]
+
+
+def _grid_plans(op, dtype, n, rows, param_dtype=None):
+    """The forward's and backward's plans, asserted to be the grid-row kernels'."""
+    from cunorm.ops import _row_norm
+
+    rms, pdt = op == "rms_norm", numpy.dtype(param_dtype or dtype)
+    fwd = _row_norm.forward_plan((rows, n), (n, 1), dtype, pdt, 1, rms, 1e-5, 0, 0, 0)
+    bwd = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, pdt, pdt, 1, rms, 0, 0, 0)
+    assert fwd.grid_rows is not None and bwd.grid_rows is not None, "the grid-row kernels"
+    return fwd, bwd
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", WIDE, ids=WIDE_IDS)
+@pytest.mark.parametrize("n,rows", [(150000, 1), (150000, 37), (262144, 40), (1048576, 7)])
+def test_grid_rows(rng, op, dtype, n, rows):
+    if n == 1048576 and numpy.dtype(dtype).itemsize == 4:
+        n = 524288  # float32 rows of 1M take two packs a thread past one block an SM: the split path
+    _grid_plans(op, dtype, n, rows)
+    check(op, rng, (rows, n), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("param_dtype,weight,bias", [(numpy.float32, True, True), (None, False, False),
+                                                     (None, True, False)])
+def test_grid_rows_parameters(rng, op, param_dtype, weight, bias):
+    from cunorm._checks import BFLOAT16
+
+    _grid_plans(op, BFLOAT16, 131080, 19, param_dtype)
+    check(op, rng, (19, 131080), BFLOAT16, weight=weight, bias=bias, param_dtype=param_dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("view", ["row_stride", "negative_row_stride", "transposed_leading"])
+def test_grid_rows_views(rng, op, view):
+    # rows addressed through the leading axes' strides, read in place
+    shape = (3, 5, 131080) if view == "transposed_leading" else (9, 131080)
+    check(op, rng, shape, numpy.float32, view=view)
+
+
+@pytest.mark.gpu
+def test_grid_rows_far_from_zero(rng):
+    # LayerNorm's statistics merge the blocks' (count, mean, M2) by Chan's formula: rows with
+    # a large mean keep their variance
+    from cunorm._checks import BFLOAT16
+
+    for dtype in (BFLOAT16, numpy.float32):
+        check("layer_norm", rng, (5, 262144), dtype, x_offset=300.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_grid_rows_bits_repeat(rng, op):
+    # every block folds the partials in block order: the same bits run after run
+    import cupy
+
+    import cunorm
+    from cunorm._checks import BFLOAT16
+
+    x = cupy.asarray(rng.standard_normal((21, 262144)).astype(BFLOAT16))
+    dy = cupy.asarray(rng.standard_normal((21, 262144)).astype(BFLOAT16))
+    w = cupy.asarray(1 + 0.1 * rng.standard_normal(262144).astype(numpy.float32))
+    runs = []
+    for _ in range(3):
+        if op == "rms_norm":
+            y, rstd = cunorm.rms_norm(x, w, return_stats=True)
+            grads = cunorm.rms_norm_backward(dy, x, w, rstd)
+            runs.append([a.view(numpy.uint8).get() for a in (y, rstd, *grads)])
+        else:
+            y, mean, rstd = cunorm.layer_norm(x, w, w, return_stats=True)
+            grads = cunorm.layer_norm_backward(dy, x, w, mean, rstd)
+            runs.append([a.view(numpy.uint8).get() for a in (y, mean, rstd, *grads)])
+    for other in runs[1:]:
+        assert all(numpy.array_equal(a, b) for a, b in zip(runs[0], other))
+
+
+@pytest.mark.parametrize("packs", [16384, 16385, 18750, 32768, 37500, 65536, 100000])
+@pytest.mark.parametrize("sms", [108, 132, 170])
+def test_grid_shapes_fit_their_slices(packs, sms):
+    # every block's slice fits one pack a thread; the first shape is full enough or the fullest
+    shapes = _config.grid_shapes(packs, sms)
+    assert shapes
+    for per_sm, tpb in shapes:
+        assert tpb in _config.GRID_TPBS and 1 <= per_sm <= _config.GRID_MAX_BLOCKS_PER_SM
+        assert -(-packs // (per_sm * sms)) <= tpb
+    fill = [-(-packs // (k * sms)) / t for k, t in shapes]
+    assert fill[0] >= _config.GRID_MIN_FILL or fill[0] == max(fill)
+
+
+def test_grid_shapes_none_past_one_pack_a_thread():
+    # rows whose slices would need two packs a thread take the split path
+    assert _config.grid_shapes(_config.GRID_MAX_BLOCKS_PER_SM * 132 * max(_config.GRID_TPBS) + 1, 132) == []
+
+
+@pytest.mark.parametrize("tpb", _config.GRID_TPBS)
+def test_grid_stage_bytes(tpb):
+    # a step stages GRID_STAGE_PACKS packs a block in both passes; rows at least one
+    for backward in (False, True):
+        rows = _config.grid_stage_rows(tpb, backward)
+        assert rows >= 1
+        assert _config.grid_stage_bytes(tpb, backward) == _config.GRID_DEPTH * _config.GRID_STAGE_PACKS * 16
