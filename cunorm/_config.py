@@ -441,6 +441,7 @@ GRID_DEPTH = 6
 GRID_LAG = 2
 GRID_MAX_BLOCKS_PER_SM = 1
 GRID_MIN_FILL = 0.85
+GRID_MAX_BLOCKS = 160  # kernels/layer_norm_grid.cu kGridMaxBlocks: the partials a folding lane loads
 GRID_MIN_SM = 80  # cp.async and acquire loads
 
 

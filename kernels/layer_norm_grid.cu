@@ -61,6 +61,32 @@ __device__ __forceinline__ GridSlice grid_slice(i64 packs, i64 b) {
   return GridSlice{first, int((b + 1) * packs / G - first)};
 }
 
+// The most blocks a grid-row grid may have (the host holds it: _config.GRID_MAX_BLOCKS):
+// each lane of a folding warp loads kGridPerLane blocks' partials of a row at once.
+constexpr int kGridMaxBlocks = 160;
+constexpr int kGridPerLane = (kGridMaxBlocks + kWarp - 1) / kWarp;
+
+// Row r's partial pairs from `slot` ([R][G][2]) for the rows warp, warp + kWarps, ... of the
+// block (kRows of them): lane l gets blocks l, l + kWarp, ... (zeros past G or R). Every load
+// issues before any is used: the fold waits one L2 round trip, not one a block (v79's first
+// form, a loop of dependent adds over the blocks, held each step for microseconds).
+template <int R, int TPB, int kRows = (R + TPB / kWarp - 1) / (TPB / kWarp)>
+__device__ __forceinline__ void load_row_partials(const float* slot, i64 G, float (&a)[kRows][kGridPerLane],
+                                                  float (&b)[kRows][kGridPerLane]) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int r = warp + k * (TPB / kWarp);
+#pragma unroll
+    for (int u = 0; u < kGridPerLane; ++u) {
+      const i64 blk = lane + u * kWarp;
+      const bool ok = r < R && blk < G;
+      a[k][u] = ok ? __ldcg(slot + (r * G + blk) * 2) : 0.0f;
+      b[k][u] = ok ? __ldcg(slot + (r * G + blk) * 2 + 1) : 0.0f;
+    }
+  }
+}
+
 // Each of K values summed over the block (TPB threads, whole warps); every thread gets the K
 // totals, in a fixed order. smem: K * TPB / kWarp values.
 template <int TPB, int K, typename A>
@@ -202,11 +228,17 @@ __global__ void __launch_bounds__(TPB) norm_fwd_grid(const T* __restrict__ x, CU
     }
   };
   auto finish = [&](i64 s, const Pack<T, VEC>* rows, const A* slot) {
-    for (int r = warp; r < R; r += TPB / kWarp) {  // row r: the G partials folded in block order
-      const A* const row_parts = slot + r * G * 2;
+    constexpr int kRows = (R + TPB / kWarp - 1) / (TPB / kWarp);
+    A pa[kRows][kGridPerLane], pb[kRows][kGridPerLane];
+    load_row_partials<R, TPB>(slot, G, pa, pb);
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {  // row r: the G partials folded in block order
+      const int r = warp + k * (TPB / kWarp);
+      if (r >= R) break;
       if constexpr (RMS) {
         A sum = A(0);
-        for (i64 b = lane; b < G; b += kWarp) sum += __ldcg(row_parts + 2 * b);
+#pragma unroll
+        for (int u = 0; u < kGridPerLane; ++u) sum += pa[k][u];
         sum = group_warp_sum<kWarp>(sum);
         if (lane == 0) {
           stats[r][0] = A(0);
@@ -214,9 +246,12 @@ __global__ void __launch_bounds__(TPB) norm_fwd_grid(const T* __restrict__ x, CU
         }
       } else {
         Welford<A> w{A(0), A(0), A(0)};
-        for (i64 b = lane; b < G; b += kWarp) {
-          const A n_b = A(grid_slice(P, b).count) * VEC;
-          w.merge(Welford<A>{n_b, __ldcg(row_parts + 2 * b) / n_b, __ldcg(row_parts + 2 * b + 1)});
+#pragma unroll
+        for (int u = 0; u < kGridPerLane; ++u) {
+          const i64 blk = lane + u * kWarp;
+          if (blk >= G) break;
+          const A n_b = A(grid_slice(P, blk).count) * VEC;
+          w.merge(Welford<A>{n_b, pa[k][u] / n_b, pb[k][u]});
         }
 #pragma unroll
         for (int o = kWarp / 2; o > 0; o /= 2) w.merge(Welford<A>{shfl_xor(w.count, o), shfl_xor(w.mean, o),
@@ -305,12 +340,18 @@ __global__ void __launch_bounds__(TPB) norm_bwd_grid(const T* __restrict__ dy, C
     }
   };
   auto finish = [&](i64 s, const Pack<T, VEC>* rows, const A* slot) {
-    for (int r = warp; r < R; r += TPB / kWarp) {  // row r: the G partials summed in block order
-      const A* const row_parts = slot + r * G * 2;
+    constexpr int kRows = (R + TPB / kWarp - 1) / (TPB / kWarp);
+    A p2[kRows][kGridPerLane], p1[kRows][kGridPerLane];
+    load_row_partials<R, TPB>(slot, G, p2, p1);
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {  // row r: the G partials summed in block order
+      const int r = warp + k * (TPB / kWarp);
+      if (r >= R) break;
       A c2 = A(0), c1 = A(0);
-      for (i64 b = lane; b < G; b += kWarp) {
-        c2 += __ldcg(row_parts + 2 * b);
-        if constexpr (!RMS) c1 += __ldcg(row_parts + 2 * b + 1);
+#pragma unroll
+      for (int u = 0; u < kGridPerLane; ++u) {
+        c2 += p2[k][u];
+        c1 += p1[k][u];
       }
       c2 = group_warp_sum<kWarp>(c2);
       if constexpr (!RMS) c1 = group_warp_sum<kWarp>(c1);

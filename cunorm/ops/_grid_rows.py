@@ -60,6 +60,8 @@ def grid_plan(backward: bool, t: str, w: str, itemsize: int, n: int, vec: int, r
         smem = _config.grid_stage_bytes(tpb, backward)
         if static_smem(kernel) + smem > smem_limits(device)[0] or blocks_per_sm(kernel, tpb, smem) < per_sm:
             continue
+        if per_sm * sms > _config.GRID_MAX_BLOCKS:
+            continue
         return GridPlan(kernel, per_sm * sms, tpb, _config.grid_stage_rows(tpb, backward), smem)
     return None
 
