@@ -1,10 +1,10 @@
 """v79: the grid-row kernels (kernels/layer_norm_grid.cu: the whole grid on a few rows a step,
 x and dy read once) against the split path they replace, forward and backward, bf16 and
 float32, LayerNorm and RMSNorm at N = 131072 / 262144 / 1M (the benchmark's M: 64 Mi
-elements), with the barrier's wait one, two or three steps after the arrival (the first
-sweep also ran lag 0, and the grid rows at N = 32768 / 65536 in the clusters' place: both
-lost; NOTES v79). The variants alternate ROUNDS times in one
-process (Python switches; each lag compiles its own kernels).
+elements). v79b's row groups: two rows a group a step forward, one backward, a ring of six
+steps, the barrier's wait two or three steps after the arrival; or steps twice as large in a
+ring of three, one step's lag. The variants alternate ROUNDS times in one process (Python
+switches; each variant compiles its own kernels).
 
     python benchmarks/sweep_grid_rows.py [--json out.json]
 """
@@ -14,15 +14,17 @@ from cunorm import _config
 from cunorm.ops import _grid_rows, _row_norm
 from _sweep_cli import alternate, best_table, row_norm_cases  # benchmarks/ is the script's directory
 
-# name: (grid rows on, cluster kernels on, steps between a step's sums and its finish)
-VARIANTS = {"split": (False, True, 2), "v79_grid_lag1": (True, True, 1), "v79_grid_lag2": (True, True, 2),
-            "v79_grid_lag3": (True, True, 3)}
+# name: (grid rows on, rows a row group takes a step forward / backward, ring depth, lag)
+VARIANTS = {"split": (False, 2, 1, 6, 2), "v79b_rg2_d6_lag2": (True, 2, 1, 6, 2),
+            "v79b_rg4_d3_lag1": (True, 4, 2, 3, 1), "v79b_rg2_d6_lag3": (True, 2, 1, 6, 3)}
+DEFAULT = (True, 2, 1, 6, 2)
 ROUNDS = 2
 CASES = list(row_norm_cases((131072, 262144, 1 << 20)))
 
 
 def _use(variant) -> None:
-    _grid_rows.USE_GRID_ROWS, _row_norm.USE_CLUSTERS, _config.GRID_LAG = variant
+    _grid_rows.USE_GRID_ROWS, fwd_rows, bwd_rows, _config.GRID_DEPTH, _config.GRID_LAG = variant
+    _config.GRID_STEP_ROWS = {False: fwd_rows, True: bwd_rows}
     for cache in (_grid_rows.grid_plan, _row_norm._forward_kernels, _row_norm.forward_plan,
                   _row_norm.backward_plan):
         cache.cache_clear()
@@ -32,7 +34,7 @@ def sweep(log=print) -> list[dict]:
     from cunorm import _bench
 
     rows = []
-    for round_, name, copy in alternate(VARIANTS, ROUNDS, _use, (True, True, 2), log):
+    for round_, name, copy in alternate(VARIANTS, ROUNDS, _use, DEFAULT, log):
         for op, dtype, n in CASES:
             r = _bench.bench_row_norm(op, dtype, n)
             row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,

@@ -423,50 +423,41 @@ def all_cluster_staged_bwd_configs(vec: int, itemsize: int) -> list[ClusterConfi
 
 
 # The grid-row kernels (kernels/layer_norm_grid.cu, v79): rows past the cluster and wide
-# tiles, the whole grid on a few rows at a time, x (and dy) read once. A block is one
-# 16-byte pack a thread of each row's slice, GRID_TPBS its sizes, one block an SM; a step
-# stages GRID_STAGE_PACKS packs a block (32 KiB: R = GRID_STAGE_PACKS / TPB rows, half as
-# many in the backward, which stages x and dy) and its ring holds GRID_DEPTH steps (192 KiB):
-# each step waits on a grid barrier and its partials' fold, several microseconds in which
-# only the steps already in flight keep memory busy. Two steps (64 KiB a block) measured
-# 0.20-0.44 of copy backward, below the split path (NOTES v79). GRID_MIN_FILL: the share of
-# a block's threads with a pack that a plan with more blocks an SM must keep to be taken
-# over one with fewer.
-GRID_TPBS = (128, 256, 512, 1024)
-GRID_STAGE_PACKS = 2048
+# tiles, the whole grid on a few rows at a time, x (and dy) read once. One block an SM of
+# GRID_THREADS threads in row groups of QPAD (GRID_QPADS: the smallest that holds the block's
+# slice of the row, one 16-byte pack a thread); each group takes GRID_STEP_ROWS rows a step
+# (forward, backward), so a step stages 32 KiB a block, and the ring holds GRID_DEPTH steps
+# (192 KiB): each step waits on a grid barrier and its partials' fold, microseconds that only
+# the steps in flight keep memory busy through. GRID_LAG: steps between a step's sums and
+# its finish, so the barrier's wait and the fold overlap later steps' sums and loads; the
+# ring keeps GRID_DEPTH - GRID_LAG - 1 steps in flight. Measured in NOTES v79.
+GRID_THREADS = 1024
+GRID_QPADS = (128, 256, 512, 1024)
+GRID_STEP_ROWS = {False: 2, True: 1}
 GRID_DEPTH = 6
-# Steps between a step's sums and its finish (kernels/layer_norm_grid.cu grid_row_steps):
-# the barrier's wait and the partials' fold overlap the later steps' sums and loads; the
-# ring keeps GRID_DEPTH - GRID_LAG - 1 steps in flight.
 GRID_LAG = 2
-GRID_MAX_BLOCKS_PER_SM = 1
-GRID_MIN_FILL = 0.85
 GRID_MAX_BLOCKS = 160  # kernels/layer_norm_grid.cu kGridMaxBlocks: the partials a folding lane loads
 GRID_MIN_SM = 80  # cp.async and acquire loads
 
 
-def grid_stage_rows(tpb: int, backward: bool) -> int:
-    """Rows a grid-row step stages (R)."""
-    return GRID_STAGE_PACKS // tpb // (2 if backward else 1)
+def grid_qpad(packs: int, blocks: int) -> int | None:
+    """The row group's threads for a row of ``packs`` 16-byte packs over ``blocks`` blocks
+    (None: a slice wider than one block's threads, or blocks without a pack)."""
+    if packs < blocks:
+        return None
+    q = -(-packs // blocks)  # the widest slice
+    return next((t for t in GRID_QPADS if t >= q), None)
 
 
-def grid_stage_bytes(tpb: int, backward: bool) -> int:
-    """The grid-row kernel's dynamic shared memory: a ring of GRID_DEPTH steps of 16-byte packs."""
-    return GRID_DEPTH * grid_stage_rows(tpb, backward) * tpb * 16 * (2 if backward else 1)
+def grid_stage_rows(qpad: int, backward: bool) -> int:
+    """Rows a grid-row step stages (R): every group's GRID_STEP_ROWS."""
+    return GRID_THREADS // qpad * GRID_STEP_ROWS[backward]
 
 
-def grid_shapes(packs: int, sms: int) -> list[tuple[int, int]]:
-    """(blocks an SM, threads a block) for a row of ``packs`` 16-byte packs over ``sms`` SMs,
-    best first: every block's slice fits one pack a thread; the most blocks an SM whose
-    threads stay GRID_MIN_FILL full, then the fullest."""
-    shapes = []
-    for k in range(1, GRID_MAX_BLOCKS_PER_SM + 1):
-        q = -(-packs // (k * sms))  # the largest slice
-        tpb = next((b for b in GRID_TPBS if b >= q), None)
-        if tpb is not None and packs >= k * sms:
-            shapes.append((k, tpb, q / tpb))
-    shapes.sort(key=lambda s: (s[2] < GRID_MIN_FILL, -s[0] if s[2] >= GRID_MIN_FILL else -s[2]))
-    return [(k, tpb) for k, tpb, _ in shapes]
+def grid_stage_bytes(backward: bool) -> int:
+    """The grid-row kernel's dynamic shared memory: a ring of GRID_DEPTH steps of 16-byte
+    packs (x, and dy in the backward)."""
+    return GRID_DEPTH * GRID_STEP_ROWS[backward] * GRID_THREADS * 16 * (2 if backward else 1)
 
 
 def grid_scratch_words(rows: int, blocks: int) -> tuple[int, int]:

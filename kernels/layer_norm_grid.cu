@@ -1,7 +1,7 @@
 // LayerNorm and RMSNorm, forward and backward, for rows longer than a cluster holds (v79): the
 // whole grid works on R rows at a time, so x (and dy) are read from memory once, where the
 // split path of layer_norm.cu reads them twice. Block b of G owns the same packs of every
-// row (a slice of about N / G columns, one 16-byte pack a thread), so:
+// row (a slice of about N / G columns, one 16-byte pack a thread of a row group), so:
 //   - each step, every block copies its slice of R rows into shared memory with cp.async
 //     (several steps ahead), reduces its slice of each row, and publishes the partials in
 //     global memory, then arrives at the step's grid barrier (an arrival counter);
@@ -13,11 +13,17 @@
 // (0.20-0.44 of copy backward, NOTES v79). LAG steps between arrival and wait let later steps'
 // loads and sums run meanwhile. The grid is launched cooperatively, so every block is
 // resident; the host zeroes the counters.
+// A block is kGridThreads threads in row groups of QPAD (the slice's packs rounded up to a
+// power of two from 128): each group takes RG rows of a step, so a thread's serial work a
+// step is RG packs whatever the slice's width (v79's first form put every thread of a
+// narrow block on all R rows: 128 threads an SM, 16 rows each, 6-7 us a step).
 // The backward's dW / dB columns are this block's alone over every row, so each block sums
 // them in registers and writes one partial row (the host's usual fold, with one row, turns it
 // into the gradient's dtype): no partial rows to reduce across blocks.
-// LayerNorm's partials are (sum, M2) of two passes over the staged slice, merged by Chan's
-// formula (common.cuh Welford), as the cluster forward merges its blocks' slices.
+// LayerNorm's partials are (sum, M2) of two passes over the staged slice about the row's first
+// element (the pivot), merged by Chan's formula (common.cuh Welford), as the cluster forward
+// merges its blocks' slices: rows far from zero keep their digits (x - mean in float32 lost
+// them at a mean of 300).
 // A thread reads back only the packs it copied itself, so the staged rows need no block
 // barrier of their own.
 //
@@ -61,22 +67,28 @@ __device__ __forceinline__ GridSlice grid_slice(i64 packs, i64 b) {
   return GridSlice{first, int((b + 1) * packs / G - first)};
 }
 
-// The most blocks a grid-row grid may have (the host holds it: _config.GRID_MAX_BLOCKS):
-// each lane of a folding warp loads kGridPerLane blocks' partials of a row at once.
+// A grid-row block's threads, and the most blocks a grid may have (the host holds it:
+// _config.GRID_MAX_BLOCKS): each lane of a folding warp loads kGridPerLane blocks' partials.
+constexpr int kGridThreads = 1024;
 constexpr int kGridMaxBlocks = 160;
 constexpr int kGridPerLane = (kGridMaxBlocks + kWarp - 1) / kWarp;
 
-// Row r's partial pairs from `slot` ([R][G][2]) for the rows warp, warp + kWarps, ... of the
-// block (kRows of them): lane l gets blocks l, l + kWarp, ... (zeros past G or R). Every load
-// issues before any is used: the fold waits one L2 round trip, not one a block (v79's first
-// form, a loop of dependent adds over the blocks, held each step for microseconds).
-template <int R, int TPB, int kRows = (R + TPB / kWarp - 1) / (TPB / kWarp)>
+// The rows of a step that warp w folds: w, w + 32, ... (kRows of them).
+template <int R>
+struct FoldRows {
+  static constexpr int kWarps = kGridThreads / kWarp, kRows = (R + kWarps - 1) / kWarps;
+};
+
+// The partial pairs of the rows this warp folds, from `slot` ([R][G][2]): lane l gets blocks
+// l, l + kWarp, ... (zeros past G or R). Every load issues before any is used: the fold
+// waits one L2 round trip, not one a block.
+template <int R, int kRows = FoldRows<R>::kRows>
 __device__ __forceinline__ void load_row_partials(const float* slot, i64 G, float (&a)[kRows][kGridPerLane],
                                                   float (&b)[kRows][kGridPerLane]) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
-    const int r = warp + k * (TPB / kWarp);
+    const int r = warp + k * FoldRows<R>::kWarps;
 #pragma unroll
     for (int u = 0; u < kGridPerLane; ++u) {
       const i64 blk = lane + u * kWarp;
@@ -87,12 +99,13 @@ __device__ __forceinline__ void load_row_partials(const float* slot, i64 G, floa
   }
 }
 
-// Each of K values summed over the block (TPB threads, whole warps); every thread gets the K
-// totals, in a fixed order. smem: K * TPB / kWarp values.
-template <int TPB, int K, typename A>
-__device__ __forceinline__ void block_sums(A (&v)[K], A* smem) {
-  constexpr int kWarps = TPB / kWarp;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+// Each of K values summed over its row group of QPAD threads (whole warps; every group of the
+// block at once); every thread gets its group's K totals, in a fixed order. smem: K *
+// kGridThreads / kWarp values.
+template <int QPAD, int K, typename A>
+__device__ __forceinline__ void group_sums(A (&v)[K], A* smem) {
+  constexpr int kWarps = kGridThreads / kWarp, kGroupWarps = QPAD / kWarp;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, first = warp / kGroupWarps * kGroupWarps;
 #pragma unroll
   for (int k = 0; k < K; ++k) v[k] = group_warp_sum<kWarp>(v[k]);
   if (lane == 0) {
@@ -101,65 +114,79 @@ __device__ __forceinline__ void block_sums(A (&v)[K], A* smem) {
   }
   __syncthreads();
 #pragma unroll
-  for (int k = 0; k < K; ++k) v[k] = second_level_sum<kWarps>(smem + k * kWarps, lane);
+  for (int k = 0; k < K; ++k) v[k] = second_level_sum<kGroupWarps>(smem + k * kWarps + first, lane);
   __syncthreads();  // smem free again
 }
 
-// Copies this thread's pack of rows s*R .. s*R + R - 1 of each of the SETS sources into ring
-// buffer `buf` ([DEPTH][R][SETS][TPB] packs; zeros for rows past M or a thread past its slice)
-// and commits them as one group.
-template <int R, int SETS, int TPB, typename T, int VEC>
+// A grid-row block's layout: row group `grp` of QPAD threads takes local rows grp * RG ..
+// grp * RG + RG - 1 of each step's R; thread q of a group holds pack q of the block's slice.
+template <int QPAD, int RG, int SETS>
+struct GridLayout {
+  static constexpr int kGroups = kGridThreads / QPAD, R = kGroups * RG;
+  int grp, q;
+  __device__ __forceinline__ GridLayout() : grp(threadIdx.x / QPAD), q(threadIdx.x % QPAD) {}
+  // This thread's pack of local row k (< RG) of set `set` in ring buffer `buf`.
+  template <typename P>
+  __device__ __forceinline__ P* at(P* ring, int buf, int k, int set) const {
+    return ring + ((buf * R + grp * RG + k) * SETS + set) * QPAD + q;
+  }
+};
+
+// Copies this thread's packs of its RG rows of step s, each of the SETS sources, into ring
+// buffer `buf` (zeros for rows past M or a thread past its slice), committed as one group.
+template <int QPAD, int RG, int SETS, typename T, int VEC>
 __device__ __forceinline__ void stage_grid_rows(Pack<T, VEC>* ring, int buf, const T* const (&src)[SETS],
                                                 const RowMap (&map)[SETS], i64 s, i64 M, i64 col, bool mine) {
+  const GridLayout<QPAD, RG, SETS> lay;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const i64 row = s * R + r;
+  for (int k = 0; k < RG; ++k) {
+    const i64 row = s * lay.R + lay.grp * RG + k;
     const bool in = mine && row < M;
 #pragma unroll
-    for (int k = 0; k < SETS; ++k)
-      copy16_async(ring + ((buf * R + r) * SETS + k) * TPB + threadIdx.x, src[k] + (in ? map[k].offset(row) + col : 0),
-                   in);
+    for (int set = 0; set < SETS; ++set)
+      copy16_async(lay.at(ring, buf, k, set), src[set] + (in ? map[set].offset(row) + col : 0), in);
   }
   copies_commit();
 }
 
-// The steps of a grid-row kernel over rows 0 .. M - 1, R a step: `reduce(step, rows, slot)`
-// sums this block's slice of the step's staged rows (`rows`: this thread's first pack of
-// them, [R][SETS] strided by TPB) and has thread 0 write them into `slot`; `finish(step, rows,
-// slot)` folds the step's slot once every block has written it and writes the outputs. The
-// ring holds DEPTH steps: LAG between a step's sums and its finish, the rest in flight.
+// The steps of a grid-row kernel over rows 0 .. M - 1, R a step: `reduce(step, slot)` sums
+// this block's slice of the step's staged rows and writes them into `slot` (before the block
+// barrier that precedes the arrival); `finish(step, slot)` folds the step's slot once every
+// block has written it and writes the outputs. The ring holds DEPTH steps: LAG between a
+// step's sums and its finish, the rest in flight.
 // Scratch: `counters` (LAG + 1 words, zeroed; step s arrives at counter s mod (LAG + 1), whose
 // arrivals count on over the launch) and `partials` (2 * LAG + 2 slots of R * G * 2 floats:
 // a block rewrites a slot only after every block has folded it). A block ahead by a counter's
 // period has waited for the barrier LAG + 1 steps before its own, so no step's arrivals mix
 // with a later step's.
-template <int R, int SETS, int TPB, int DEPTH, int LAG, typename T, int VEC, typename Reduce, typename Finish>
+template <int QPAD, int RG, int SETS, int DEPTH, int LAG, typename T, int VEC, typename Reduce, typename Finish>
 __device__ __forceinline__ void grid_row_steps(Pack<T, VEC>* ring, const T* const (&src)[SETS],
                                                const RowMap (&map)[SETS], i64 M, i64 col, bool mine,
                                                float* partials, unsigned* counters, Reduce&& reduce,
                                                Finish&& finish) {
-  constexpr int kAhead = DEPTH - LAG - 1, kCounters = LAG + 1, kSlots = 2 * LAG + 2;
+  constexpr int R = GridLayout<QPAD, RG, SETS>::R, kAhead = DEPTH - LAG - 1, kCounters = LAG + 1,
+                kSlots = 2 * LAG + 2;
   static_assert(kAhead >= 1, "a step in flight");
   const i64 G = gridDim.x, steps = (M + R - 1) / R, slot_floats = i64(R) * G * 2;
-  auto rows_of = [&](i64 s) { return ring + int(s % DEPTH) * (R * SETS * TPB) + threadIdx.x; };
 #pragma unroll
   for (int d = 0; d < kAhead; ++d) {
-    if (d < steps) stage_grid_rows<R, SETS, TPB>(ring, d, src, map, d, M, col, mine);
+    if (d < steps) stage_grid_rows<QPAD, RG, SETS>(ring, d, src, map, d, M, col, mine);
     else copies_commit();
   }
   for (i64 i = 0; i < steps + LAG; ++i) {
     if (i < steps) {
       const i64 ahead = i + kAhead;  // into the buffer of step i - LAG - 1, finished (by this thread) last step
-      if (ahead < steps) stage_grid_rows<R, SETS, TPB>(ring, int(ahead % DEPTH), src, map, ahead, M, col, mine);
+      if (ahead < steps) stage_grid_rows<QPAD, RG, SETS>(ring, int(ahead % DEPTH), src, map, ahead, M, col, mine);
       else copies_commit();
       copies_wait<kAhead>();
-      reduce(i, rows_of(i), partials + (i % kSlots) * slot_floats);
+      reduce(i, partials + (i % kSlots) * slot_floats);
+      __syncthreads();  // every group's partials written
       if (threadIdx.x == 0) grid_arrive(counters + i % kCounters);
     }
     const i64 j = i - LAG;
     if (j >= 0) {
       grid_wait(counters + j % kCounters, unsigned((j / kCounters + 1) * G));
-      finish(j, rows_of(j), partials + (j % kSlots) * slot_floats);
+      finish(j, partials + (j % kSlots) * slot_floats);
     }
   }
   copies_wait<0>();
@@ -172,68 +199,80 @@ using namespace cunorm;
 #if !defined(CUNORM_HIP)
 // The forward: y, and mean (LayerNorm) / rstd where non-null. Scratch as grid_row_steps says.
 // 16-byte packs only (VEC = 16 / sizeof(T)).
-template <typename T, typename W, bool RMS, int TPB, int R, int DEPTH, int LAG>
-__global__ void __launch_bounds__(TPB) norm_fwd_grid(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm),
-                                                     T* __restrict__ y, const W* __restrict__ weight,
-                                                     const W* __restrict__ bias, float* __restrict__ mean,
-                                                     float* __restrict__ rstd, float* __restrict__ partials,
-                                                     unsigned* __restrict__ counters, i64 M, i64 N, float eps) {
+template <typename T, typename W, bool RMS, int QPAD, int RG, int DEPTH, int LAG>
+__global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm),
+                                                              T* __restrict__ y, const W* __restrict__ weight,
+                                                              const W* __restrict__ bias, float* __restrict__ mean,
+                                                              float* __restrict__ rstd, float* __restrict__ partials,
+                                                              unsigned* __restrict__ counters, i64 M, i64 N,
+                                                              float eps) {
   typedef float A;
-  constexpr int VEC = 16 / sizeof(T);
+  typedef GridLayout<QPAD, RG, 1> Layout;
+  constexpr int VEC = 16 / sizeof(T), R = Layout::R;
   extern __shared__ __align__(16) unsigned char stage_smem[];
-  __shared__ A red[R * (TPB / kWarp)];
+  Pack<T, VEC>* const ring = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
+  __shared__ A red[RG * (kGridThreads / kWarp)];
   __shared__ A stats[R][2];
+  const Layout lay;
   const i64 G = gridDim.x, P = N / VEC;
   const GridSlice sl = grid_slice(P, blockIdx.x);
-  const int t = threadIdx.x, lane = t % kWarp, warp = t / kWarp;
-  const bool mine = t < sl.count;
-  const i64 col = (sl.first + t) * VEC;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const bool mine = lay.q < sl.count;
+  const i64 col = (sl.first + lay.q) * VEC;
   const A count = A(sl.count) * VEC;
+  const RowMap xmap = CUNORM_ROWMAP(xm);
   A wv[VEC], bv[VEC];
   load_param<VEC>(mine ? weight : nullptr, col, A(1), wv);
   load_param<VEC>(mine ? bias : nullptr, col, A(0), bv);
   const T* const src[1] = {x};
-  const RowMap map[1] = {CUNORM_ROWMAP(xm)};
-  auto reduce = [&](i64, const Pack<T, VEC>* rows, A* slot) {
-    A part[R], m2[R];
+  const RowMap map[1] = {xmap};
+  auto row_of = [&](i64 s, int k) { return s * R + lay.grp * RG + k; };
+  // LayerNorm's pivot: the row's first element (0 past M, and for RMSNorm)
+  auto pivot = [&](i64 row) { return !RMS && row < M ? cvt<A>(x[xmap.offset(row)]) : A(0); };
+  auto reduce = [&](i64 s, A* slot) {
+    A part[RG], m2[RG];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int k = 0; k < RG; ++k) {
       A xv[VEC];
-      widen<true>(rows[r * TPB], xv);
-      part[r] = A(0);
+      widen<true>(*lay.at(ring, int(s % DEPTH), k, 0), xv);
+      const A p = pivot(row_of(s, k));
+      part[k] = A(0);
+      if (mine) {
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) part[r] += RMS ? xv[k] * xv[k] : xv[k];
+        for (int e = 0; e < VEC; ++e) part[k] += RMS ? xv[e] * xv[e] : xv[e] - p;
+      }
     }
-    block_sums<TPB>(part, red);
+    group_sums<QPAD>(part, red);
     if constexpr (!RMS) {  // the slice's squared deviations from its own mean
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
+      for (int k = 0; k < RG; ++k) {
         A xv[VEC];
-        widen<true>(rows[r * TPB], xv);
-        const A mu = part[r] / count;
-        m2[r] = A(0);
+        widen<true>(*lay.at(ring, int(s % DEPTH), k, 0), xv);
+        const A p = pivot(row_of(s, k)), mc = part[k] / count;
+        m2[k] = A(0);
         if (mine) {
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) m2[r] += (xv[k] - mu) * (xv[k] - mu);
+          for (int e = 0; e < VEC; ++e) m2[k] += ((xv[e] - p) - mc) * ((xv[e] - p) - mc);
         }
       }
-      block_sums<TPB>(m2, red);
+      group_sums<QPAD>(m2, red);
     }
-    if (t == 0) {  // (every thread holds the totals; one writes them, by constant index)
+    if (lay.q == 0) {  // (every thread holds its group's totals; one writes them, by constant index)
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        slot[(r * G + blockIdx.x) * 2] = part[r];
-        slot[(r * G + blockIdx.x) * 2 + 1] = RMS ? A(0) : m2[r];
+      for (int k = 0; k < RG; ++k) {
+        const int r = lay.grp * RG + k;
+        slot[(r * G + blockIdx.x) * 2] = part[k];
+        slot[(r * G + blockIdx.x) * 2 + 1] = RMS ? A(0) : m2[k];
       }
     }
   };
-  auto finish = [&](i64 s, const Pack<T, VEC>* rows, const A* slot) {
-    constexpr int kRows = (R + TPB / kWarp - 1) / (TPB / kWarp);
+  auto finish = [&](i64 s, const A* slot) {
+    constexpr int kRows = FoldRows<R>::kRows;
     A pa[kRows][kGridPerLane], pb[kRows][kGridPerLane];
-    load_row_partials<R, TPB>(slot, G, pa, pb);
+    load_row_partials<R>(slot, G, pa, pb);
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {  // row r: the G partials folded in block order
-      const int r = warp + k * (TPB / kWarp);
+      const int r = warp + k * FoldRows<R>::kWarps;
       if (r >= R) break;
       if constexpr (RMS) {
         A sum = A(0);
@@ -257,95 +296,101 @@ __global__ void __launch_bounds__(TPB) norm_fwd_grid(const T* __restrict__ x, CU
         for (int o = kWarp / 2; o > 0; o /= 2) w.merge(Welford<A>{shfl_xor(w.count, o), shfl_xor(w.mean, o),
                                                                      shfl_xor(w.m2, o)});
         if (lane == 0) {
-          stats[r][0] = w.mean;
+          stats[r][0] = w.mean;  // about the pivot
           stats[r][1] = rsqrt_acc(w.m2 / A(N) + eps);
         }
       }
       const i64 row = s * R + r;
       if (lane == 0 && blockIdx.x == 0 && row < M) {
-        if (mean && !RMS) mean[row] = stats[r][0];
+        if (mean && !RMS) mean[row] = pivot(row) + stats[r][0];
         if (rstd) rstd[row] = stats[r][1];
       }
     }
     __syncthreads();
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const i64 row = s * R + r;
+    for (int k = 0; k < RG; ++k) {
+      const i64 row = row_of(s, k);
       if (!mine || row >= M) continue;
       A xv[VEC], out[VEC];
-      widen<true>(rows[r * TPB], xv);
-      const A mu = stats[r][0], rs = stats[r][1];
+      widen<true>(*lay.at(ring, int(s % DEPTH), k, 0), xv);
+      const int r = lay.grp * RG + k;
+      const A p = pivot(row), mu = stats[r][0], rs = stats[r][1];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) out[k] = (xv[k] - mu) * rs * wv[k] + bv[k];
+      for (int e = 0; e < VEC; ++e) out[e] = ((xv[e] - p) - mu) * rs * wv[e] + bv[e];
       store_pack_whole<T>(y + row * N + col, out);
     }
   };
-  grid_row_steps<R, 1, TPB, DEPTH, LAG>(reinterpret_cast<Pack<T, VEC>*>(stage_smem), src, map, M, col, mine,
-                                        partials, counters, reduce, finish);
+  grid_row_steps<QPAD, RG, 1, DEPTH, LAG>(ring, src, map, M, col, mine, partials, counters, reduce, finish);
 }
 
 // The backward: dx, and one row of dW / dB partials (this block's columns over every row,
 // where non-null; the host folds the one row into the gradients). Scratch as grid_row_steps
 // says.
-template <typename T, typename W, bool RMS, int TPB, int R, int DEPTH, int LAG>
-__global__ void __launch_bounds__(TPB) norm_bwd_grid(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym),
-                                                     const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm),
-                                                     const W* __restrict__ weight, const float* __restrict__ mean,
-                                                     const float* __restrict__ rstd, T* __restrict__ dx,
-                                                     float* __restrict__ dw_part, float* __restrict__ db_part,
-                                                     float* __restrict__ partials, unsigned* __restrict__ counters,
-                                                     i64 M, i64 N) {
+template <typename T, typename W, bool RMS, int QPAD, int RG, int DEPTH, int LAG>
+__global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym),
+                                                              const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm),
+                                                              const W* __restrict__ weight,
+                                                              const float* __restrict__ mean,
+                                                              const float* __restrict__ rstd, T* __restrict__ dx,
+                                                              float* __restrict__ dw_part, float* __restrict__ db_part,
+                                                              float* __restrict__ partials,
+                                                              unsigned* __restrict__ counters, i64 M, i64 N) {
   typedef float A;
-  constexpr int VEC = 16 / sizeof(T), K = RMS ? R : 2 * R;  // sums a step: w*dy*xhat (and w*dy)
-  extern __shared__ __align__(16) unsigned char stage_smem[];  // [DEPTH][R][x, dy][TPB] packs
-  __shared__ A red[K * (TPB / kWarp)];
+  typedef GridLayout<QPAD, RG, 2> Layout;
+  constexpr int VEC = 16 / sizeof(T), R = Layout::R, K = RMS ? RG : 2 * RG;  // w*dy*xhat (and w*dy) a row
+  extern __shared__ __align__(16) unsigned char stage_smem[];  // [DEPTH][R][x, dy][QPAD] packs
+  Pack<T, VEC>* const ring = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
+  __shared__ A red[K * (kGridThreads / kWarp)];
   __shared__ A sums[R][2];
+  const Layout lay;
   const i64 G = gridDim.x;
   const GridSlice sl = grid_slice(N / VEC, blockIdx.x);
-  const int t = threadIdx.x, lane = t % kWarp, warp = t / kWarp;
-  const bool mine = t < sl.count;
-  const i64 col = (sl.first + t) * VEC;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const bool mine = lay.q < sl.count;
+  const i64 col = (sl.first + lay.q) * VEC;
   const A inv_n = A(1) / A(N);
   A wv[VEC], dw_acc[VEC], db_acc[VEC];
   load_param<VEC>(mine ? weight : nullptr, col, A(1), wv);
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) dw_acc[k] = db_acc[k] = A(0);
+  for (int e = 0; e < VEC; ++e) dw_acc[e] = db_acc[e] = A(0);
   const T* const src[2] = {x, dy};
   const RowMap map[2] = {CUNORM_ROWMAP(xm), CUNORM_ROWMAP(dym)};
-  auto reduce = [&](i64 s, const Pack<T, VEC>* rows, A* slot) {
+  auto row_of = [&](i64 s, int k) { return s * R + lay.grp * RG + k; };
+  auto reduce = [&](i64 s, A* slot) {
     A part[K];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const RowStats<A> st = row_stats<RMS>(mean, rstd, s * R + r, M);
+    for (int k = 0; k < RG; ++k) {
+      const RowStats<A> st = row_stats<RMS>(mean, rstd, row_of(s, k), M);
       A xv[VEC], g[VEC];
-      widen<true>(rows[(2 * r) * TPB], xv);
-      widen<true>(rows[(2 * r + 1) * TPB], g);
+      widen<true>(*lay.at(ring, int(s % DEPTH), k, 0), xv);
+      widen<true>(*lay.at(ring, int(s % DEPTH), k, 1), g);
       A c1 = A(0), c2 = A(0);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const A xhat = (xv[k] - st.mean) * st.rstd, wdy = wv[k] * g[k];
+      for (int e = 0; e < VEC; ++e) {
+        const A xhat = (xv[e] - st.mean) * st.rstd, wdy = wv[e] * g[e];
         c1 += wdy;
         c2 += wdy * xhat;
       }
-      part[r] = c2;
-      if constexpr (!RMS) part[R + r] = c1;
+      part[k] = c2;
+      if constexpr (!RMS) part[RG + k] = c1;
     }
-    block_sums<TPB>(part, red);
-    if (t == 0) {
+    group_sums<QPAD>(part, red);
+    if (lay.q == 0) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        slot[(r * G + blockIdx.x) * 2] = part[r];
-        slot[(r * G + blockIdx.x) * 2 + 1] = RMS ? A(0) : part[R + r];
+      for (int k = 0; k < RG; ++k) {
+        const int r = lay.grp * RG + k;
+        slot[(r * G + blockIdx.x) * 2] = part[k];
+        slot[(r * G + blockIdx.x) * 2 + 1] = RMS ? A(0) : part[RG + k];
       }
     }
   };
-  auto finish = [&](i64 s, const Pack<T, VEC>* rows, const A* slot) {
-    constexpr int kRows = (R + TPB / kWarp - 1) / (TPB / kWarp);
+  auto finish = [&](i64 s, const A* slot) {
+    constexpr int kRows = FoldRows<R>::kRows;
     A p2[kRows][kGridPerLane], p1[kRows][kGridPerLane];
-    load_row_partials<R, TPB>(slot, G, p2, p1);
+    load_row_partials<R>(slot, G, p2, p1);
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {  // row r: the G partials summed in block order
-      const int r = warp + k * (TPB / kWarp);
+      const int r = warp + k * FoldRows<R>::kWarps;
       if (r >= R) break;
       A c2 = A(0), c1 = A(0);
 #pragma unroll
@@ -362,29 +407,49 @@ __global__ void __launch_bounds__(TPB) norm_bwd_grid(const T* __restrict__ dy, C
     }
     __syncthreads();
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const i64 row = s * R + r;
+    for (int k = 0; k < RG; ++k) {
+      const i64 row = row_of(s, k);
       if (!mine || row >= M) continue;
       const RowStats<A> st = row_stats<RMS>(mean, rstd, row, M);
       A xv[VEC], g[VEC], out[VEC];
-      widen<true>(rows[(2 * r) * TPB], xv);
-      widen<true>(rows[(2 * r + 1) * TPB], g);
+      widen<true>(*lay.at(ring, int(s % DEPTH), k, 0), xv);
+      widen<true>(*lay.at(ring, int(s % DEPTH), k, 1), g);
+      const int r = lay.grp * RG + k;
       const A m1 = RMS ? A(0) : sums[r][0], m2 = sums[r][1];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const A xhat = (xv[k] - st.mean) * st.rstd;
-        out[k] = st.rstd * (wv[k] * g[k] - m1 - xhat * m2);
-        dw_acc[k] += g[k] * xhat;
-        if constexpr (!RMS) db_acc[k] += g[k];
+      for (int e = 0; e < VEC; ++e) {
+        const A xhat = (xv[e] - st.mean) * st.rstd;
+        out[e] = st.rstd * (wv[e] * g[e] - m1 - xhat * m2);
+        dw_acc[e] += g[e] * xhat;
+        if constexpr (!RMS) db_acc[e] += g[e];
       }
       store_pack_whole<T>(dx + row * N + col, out);
     }
   };
-  grid_row_steps<R, 2, TPB, DEPTH, LAG>(reinterpret_cast<Pack<T, VEC>*>(stage_smem), src, map, M, col, mine,
-                                        partials, counters, reduce, finish);
-  if (mine) {
+  grid_row_steps<QPAD, RG, 2, DEPTH, LAG>(ring, src, map, M, col, mine, partials, counters, reduce, finish);
+  // The groups hold the same columns' sums over different rows: folded in group order
+  // through the ring's memory (every copy has landed and been read).
+  __syncthreads();
+  A* const fold = reinterpret_cast<A*>(stage_smem);  // [sums][group][QPAD][VEC]
+  constexpr int kGroups = Layout::kGroups, kSums = RMS ? 1 : 2;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    fold[((0 * kGroups + lay.grp) * QPAD + lay.q) * VEC + e] = dw_acc[e];
+    if constexpr (!RMS) fold[((1 * kGroups + lay.grp) * QPAD + lay.q) * VEC + e] = db_acc[e];
+  }
+  __syncthreads();
+  if (lay.grp == 0 && mine) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+#pragma unroll
+      for (int g = 1; g < kGroups; ++g) {
+        dw_acc[e] += fold[((0 * kGroups + g) * QPAD + lay.q) * VEC + e];
+        if constexpr (!RMS) db_acc[e] += fold[((1 * kGroups + g) * QPAD + lay.q) * VEC + e];
+      }
+    }
     if (dw_part) store_pack_whole<A>(dw_part + col, dw_acc);
     if (db_part && !RMS) store_pack_whole<A>(db_part + col, db_acc);
   }
+  static_assert(kSums * kGridThreads * VEC * sizeof(A) <= DEPTH * R * 2 * QPAD * 16, "the fold fits the ring");
 }
 #endif

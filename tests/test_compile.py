@@ -74,14 +74,14 @@ def test_all_grid_row_instantiations_compile(nvrtc_ready, arch, chunk):
 
 
 def test_grid_row_instantiations_cover_their_shapes():
-    # every (blocks an SM, threads a block) grid_shapes can give has its kernels compiled
+    # every row group grid_qpad can give has its kernels compiled
     from cunorm.ops import _grid_rows
 
     names = set(_grid_rows.instantiations(_row_norm.TYPE_PAIRS))
-    for packs in (16384, 20000, 65536, 100000):
-        for _, tpb in _config.grid_shapes(packs, 132):
-            for backward in (False, True):
-                assert _grid_rows.grid_name(backward, "bfloat16", "float32", True, tpb) in names
+    for packs in (16384, 20000, 65536, 100000, 132 * 1024):
+        qpad = _config.grid_qpad(packs, 132)
+        for backward in (False, True):
+            assert _grid_rows.grid_name(backward, "bfloat16", "float32", True, qpad) in names
 
 
 @pytest.fixture(scope="module")

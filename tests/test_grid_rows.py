@@ -95,27 +95,24 @@ def test_grid_rows_bits_repeat(rng, op):
 
 
 @pytest.mark.parametrize("packs", [16384, 16385, 18750, 32768, 37500, 65536, 100000])
-@pytest.mark.parametrize("sms", [108, 132, 170])
-def test_grid_shapes_fit_their_slices(packs, sms):
-    # every block's slice fits one pack a thread; the first shape is full enough or the fullest
-    shapes = _config.grid_shapes(packs, sms)
-    assert shapes
-    for per_sm, tpb in shapes:
-        assert tpb in _config.GRID_TPBS and 1 <= per_sm <= _config.GRID_MAX_BLOCKS_PER_SM
-        assert -(-packs // (per_sm * sms)) <= tpb
-    fill = [-(-packs // (k * sms)) / t for k, t in shapes]
-    assert fill[0] >= _config.GRID_MIN_FILL or fill[0] == max(fill)
+@pytest.mark.parametrize("blocks", [108, 132, 160])
+def test_grid_row_group_holds_the_slice(packs, blocks):
+    # the smallest row group whose threads hold the widest block's slice, one pack a thread
+    qpad = _config.grid_qpad(packs, blocks)
+    widest = -(-packs // blocks)
+    assert qpad in _config.GRID_QPADS and widest <= qpad
+    assert qpad == min(_config.GRID_QPADS) or widest > qpad // 2
 
 
-def test_grid_shapes_none_past_one_pack_a_thread():
-    # rows whose slices would need two packs a thread take the split path
-    assert _config.grid_shapes(_config.GRID_MAX_BLOCKS_PER_SM * 132 * max(_config.GRID_TPBS) + 1, 132) == []
+def test_grid_row_group_none_past_one_pack_a_thread():
+    # rows whose slices would need two packs a thread, or blocks without a pack, take the split path
+    assert _config.grid_qpad(132 * _config.GRID_THREADS + 1, 132) is None
+    assert _config.grid_qpad(131, 132) is None
 
 
-@pytest.mark.parametrize("tpb", _config.GRID_TPBS)
-def test_grid_stage_bytes(tpb):
-    # a step stages GRID_STAGE_PACKS packs a block in both passes; rows at least one
+def test_grid_stage_bytes():
+    # a step stages 32 KiB a block in both passes (x; x and dy), and every group a row at least
     for backward in (False, True):
-        rows = _config.grid_stage_rows(tpb, backward)
-        assert rows >= 1
-        assert _config.grid_stage_bytes(tpb, backward) == _config.GRID_DEPTH * _config.GRID_STAGE_PACKS * 16
+        assert _config.grid_stage_bytes(backward) == _config.GRID_DEPTH * 32768
+        for qpad in _config.GRID_QPADS:
+            assert _config.grid_stage_rows(qpad, backward) >= _config.GRID_THREADS // qpad

@@ -32,38 +32,36 @@ class GridPlan(NamedTuple):
     smem: int
 
 
-def grid_name(backward: bool, t: str, w: str, rms: bool, tpb: int) -> str:
+def grid_name(backward: bool, t: str, w: str, rms: bool, qpad: int) -> str:
     kernel = "norm_bwd_grid" if backward else "norm_fwd_grid"
-    rows = _config.grid_stage_rows(tpb, backward)
-    return (f"{kernel}<{c_type(t)}, {c_type(w)}, {'true' if rms else 'false'}, {tpb}, {rows}, {_config.GRID_DEPTH}, "
-            f"{_config.GRID_LAG}>")
+    return (f"{kernel}<{c_type(t)}, {c_type(w)}, {'true' if rms else 'false'}, {qpad}, "
+            f"{_config.GRID_STEP_ROWS[backward]}, {_config.GRID_DEPTH}, {_config.GRID_LAG}>")
 
 
 def instantiations(type_pairs) -> list[str]:
     """Every grid-row kernel the plans below may launch (16-byte packs: half precision and
     float32)."""
-    return [grid_name(backward, t, w, rms, tpb) for t, w in type_pairs if t != "float64"
-            for backward in (False, True) for rms in (False, True) for tpb in _config.GRID_TPBS]
+    return [grid_name(backward, t, w, rms, qpad) for t, w in type_pairs if t != "float64"
+            for backward in (False, True) for rms in (False, True) for qpad in _config.GRID_QPADS]
 
 
 @functools.lru_cache(maxsize=256)
 def grid_plan(backward: bool, t: str, w: str, itemsize: int, n: int, vec: int, rms: bool,
               device: int) -> GridPlan | None:
     """The grid-row launch for rows of ``n`` elements of ``itemsize`` bytes in ``vec``-packs,
-    or None where it does not serve (switched off, HIP, before sm_80, packs under 16 bytes, or
-    no shape whose blocks are all resident)."""
+    or None where it does not serve (switched off, HIP, before sm_80, packs under 16 bytes, a
+    slice past one block's threads, or a block that does not fit an SM)."""
     if not USE_GRID_ROWS or vec * itemsize != 16 or not _cuda_sm80(device):
         return None
-    sms = sm_count(device)
-    for per_sm, tpb in _config.grid_shapes(n // vec, sms):
-        kernel = function_ptr(GRID_FILE, grid_name(backward, t, w, rms, tpb), device)
-        smem = _config.grid_stage_bytes(tpb, backward)
-        if static_smem(kernel) + smem > smem_limits(device)[0] or blocks_per_sm(kernel, tpb, smem) < per_sm:
-            continue
-        if per_sm * sms > _config.GRID_MAX_BLOCKS:
-            continue
-        return GridPlan(kernel, per_sm * sms, tpb, _config.grid_stage_rows(tpb, backward), smem)
-    return None
+    blocks = sm_count(device)
+    qpad = _config.grid_qpad(n // vec, blocks)
+    if qpad is None or blocks > _config.GRID_MAX_BLOCKS:
+        return None
+    kernel = function_ptr(GRID_FILE, grid_name(backward, t, w, rms, qpad), device)
+    smem = _config.grid_stage_bytes(backward)
+    if static_smem(kernel) + smem > smem_limits(device)[0] or blocks_per_sm(kernel, _config.GRID_THREADS, smem) < 1:
+        return None
+    return GridPlan(kernel, blocks, _config.GRID_THREADS, _config.grid_stage_rows(qpad, backward), smem)
 
 
 @functools.lru_cache(maxsize=None)
