@@ -1,9 +1,11 @@
 """v79: the grid-row kernels (kernels/layer_norm_grid.cu: the whole grid on a few rows a step,
 x and dy read once) against the split path they replace, forward and backward, bf16 and
 float32, LayerNorm and RMSNorm at N = 131072 / 262144 / 1M (the benchmark's M: 64 Mi
-elements). v79b's row groups: two rows a group a step forward, one backward, a ring of six
-steps, the barrier's wait two or three steps after the arrival; or steps twice as large in a
-ring of three, one step's lag. The variants alternate ROUNDS times in one process (Python
+elements). v79b's row groups, four rows a group a step forward and two backward in a ring of
+three steps, the barrier's wait one step after the arrival (its first sweep's best, against
+half the rows a step in a ring of six, lag 2 or 3: results/sweep-grid-rows-v79b-h200.txt),
+against the same ring with no lag (two steps in flight instead of one), and steps of six /
+three rows in a ring of two. The variants alternate ROUNDS times in one process (Python
 switches; each variant compiles its own kernels).
 
     python benchmarks/sweep_grid_rows.py [--json out.json]
@@ -15,9 +17,9 @@ from cunorm.ops import _grid_rows, _row_norm
 from _sweep_cli import alternate, best_table, row_norm_cases  # benchmarks/ is the script's directory
 
 # name: (grid rows on, rows a row group takes a step forward / backward, ring depth, lag)
-VARIANTS = {"split": (False, 2, 1, 6, 2), "v79b_rg2_d6_lag2": (True, 2, 1, 6, 2),
-            "v79b_rg4_d3_lag1": (True, 4, 2, 3, 1), "v79b_rg2_d6_lag3": (True, 2, 1, 6, 3)}
-DEFAULT = (True, 2, 1, 6, 2)
+VARIANTS = {"split": (False, 4, 2, 3, 1), "v79b_rg4_d3_lag1": (True, 4, 2, 3, 1),
+            "v79c_rg4_d3_lag0": (True, 4, 2, 3, 0), "v79c_rg6_d2_lag0": (True, 6, 3, 2, 0)}
+DEFAULT = (True, 4, 2, 3, 1)
 ROUNDS = 2
 CASES = list(row_norm_cases((131072, 262144, 1 << 20)))
 

