@@ -439,6 +439,11 @@ GRID_STEP_ROWS = {False: 4, True: 2}
 GRID_DEPTH = 3
 GRID_LAG = 1
 GRID_MAX_BLOCKS = 160  # kernels/layer_norm_grid.cu kGridMaxBlocks: the partials a folding lane loads
+# The passes and element sizes the grid rows serve ({backward: itemsizes}): on the H200 only
+# the half-precision backward beat the split path (bf16 0.43-0.48 of copy against 0.40-0.42);
+# float32's backward read 0.46-0.48 against 0.49-0.52, the forward 0.27-0.57 against
+# 0.49-0.63 (NOTES v79). The tests turn every pass on.
+GRID_SERVES = {False: (), True: (2,)}
 GRID_MIN_SM = 80  # cp.async and acquire loads
 
 

@@ -2,7 +2,8 @@
 v79): the whole grid on R rows a step, each block one slice of every row, one grid barrier a
 step, x (and dy) read once. Row counts of 1 (most of a step's rows past M), and enough for
 every block to walk its ring through several steps; N = 131080 and 150000 leave the blocks'
-slices a pack apart in size."""
+slices a pack apart in size. The dispatcher takes them for the half-precision backward only
+(_config.GRID_SERVES); the GPU tests here turn on every pass and element size."""
 from __future__ import annotations
 
 import numpy
@@ -14,6 +15,23 @@ from norm_cases import DTYPE_IDS, DTYPES, check
 OPS = ["layer_norm", "rms_norm"]
 WIDE = [d for d in DTYPES if numpy.dtype(d).itemsize in (2, 4)]
 WIDE_IDS = [i for d, i in zip(DTYPES, DTYPE_IDS) if numpy.dtype(d).itemsize in (2, 4)]
+
+
+def _clear_plans():
+    from cunorm.ops import _grid_rows, _row_norm
+
+    for cache in (_grid_rows.grid_plan, _row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan):
+        cache.cache_clear()
+
+
+@pytest.fixture
+def every_grid_pass(monkeypatch):
+    """The grid rows for both passes and every element size, plans made afresh and dropped."""
+    _clear_plans()
+    monkeypatch.setattr(_config, "GRID_SERVES", {False: (2, 4), True: (2, 4)})
+    yield
+    monkeypatch.undo()
+    _clear_plans()
 
 
 def _grid_plans(op, dtype, n, rows, param_dtype=None):
@@ -31,7 +49,7 @@ def _grid_plans(op, dtype, n, rows, param_dtype=None):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", WIDE, ids=WIDE_IDS)
 @pytest.mark.parametrize("n,rows", [(150000, 1), (150000, 37), (262144, 40), (1048576, 7)])
-def test_grid_rows(rng, op, dtype, n, rows):
+def test_grid_rows(rng, every_grid_pass, op, dtype, n, rows):
     if n == 1048576 and numpy.dtype(dtype).itemsize == 4:
         n = 524288  # float32 rows of 1M take two packs a thread past one block an SM: the split path
     _grid_plans(op, dtype, n, rows)
@@ -42,7 +60,7 @@ def test_grid_rows(rng, op, dtype, n, rows):
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("param_dtype,weight,bias", [(numpy.float32, True, True), (None, False, False),
                                                      (None, True, False)])
-def test_grid_rows_parameters(rng, op, param_dtype, weight, bias):
+def test_grid_rows_parameters(rng, every_grid_pass, op, param_dtype, weight, bias):
     from cunorm._checks import BFLOAT16
 
     _grid_plans(op, BFLOAT16, 131080, 19, param_dtype)
@@ -52,14 +70,19 @@ def test_grid_rows_parameters(rng, op, param_dtype, weight, bias):
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("view", ["row_stride", "negative_row_stride", "transposed_leading"])
-def test_grid_rows_views(rng, op, view):
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_grid_rows_views(rng, every_grid_pass, op, view, dtype):
     # rows addressed through the leading axes' strides, read in place
+    from cunorm._checks import BFLOAT16
+
+    dtype = BFLOAT16 if dtype == "bfloat16" else numpy.dtype(dtype)
+    _grid_plans(op, dtype, 131080, 9)
     shape = (3, 5, 131080) if view == "transposed_leading" else (9, 131080)
-    check(op, rng, shape, numpy.float32, view=view)
+    check(op, rng, shape, dtype, view=view)
 
 
 @pytest.mark.gpu
-def test_grid_rows_far_from_zero(rng):
+def test_grid_rows_far_from_zero(rng, every_grid_pass):
     # LayerNorm's statistics merge the blocks' (count, mean, M2) by Chan's formula: rows with
     # a large mean keep their variance
     from cunorm._checks import BFLOAT16
@@ -70,7 +93,7 @@ def test_grid_rows_far_from_zero(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
-def test_grid_rows_bits_repeat(rng, op):
+def test_grid_rows_bits_repeat(rng, every_grid_pass, op):
     # every block folds the partials in block order: the same bits run after run
     import cupy
 
@@ -92,6 +115,24 @@ def test_grid_rows_bits_repeat(rng, op):
             runs.append([a.view(numpy.uint8).get() for a in (y, mean, rstd, *grads)])
     for other in runs[1:]:
         assert all(numpy.array_equal(a, b) for a, b in zip(runs[0], other))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+def test_grid_rows_serve_the_half_precision_backward_only(op):
+    # the default dispatch: bf16 rows past the wide clusters take the grid rows backward, and
+    # no forward or float32 row does
+    from cunorm._checks import BFLOAT16
+    from cunorm.ops import _row_norm
+
+    _clear_plans()
+    rms = op == "rms_norm"
+    for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
+        n = 262144
+        fwd = _row_norm.forward_plan((8, n), (n, 1), dtype, dtype, 1, rms, 1e-5, 0, 0, 0)
+        bwd = _row_norm.backward_plan((8, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
+        assert fwd.grid_rows is None
+        assert (bwd.grid_rows is not None) == (dtype.itemsize == 2)
 
 
 @pytest.mark.parametrize("packs", [16384, 16385, 18750, 32768, 37500, 65536, 100000])

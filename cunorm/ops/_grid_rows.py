@@ -18,8 +18,8 @@ from .._compile import c_type, function_ptr
 from .._launch import blocks_per_sm, launch_cooperative, sm_count, smem_limits, static_smem, zero_async
 
 GRID_FILE = "layer_norm_grid.cu"  # CUDA sm_80+ only
-# Where the grid-row kernels serve (past the forward's clusters, the backward's wide
-# clusters), instead of the split path: measured in benchmarks/NOTES.md, v79.
+# The grid-row kernels in place of the split path past the forward's clusters and the
+# backward's wide clusters, for the passes _config.GRID_SERVES names: benchmarks/NOTES.md, v79.
 USE_GRID_ROWS = True
 _COUNTER_BYTES = 256  # the counters' words, then the partials 256-byte aligned
 
@@ -49,9 +49,11 @@ def instantiations(type_pairs) -> list[str]:
 def grid_plan(backward: bool, t: str, w: str, itemsize: int, n: int, vec: int, rms: bool,
               device: int) -> GridPlan | None:
     """The grid-row launch for rows of ``n`` elements of ``itemsize`` bytes in ``vec``-packs,
-    or None where it does not serve (switched off, HIP, before sm_80, packs under 16 bytes, a
-    slice past one block's threads, or a block that does not fit an SM)."""
-    if not USE_GRID_ROWS or vec * itemsize != 16 or not _cuda_sm80(device):
+    or None where it does not serve (switched off, a pass or element size _config.GRID_SERVES
+    leaves out, HIP, before sm_80, packs under 16 bytes, a slice past one block's threads, or
+    a block that does not fit an SM)."""
+    if not USE_GRID_ROWS or itemsize not in _config.GRID_SERVES[backward] or vec * itemsize != 16 \
+            or not _cuda_sm80(device):
         return None
     blocks = sm_count(device)
     qpad = _config.grid_qpad(n // vec, blocks)
