@@ -39,8 +39,9 @@ __device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
   return v;
 }
 
-// This block's arrival at a step's barrier (thread 0, after it wrote the step's partials: the
-// fence publishes them first).
+// This block's arrival at a step's barrier: thread 0, after the block barrier that follows
+// every group's partials (the fence publishes them, cumulatively, before the arrival; the
+// pattern of cooperative_groups' grid sync).
 __device__ __forceinline__ void grid_arrive(unsigned* counter) {
   __threadfence();
   atomicAdd(counter, 1u);
