@@ -62,6 +62,12 @@ def backward_sweep(variants: dict, rounds: int, use, default, cases, log=print, 
     """``alternate`` over ``cases`` of (op, dtype, N), each timed by the benchmark; a row a
     case, variant and round with the backward's fraction of copy, and the table of the best
     rounds logged last. ``runs(name, op, dtype, n)`` (optional) skips the cases it refuses."""
+    return pass_sweep(variants, rounds, use, default, cases, ("bwd",), log, runs)
+
+
+def pass_sweep(variants: dict, rounds: int, use, default, cases, passes, log=print, runs=None) -> list[dict]:
+    """backward_sweep over the benchmark's ``passes`` ("fwd", "bwd"): a row's
+    ``<pass>_of_copy`` for each."""
     from cunorm import _bench
 
     rows = []
@@ -70,11 +76,12 @@ def backward_sweep(variants: dict, rounds: int, use, default, cases, log=print, 
             if runs is not None and not runs(name, op, dtype, n):
                 continue
             r = _bench.bench_row_norm(op, dtype, n)
-            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
-                   "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
-            log(f"{name:16s} {op:10s} {dtype.name:8s} N={n:<6d} bwd {row['bwd_of_copy']:.3f} of copy")
+            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n}
+            row.update({f"{p}_of_copy": round(r[f"{p}_GBps"] / copy, 3) for p in passes})
+            log(f"{name:16s} {op:10s} {dtype.name:8s} N={n:<6d} "
+                + " ".join(f"{p} {row[p + '_of_copy']:.3f}" for p in passes) + " of copy")
             rows.append(row)
-    log(best_table(rows, variants, ("bwd_of_copy",)))
+    log(best_table(rows, variants, tuple(f"{p}_of_copy" for p in passes)))
     return rows
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from cunorm import _config
 from cunorm.ops import _grid_rows, _row_norm
-from _sweep_cli import alternate, best_table, row_norm_cases  # benchmarks/ is the script's directory
+from _sweep_cli import pass_sweep, row_norm_cases  # benchmarks/ is the script's directory
 
 # name: (grid rows on, rows a row group takes a step forward / backward, ring depth, lag)
 VARIANTS = {"split": (False, 4, 2, 3, 1), "v79b_rg4_d3_lag1": (True, 4, 2, 3, 1),
@@ -34,19 +34,7 @@ def _use(variant) -> None:
 
 
 def sweep(log=print) -> list[dict]:
-    from cunorm import _bench
-
-    rows = []
-    for round_, name, copy in alternate(VARIANTS, ROUNDS, _use, DEFAULT, log):
-        for op, dtype, n in CASES:
-            r = _bench.bench_row_norm(op, dtype, n)
-            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
-                   "fwd_of_copy": round(r["fwd_GBps"] / copy, 3), "bwd_of_copy": round(r["bwd_GBps"] / copy, 3)}
-            log(f"{name:26s} {op:10s} {dtype.name:8s} N={n:<7d} fwd {row['fwd_of_copy']:.3f} "
-                f"bwd {row['bwd_of_copy']:.3f} of copy")
-            rows.append(row)
-    log(best_table(rows, VARIANTS, ("fwd_of_copy", "bwd_of_copy")))
-    return rows
+    return pass_sweep(VARIANTS, ROUNDS, _use, DEFAULT, CASES, ("fwd", "bwd"), log)
 
 
 if __name__ == "__main__":

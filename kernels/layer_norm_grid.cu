@@ -100,6 +100,21 @@ __device__ __forceinline__ void load_row_partials(const float* slot, i64 G, floa
   }
 }
 
+// Calls fold(r, a, b) for each row r of the step that this warp folds, with the row's
+// partial pairs loaded as load_row_partials gives them (all loads before any fold).
+template <int R, typename Fold>
+__device__ __forceinline__ void fold_rows(const float* slot, i64 G, Fold&& fold) {
+  constexpr int kRows = FoldRows<R>::kRows;
+  float a[kRows][kGridPerLane], b[kRows][kGridPerLane];
+  load_row_partials<R>(slot, G, a, b);
+  const int warp = threadIdx.x / kWarp;
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int r = warp + k * FoldRows<R>::kWarps;
+    if (r < R) fold(r, a[k], b[k]);
+  }
+}
+
 // Each of K values summed over its row group of QPAD threads (whole warps; every group of the
 // block at once); every thread gets its group's K totals, in a fixed order. smem: K *
 // kGridThreads / kWarp values.
@@ -217,7 +232,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
   const Layout lay;
   const i64 G = gridDim.x, P = N / VEC;
   const GridSlice sl = grid_slice(P, blockIdx.x);
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
   const bool mine = lay.q < sl.count;
   const i64 col = (sl.first + lay.q) * VEC;
   const A count = A(sl.count) * VEC;
@@ -268,17 +283,12 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
     }
   };
   auto finish = [&](i64 s, const A* slot) {
-    constexpr int kRows = FoldRows<R>::kRows;
-    A pa[kRows][kGridPerLane], pb[kRows][kGridPerLane];
-    load_row_partials<R>(slot, G, pa, pb);
-#pragma unroll
-    for (int k = 0; k < kRows; ++k) {  // row r: the G partials folded in block order
-      const int r = warp + k * FoldRows<R>::kWarps;
-      if (r >= R) break;
+    // row r: the G partials folded in block order
+    fold_rows<R>(slot, G, [&](int r, const A (&pa)[kGridPerLane], const A (&pb)[kGridPerLane]) {
       if constexpr (RMS) {
         A sum = A(0);
 #pragma unroll
-        for (int u = 0; u < kGridPerLane; ++u) sum += pa[k][u];
+        for (int u = 0; u < kGridPerLane; ++u) sum += pa[u];
         sum = group_warp_sum<kWarp>(sum);
         if (lane == 0) {
           stats[r][0] = A(0);
@@ -291,7 +301,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
           const i64 blk = lane + u * kWarp;
           if (blk >= G) break;
           const A n_b = A(grid_slice(P, blk).count) * VEC;
-          w.merge(Welford<A>{n_b, pa[k][u] / n_b, pb[k][u]});
+          w.merge(Welford<A>{n_b, pa[u] / n_b, pb[u]});
         }
 #pragma unroll
         for (int o = kWarp / 2; o > 0; o /= 2) w.merge(Welford<A>{shfl_xor(w.count, o), shfl_xor(w.mean, o),
@@ -306,7 +316,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
         if (mean && !RMS) mean[row] = pivot(row) + stats[r][0];
         if (rstd) rstd[row] = stats[r][1];
       }
-    }
+    });
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < RG; ++k) {
@@ -346,7 +356,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restric
   const Layout lay;
   const i64 G = gridDim.x;
   const GridSlice sl = grid_slice(N / VEC, blockIdx.x);
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
   const bool mine = lay.q < sl.count;
   const i64 col = (sl.first + lay.q) * VEC;
   const A inv_n = A(1) / A(N);
@@ -386,18 +396,13 @@ __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restric
     }
   };
   auto finish = [&](i64 s, const A* slot) {
-    constexpr int kRows = FoldRows<R>::kRows;
-    A p2[kRows][kGridPerLane], p1[kRows][kGridPerLane];
-    load_row_partials<R>(slot, G, p2, p1);
-#pragma unroll
-    for (int k = 0; k < kRows; ++k) {  // row r: the G partials summed in block order
-      const int r = warp + k * FoldRows<R>::kWarps;
-      if (r >= R) break;
+    // row r: the G partials summed in block order
+    fold_rows<R>(slot, G, [&](int r, const A (&p2)[kGridPerLane], const A (&p1)[kGridPerLane]) {
       A c2 = A(0), c1 = A(0);
 #pragma unroll
       for (int u = 0; u < kGridPerLane; ++u) {
-        c2 += p2[k][u];
-        c1 += p1[k][u];
+        c2 += p2[u];
+        c1 += p1[u];
       }
       c2 = group_warp_sum<kWarp>(c2);
       if constexpr (!RMS) c1 = group_warp_sum<kWarp>(c1);
@@ -405,7 +410,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restric
         sums[r][0] = c1 * inv_n;
         sums[r][1] = c2 * inv_n;
       }
-    }
+    });
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < RG; ++k) {
