@@ -152,7 +152,7 @@ def test_bad_arguments_name_the_argument(cpu, call, error, name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("shape", [(3, 7), (2049, 1536), (2, 65537), (4, 5, 256)])
+@pytest.mark.parametrize("shape", [(3, 7), (2049, 1536), (2, 65537), (4, 5, 256), (2, 131080)])
 @pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
 def test_gpu_jit_values_and_grads_against_jax_numpy(op, shape, dtype):
     with jax.default_device(gpu_or_skip()):
@@ -245,3 +245,16 @@ def test_gpu_command_buffer_replays_and_rerecords():
         assert err < 1e-5, (name, report)
     per_replay = report["callbacks_per_replay"]
     assert sum(1 for c in per_replay if c) <= 2 and max(per_replay) <= 2, report
+
+
+@pytest.mark.gpu
+def test_gpu_command_buffer_records_the_grid_rows():
+    """bf16 rows of 131080: the backward is the grid rows' cooperative launch, recorded into
+    the command buffer and replayed (values within bf16's reach of jax.numpy's)."""
+    gpu_or_skip()
+    from fresh_interpreter import run_probe
+
+    report = run_probe("_jax_command_buffer_probe.py", "long-rows", XLA_FLAGS=RECORD_EVERYTHING)
+    assert report["platform"] == "gpu"
+    for name, err in report["worst"].items():
+        assert err < 2e-2, (name, report)

@@ -191,7 +191,7 @@ def _cuda_or_skip():
 
 @gpu
 @pytest.mark.parametrize("dtype", list(TORCH_DTYPES.values()), ids=list(TORCH_DTYPES))
-@pytest.mark.parametrize("shape", [(3, 7), (2049, 1536), (2, 65537), (4, 5, 256)])
+@pytest.mark.parametrize("shape", [(3, 7), (2049, 1536), (2, 65537), (4, 5, 256), (2, 131080)])
 def test_gpu_values_and_grads_against_reference_and_torch(dtype, shape):
     _cuda_or_skip()
     n = shape[-1]
