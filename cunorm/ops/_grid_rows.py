@@ -15,7 +15,7 @@ import numpy
 
 from .. import _config
 from .._compile import c_type, function_ptr
-from .._launch import blocks_per_sm, launch_cooperative, sm_count, smem_limits, static_smem, zero_async
+from .._launch import allow_smem, launch_cooperative, sm_count, smem_limits, static_smem, zero_async
 
 GRID_FILE = "layer_norm_grid.cu"  # CUDA sm_80+ only
 # The grid-row kernels in place of the split path past the forward's clusters and the
@@ -61,8 +61,9 @@ def grid_plan(backward: bool, t: str, w: str, itemsize: int, n: int, vec: int, r
         return None
     kernel = function_ptr(GRID_FILE, grid_name(backward, t, w, rms, qpad), device)
     smem = _config.grid_stage_bytes(backward)
-    if static_smem(kernel) + smem > smem_limits(device)[0] or blocks_per_sm(kernel, _config.GRID_THREADS, smem) < 1:
+    if static_smem(kernel) + smem > smem_limits(device)[0]:
         return None
+    allow_smem(kernel, smem)  # one block an SM: __launch_bounds__ holds its registers to 64
     return GridPlan(kernel, blocks, _config.GRID_THREADS, _config.grid_stage_rows(qpad, backward), smem)
 
 
