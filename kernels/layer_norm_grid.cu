@@ -148,11 +148,22 @@ struct GridLayout {
   }
 };
 
+// v79d (prepared, not run on a GPU): each warp's lane 0 also copies the few words a row's
+// sums need besides its slice (the backward's saved mean and rstd, the forward's pivot) with
+// the step's packs, so neither pass loads them from L2 on its step's latency chain (two
+// round trips a step in the backward, three in the forward). 0: loaded when used.
+#ifndef CUNORM_GRID_STAGE_SIDE
+#define CUNORM_GRID_STAGE_SIDE 0
+#endif
+
 // Copies this thread's packs of its RG rows of step s, each of the SETS sources, into ring
-// buffer `buf` (zeros for rows past M or a thread past its slice), committed as one group.
-template <int QPAD, int RG, int SETS, typename T, int VEC>
+// buffer `buf` (zeros for rows past M or a thread past its slice), and where
+// CUNORM_GRID_STAGE_SIDE, lane 0 of each warp calls side(buf, k, row) for them (row past M
+// too: it must fill those with finite values); committed as one group.
+template <int QPAD, int RG, int SETS, typename T, int VEC, typename Side>
 __device__ __forceinline__ void stage_grid_rows(Pack<T, VEC>* ring, int buf, const T* const (&src)[SETS],
-                                                const RowMap (&map)[SETS], i64 s, i64 M, i64 col, bool mine) {
+                                                const RowMap (&map)[SETS], i64 s, i64 M, i64 col, bool mine,
+                                                Side&& side) {
   const GridLayout<QPAD, RG, SETS> lay;
 #pragma unroll
   for (int k = 0; k < RG; ++k) {
@@ -161,11 +172,22 @@ __device__ __forceinline__ void stage_grid_rows(Pack<T, VEC>* ring, int buf, con
 #pragma unroll
     for (int set = 0; set < SETS; ++set)
       copy16_async(lay.at(ring, buf, k, set), src[set] + (in ? map[set].offset(row) + col : 0), in);
+    if (CUNORM_GRID_STAGE_SIDE && threadIdx.x % kWarp == 0) side(buf, k, row);
   }
   copies_commit();
 }
 
-// The steps of a grid-row kernel over rows 0 .. M - 1, R a step: `reduce(step, slot)` sums
+// The first element of type T of a 32-bit word copied from a row's start.
+template <typename T>
+__device__ __forceinline__ float first_of_word(float word) {
+  T v;
+  memcpy(&v, &word, sizeof(T));
+  return cvt<float>(v);
+}
+
+// The steps of a grid-row kernel over rows 0 .. M - 1, R a step (`side` as stage_grid_rows
+// says; its words are the warp's once reduce runs and the block's once finish does):
+// `reduce(step, slot)` sums
 // this block's slice of the step's staged rows and writes them into `slot` (before the block
 // barrier that precedes the arrival); `finish(step, slot)` folds the step's slot once every
 // block has written it and writes the outputs. The ring holds DEPTH steps: LAG between a
@@ -175,10 +197,11 @@ __device__ __forceinline__ void stage_grid_rows(Pack<T, VEC>* ring, int buf, con
 // a block rewrites a slot only after every block has folded it). A block ahead by a counter's
 // period has waited for the barrier LAG + 1 steps before its own, so no step's arrivals mix
 // with a later step's.
-template <int QPAD, int RG, int SETS, int DEPTH, int LAG, typename T, int VEC, typename Reduce, typename Finish>
+template <int QPAD, int RG, int SETS, int DEPTH, int LAG, typename T, int VEC, typename Side, typename Reduce,
+          typename Finish>
 __device__ __forceinline__ void grid_row_steps(Pack<T, VEC>* ring, const T* const (&src)[SETS],
                                                const RowMap (&map)[SETS], i64 M, i64 col, bool mine,
-                                               float* partials, unsigned* counters, Reduce&& reduce,
+                                               float* partials, unsigned* counters, Side&& side, Reduce&& reduce,
                                                Finish&& finish) {
   constexpr int R = GridLayout<QPAD, RG, SETS>::R, kAhead = DEPTH - LAG - 1, kCounters = LAG + 1,
                 kSlots = 2 * LAG + 2;
@@ -186,15 +209,16 @@ __device__ __forceinline__ void grid_row_steps(Pack<T, VEC>* ring, const T* cons
   const i64 G = gridDim.x, steps = (M + R - 1) / R, slot_floats = i64(R) * G * 2;
 #pragma unroll
   for (int d = 0; d < kAhead; ++d) {
-    if (d < steps) stage_grid_rows<QPAD, RG, SETS>(ring, d, src, map, d, M, col, mine);
+    if (d < steps) stage_grid_rows<QPAD, RG, SETS>(ring, d, src, map, d, M, col, mine, side);
     else copies_commit();
   }
   for (i64 i = 0; i < steps + LAG; ++i) {
     if (i < steps) {
       const i64 ahead = i + kAhead;  // into the buffer of step i - LAG - 1, finished (by this thread) last step
-      if (ahead < steps) stage_grid_rows<QPAD, RG, SETS>(ring, int(ahead % DEPTH), src, map, ahead, M, col, mine);
+      if (ahead < steps) stage_grid_rows<QPAD, RG, SETS>(ring, int(ahead % DEPTH), src, map, ahead, M, col, mine, side);
       else copies_commit();
       copies_wait<kAhead>();
+      if (CUNORM_GRID_STAGE_SIDE) __syncwarp();  // lane 0's side words to its warp
       reduce(i, partials + (i % kSlots) * slot_floats);
       __syncthreads();  // every group's partials written
       if (threadIdx.x == 0) grid_arrive(counters + i % kCounters);
@@ -229,10 +253,11 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
   Pack<T, VEC>* const ring = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
   __shared__ A red[RG * (kGridThreads / kWarp)];
   __shared__ A stats[R][2];
+  __shared__ A side_words[DEPTH][kGridThreads / kWarp][RG];  // CUNORM_GRID_STAGE_SIDE: pivots
   const Layout lay;
   const i64 G = gridDim.x, P = N / VEC;
   const GridSlice sl = grid_slice(P, blockIdx.x);
-  const int lane = threadIdx.x % kWarp;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const bool mine = lay.q < sl.count;
   const i64 col = (sl.first + lay.q) * VEC;
   const A count = A(sl.count) * VEC;
@@ -245,13 +270,29 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
   auto row_of = [&](i64 s, int k) { return s * R + lay.grp * RG + k; };
   // LayerNorm's pivot: the row's first element (0 past M, and for RMSNorm)
   auto pivot = [&](i64 row) { return !RMS && row < M ? cvt<A>(x[xmap.offset(row)]) : A(0); };
+  auto side = [&](int buf, int k, i64 row) {  // the word holding the pivot, beside the packs
+    A* const word = &side_words[buf][threadIdx.x / kWarp][k];
+    if (!RMS && row < M) copy4_async(word, x + xmap.offset(row));
+    else *word = A(0);
+  };
+  // local row k of this thread's group in step s (its own warp's word), and local row r of
+  // any group once a block barrier has passed since the step's copies landed
+  auto own_pivot = [&](i64 s, int k) {
+    return CUNORM_GRID_STAGE_SIDE ? (RMS ? A(0) : first_of_word<T>(side_words[int(s % DEPTH)][warp][k]))
+                                  : pivot(row_of(s, k));
+  };
+  auto row_pivot = [&](i64 s, int r) {
+    return CUNORM_GRID_STAGE_SIDE
+               ? (RMS ? A(0) : first_of_word<T>(side_words[int(s % DEPTH)][r / RG * (QPAD / kWarp)][r % RG]))
+               : pivot(s * R + r);
+  };
   auto reduce = [&](i64 s, A* slot) {
     A part[RG], m2[RG];
 #pragma unroll
     for (int k = 0; k < RG; ++k) {
       A xv[VEC];
       widen<true>(*lay.at(ring, int(s % DEPTH), k, 0), xv);
-      const A p = pivot(row_of(s, k));
+      const A p = own_pivot(s, k);
       part[k] = A(0);
       if (mine) {
 #pragma unroll
@@ -264,7 +305,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
       for (int k = 0; k < RG; ++k) {
         A xv[VEC];
         widen<true>(*lay.at(ring, int(s % DEPTH), k, 0), xv);
-        const A p = pivot(row_of(s, k)), mc = part[k] / count;
+        const A p = own_pivot(s, k), mc = part[k] / count;
         m2[k] = A(0);
         if (mine) {
 #pragma unroll
@@ -313,7 +354,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
       }
       const i64 row = s * R + r;
       if (lane == 0 && blockIdx.x == 0 && row < M) {
-        if (mean && !RMS) mean[row] = pivot(row) + stats[r][0];
+        if (mean && !RMS) mean[row] = row_pivot(s, r) + stats[r][0];
         if (rstd) rstd[row] = stats[r][1];
       }
     });
@@ -325,13 +366,13 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
       A xv[VEC], out[VEC];
       widen<true>(*lay.at(ring, int(s % DEPTH), k, 0), xv);
       const int r = lay.grp * RG + k;
-      const A p = pivot(row), mu = stats[r][0], rs = stats[r][1];
+      const A p = own_pivot(s, k), mu = stats[r][0], rs = stats[r][1];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) out[e] = ((xv[e] - p) - mu) * rs * wv[e] + bv[e];
       store_pack_whole<T>(y + row * N + col, out);
     }
   };
-  grid_row_steps<QPAD, RG, 1, DEPTH, LAG>(ring, src, map, M, col, mine, partials, counters, reduce, finish);
+  grid_row_steps<QPAD, RG, 1, DEPTH, LAG>(ring, src, map, M, col, mine, partials, counters, side, reduce, finish);
 }
 
 // The backward: dx, and one row of dW / dB partials (this block's columns over every row,
@@ -353,6 +394,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restric
   Pack<T, VEC>* const ring = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
   __shared__ A red[K * (kGridThreads / kWarp)];
   __shared__ A sums[R][2];
+  __shared__ A side_words[DEPTH][kGridThreads / kWarp][RG][2];  // CUNORM_GRID_STAGE_SIDE: mean, rstd
   const Layout lay;
   const i64 G = gridDim.x;
   const GridSlice sl = grid_slice(N / VEC, blockIdx.x);
@@ -367,11 +409,29 @@ __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restric
   const T* const src[2] = {x, dy};
   const RowMap map[2] = {CUNORM_ROWMAP(xm), CUNORM_ROWMAP(dym)};
   auto row_of = [&](i64 s, int k) { return s * R + lay.grp * RG + k; };
+  auto side = [&](int buf, int k, i64 row) {  // the row's saved statistics, beside the packs
+    A* const words = side_words[buf][threadIdx.x / kWarp][k];
+    if (row < M) {
+      if (!RMS) copy4_async(words, mean + row);
+      copy4_async(words + 1, rstd + row);
+    }
+    if (RMS || row >= M) words[0] = A(0);
+    if (row >= M) words[1] = A(0);
+  };
+  // local row k of this thread's group in step s (its own warp's words)
+  auto stats_of = [&](i64 s, int k) {
+    if constexpr (CUNORM_GRID_STAGE_SIDE) {
+      const A* const words = side_words[int(s % DEPTH)][threadIdx.x / kWarp][k];
+      return RowStats<A>{words[0], words[1]};
+    } else {
+      return row_stats<RMS>(mean, rstd, row_of(s, k), M);
+    }
+  };
   auto reduce = [&](i64 s, A* slot) {
     A part[K];
 #pragma unroll
     for (int k = 0; k < RG; ++k) {
-      const RowStats<A> st = row_stats<RMS>(mean, rstd, row_of(s, k), M);
+      const RowStats<A> st = stats_of(s, k);
       A xv[VEC], g[VEC];
       widen<true>(*lay.at(ring, int(s % DEPTH), k, 0), xv);
       widen<true>(*lay.at(ring, int(s % DEPTH), k, 1), g);
@@ -416,7 +476,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restric
     for (int k = 0; k < RG; ++k) {
       const i64 row = row_of(s, k);
       if (!mine || row >= M) continue;
-      const RowStats<A> st = row_stats<RMS>(mean, rstd, row, M);
+      const RowStats<A> st = stats_of(s, k);
       A xv[VEC], g[VEC], out[VEC];
       widen<true>(*lay.at(ring, int(s % DEPTH), k, 0), xv);
       widen<true>(*lay.at(ring, int(s % DEPTH), k, 1), g);
@@ -432,7 +492,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restric
       store_pack_whole<T>(dx + row * N + col, out);
     }
   };
-  grid_row_steps<QPAD, RG, 2, DEPTH, LAG>(ring, src, map, M, col, mine, partials, counters, reduce, finish);
+  grid_row_steps<QPAD, RG, 2, DEPTH, LAG>(ring, src, map, M, col, mine, partials, counters, side, reduce, finish);
   // The groups hold the same columns' sums over different rows: folded in group order
   // through the ring's memory (every copy has landed and been read).
   __syncthreads();

@@ -117,6 +117,36 @@ def test_grid_rows_bits_repeat(rng, every_grid_pass, op):
         assert all(numpy.array_equal(a, b) for a, b in zip(runs[0], other))
 
 
+@pytest.fixture
+def side_words(every_grid_pass):
+    """The grid rows built with CUNORM_GRID_STAGE_SIDE=1 (v79d: the rows' statistics and
+    pivots staged beside the packs), the default build back afterwards."""
+    from cunorm import _compile
+
+    before = _compile.COMPILE_OPTIONS
+    _compile.COMPILE_OPTIONS = (*before, "-DCUNORM_GRID_STAGE_SIDE=1")
+    _compile.drop_modules()
+    _clear_plans()
+    yield
+    _compile.COMPILE_OPTIONS = before
+    _compile.drop_modules()
+    _clear_plans()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_grid_rows_side_words(rng, side_words, op, dtype):
+    # rows past M in the last step (37 of 150000) take zeros for their staged statistics; a
+    # mean of 300 keeps its digits through the staged pivot
+    from cunorm._checks import BFLOAT16
+
+    dtype = BFLOAT16 if dtype == "bfloat16" else numpy.dtype(dtype)
+    _grid_plans(op, dtype, 150000, 37)
+    check(op, rng, (37, 150000), dtype)
+    check(op, rng, (5, 262144), dtype, x_offset=300.0)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
 def test_grid_rows_serve_the_half_precision_backward_only(op):
