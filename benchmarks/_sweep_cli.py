@@ -21,11 +21,11 @@ def rebuild_row_norms(options) -> None:
     modules and every cache that holds one of their kernel pointers (a stale one would time
     the previous build)."""
     from cunorm import _compile
-    from cunorm.ops import _fused, _row_norm
+    from cunorm.ops import _fused, _grid_rows, _row_norm
 
     _compile.COMPILE_OPTIONS = tuple(options)
     _compile.drop_modules()
-    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan,
+    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan, _grid_rows.grid_plan,
                   _fused.fused_forward_plan, _fused.fused_backward_plan):
         cache.cache_clear()
 

@@ -15,7 +15,7 @@ variants alternate ROUNDS times in one process (each variant compiles its own ke
 from __future__ import annotations
 
 from cunorm import _compile, _config
-from cunorm.ops import _grid_rows, _row_norm
+from cunorm.ops import _grid_rows
 from _sweep_cli import pass_sweep, rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
 
 # name: (grid rows on, rows a row group takes a step forward / backward, ring depth, lag,
@@ -31,8 +31,7 @@ def _use(variant) -> None:
     _grid_rows.USE_GRID_ROWS, fwd_rows, bwd_rows, _config.GRID_DEPTH, _config.GRID_LAG, side = variant
     _config.GRID_STEP_ROWS = {False: fwd_rows, True: bwd_rows}
     _config.GRID_SERVES = {False: (2, 4), True: (2, 4)}  # every pass, so each variant is measured on all
-    rebuild_row_norms((*_BASE_OPTIONS, f"-DCUNORM_GRID_STAGE_SIDE={side}"))
-    _grid_rows.grid_plan.cache_clear()
+    rebuild_row_norms((*_BASE_OPTIONS, f"-DCUNORM_GRID_STAGE_SIDE={side}"))  # the plans with it
 
 
 _BASE_OPTIONS = _compile.COMPILE_OPTIONS

@@ -15,7 +15,7 @@ import numpy
 
 from .. import _config
 from .._compile import c_type, function_ptr
-from .._launch import allow_smem, launch_cooperative, sm_count, smem_limits, static_smem, zero_async
+from .._launch import allow_smem, fits_smem, launch_cooperative, sm_count, zero_async
 
 GRID_FILE = "layer_norm_grid.cu"  # CUDA sm_80+ only
 # The grid-row kernels in place of the split path past the forward's clusters and the
@@ -61,7 +61,7 @@ def grid_plan(backward: bool, t: str, w: str, itemsize: int, n: int, vec: int, r
         return None
     kernel = function_ptr(GRID_FILE, grid_name(backward, t, w, rms, qpad), device)
     smem = _config.grid_stage_bytes(backward)
-    if static_smem(kernel) + smem > smem_limits(device)[0]:
+    if not fits_smem(kernel, smem, device):
         return None
     allow_smem(kernel, smem)  # one block an SM: __launch_bounds__ holds its registers to 64
     return GridPlan(kernel, blocks, _config.GRID_THREADS, _config.grid_stage_rows(qpad, backward), smem)
@@ -71,9 +71,9 @@ def grid_plan(backward: bool, t: str, w: str, itemsize: int, n: int, vec: int, r
 def _cuda_sm80(device: int) -> bool:
     import cupy
 
-    if cupy.cuda.runtime.is_hip:
-        return False
-    return int(cupy.cuda.Device(device).compute_capability) >= _config.GRID_MIN_SM
+    from ._row_norm import _compute_capability  # (_row_norm imports this module)
+
+    return not cupy.cuda.runtime.is_hip and _compute_capability(device) >= _config.GRID_MIN_SM
 
 
 def scratch(plan: GridPlan) -> tuple:
