@@ -397,8 +397,9 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
     constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock, kDepth = StagePolicy<TPR, RMS>::depth;
     Pack<T, VEC>* slots = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
     __shared__ A stats[kDepth * 2 * StatsSlots<TPR, kBlock>::value];  // rows' mean and rstd, where staged
+    constexpr int kRingBytes = kDepth * 2 * kSet * int(sizeof(Pack<T, VEC>));
     constexpr bool kWeightSlots = CUNORM_BWD_WEIGHT_SMEM && WdyInPlace<T>::value && VEC % 4 == 0 &&
-                                  WeightSlotsFit<kDepth * 2 * kSet * 16, PACKS * VEC * 4 * kBlock>::value;
+                                  WeightSlotsFit<kRingBytes, PACKS * VEC * 4 * kBlock>::value;
     __shared__ __align__(16) float4 wslots[kWeightSlots ? PACKS * VEC / 4 * kBlock : 1];
     if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPR, kBlock>(wslots, weight, c0, N, lane);
     auto stage_row = [&](i64 base, int buf) {  // rows past M stage zeros, never read
