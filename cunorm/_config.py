@@ -439,11 +439,13 @@ GRID_STEP_ROWS = {False: 4, True: 2}
 GRID_DEPTH = 3
 GRID_LAG = 1
 GRID_MAX_BLOCKS = 160  # kernels/layer_norm_grid.cu kGridMaxBlocks: the partials a folding lane loads
-# The passes and element sizes the grid rows serve ({backward: itemsizes}): on the H200 only
-# the half-precision backward beat the split path (bf16 0.43-0.48 of copy against 0.40-0.42);
-# float32's backward read 0.46-0.48 against 0.49-0.52, the forward 0.27-0.57 against
-# 0.49-0.63 (NOTES v79). The tests turn every pass on.
-GRID_SERVES = {False: (), True: (2,)}
+# The passes and element sizes the grid rows serve ({backward: itemsizes}): on the H200, with
+# the side words staged (v79d, results/sweep-grid-rows-v79d-h200.txt), the backward beats the
+# split path in both element sizes (bf16 0.44-0.52 of copy against 0.40-0.42, float32
+# 0.50-0.55 against 0.49-0.52; float32 rows past 132 x 1024 packs, 540672 elements, do not
+# fit a block and stay split); the forward does not (0.36-0.56 against 0.49-0.63 at N >=
+# 262144; level at 131072, where the clusters serve it anyway). The tests turn every pass on.
+GRID_SERVES = {False: (), True: (2, 4)}
 GRID_MIN_SM = 80  # cp.async and acquire loads
 
 

@@ -148,12 +148,14 @@ struct GridLayout {
   }
 };
 
-// v79d (prepared, not run on a GPU): each warp's lane 0 also copies the few words a row's
-// sums need besides its slice (the backward's saved mean and rstd, the forward's pivot) with
-// the step's packs, so neither pass loads them from L2 on its step's latency chain (two
-// round trips a step in the backward, three in the forward). 0: loaded when used.
+// v79d: each warp's lane 0 also copies the few words a row's sums need besides its slice
+// (the backward's saved mean and rstd, the forward's pivot) with the step's packs, so neither
+// pass loads them from L2 on its step's latency chain (two round trips a step in the
+// backward, three in the forward). H200 (benchmarks/results/sweep-grid-rows-v79d-h200.txt):
+// backward +0.01-0.07 of copy (bf16 0.44-0.52, float32 0.50-0.55), LayerNorm forward +0.09
+// at 262144 (still under the split path). 0: loaded when used.
 #ifndef CUNORM_GRID_STAGE_SIDE
-#define CUNORM_GRID_STAGE_SIDE 0
+#define CUNORM_GRID_STAGE_SIDE 1
 #endif
 
 // Copies this thread's packs of its RG rows of step s, each of the SETS sources, into ring

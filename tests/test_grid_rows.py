@@ -2,7 +2,7 @@
 v79): the whole grid on R rows a step, each block one slice of every row, one grid barrier a
 step, x (and dy) read once. Row counts of 1 (most of a step's rows past M), and enough for
 every block to walk its ring through several steps; N = 131080 and 150000 leave the blocks'
-slices a pack apart in size. The dispatcher takes them for the half-precision backward only
+slices a pack apart in size. The dispatcher takes them for the backward only
 (_config.GRID_SERVES); the GPU tests here turn on every pass and element size."""
 from __future__ import annotations
 
@@ -118,13 +118,13 @@ def test_grid_rows_bits_repeat(rng, every_grid_pass, op):
 
 
 @pytest.fixture
-def side_words(every_grid_pass):
-    """The grid rows built with CUNORM_GRID_STAGE_SIDE=1 (v79d: the rows' statistics and
-    pivots staged beside the packs), the default build back afterwards."""
+def loaded_side_words(every_grid_pass):
+    """The grid rows built with CUNORM_GRID_STAGE_SIDE=0 (before v79d: the rows' statistics
+    and pivots loaded where they are used), the default build back afterwards."""
     from cunorm import _compile
 
     before = _compile.COMPILE_OPTIONS
-    _compile.COMPILE_OPTIONS = (*before, "-DCUNORM_GRID_STAGE_SIDE=1")
+    _compile.COMPILE_OPTIONS = (*before, "-DCUNORM_GRID_STAGE_SIDE=0")
     _compile.drop_modules()
     _clear_plans()
     yield
@@ -136,9 +136,9 @@ def side_words(every_grid_pass):
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_grid_rows_side_words(rng, side_words, op, dtype):
-    # rows past M in the last step (37 of 150000) take zeros for their staged statistics; a
-    # mean of 300 keeps its digits through the staged pivot
+def test_grid_rows_loaded_side_words(rng, loaded_side_words, op, dtype):
+    # the same rows as the default build's staged statistics and pivots: rows past M in the
+    # last step (37 of 150000), and a mean of 300 that keeps its digits through the pivot
     from cunorm._checks import BFLOAT16
 
     dtype = BFLOAT16 if dtype == "bfloat16" else numpy.dtype(dtype)
@@ -149,9 +149,10 @@ def test_grid_rows_side_words(rng, side_words, op, dtype):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", OPS)
-def test_grid_rows_serve_the_half_precision_backward_only(op):
-    # the default dispatch: bf16 rows past the wide clusters take the grid rows backward, and
-    # no forward or float32 row does
+def test_grid_rows_serve_the_backward_only(op):
+    # the default dispatch: rows past the wide clusters take the grid rows backward, no
+    # forward does, and float32 rows whose slice needs more than one block's threads a pack
+    # (1M elements: 2048 packs a block on 128-160 SMs) stay split
     from cunorm._checks import BFLOAT16
     from cunorm.ops import _row_norm
 
@@ -162,7 +163,11 @@ def test_grid_rows_serve_the_half_precision_backward_only(op):
         fwd = _row_norm.forward_plan((8, n), (n, 1), dtype, dtype, 1, rms, 1e-5, 0, 0, 0)
         bwd = _row_norm.backward_plan((8, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
         assert fwd.grid_rows is None
-        assert (bwd.grid_rows is not None) == (dtype.itemsize == 2)
+        assert bwd.grid_rows is not None
+    n = 1 << 20
+    for dtype, grid in ((BFLOAT16, True), (numpy.dtype(numpy.float32), False)):
+        bwd = _row_norm.backward_plan((8, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
+        assert (bwd.grid_rows is not None) == grid
 
 
 @pytest.mark.parametrize("packs", [16384, 16385, 18750, 32768, 37500, 65536, 100000])
