@@ -446,6 +446,17 @@ GRID_MAX_BLOCKS = 160  # kernels/layer_norm_grid.cu kGridMaxBlocks: the partials
 # fit a block and stay split); the forward does not (0.36-0.56 against 0.49-0.63 at N >=
 # 262144; level at 131072, where the clusters serve it anyway). The tests turn every pass on.
 GRID_SERVES = {False: (), True: (2, 4)}
+# The shortest row they take: the sweeps measured rows of 256 KiB and up (bf16 131072, float32
+# 131072-262144). On sm_90 the clusters serve every row below it; on sm_80 (no clusters) a
+# shorter row's slice leaves most of a 128-thread row group idle for a grid barrier each step
+# (bf16 16424: 16 packs a block), unmeasured, so those rows keep the split path.
+GRID_MIN_ROW_BYTES = 256 * 1024
+
+
+def grid_serves(backward: bool, itemsize: int, n: int) -> bool:
+    """Whether the grid rows take this pass of rows of ``n`` elements of ``itemsize`` bytes
+    (before the row's fit in a block: grid_qpad)."""
+    return itemsize in GRID_SERVES[backward] and n * itemsize >= GRID_MIN_ROW_BYTES
 GRID_MIN_SM = 80  # cp.async and acquire loads
 
 

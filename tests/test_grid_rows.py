@@ -164,10 +164,19 @@ def test_grid_rows_serve_the_backward_only(op):
         bwd = _row_norm.backward_plan((8, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
         assert fwd.grid_rows is None
         assert bwd.grid_rows is not None
-    n = 1 << 20
-    for dtype, grid in ((BFLOAT16, True), (numpy.dtype(numpy.float32), False)):
+    # rows under 256 KiB stay split: bf16 70000 (the clusters end at 65536 on sm_90)
+    for dtype, n, grid in ((BFLOAT16, 1 << 20, True), (numpy.dtype(numpy.float32), 1 << 20, False),
+                           (BFLOAT16, 70000, False)):
         bwd = _row_norm.backward_plan((8, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
-        assert (bwd.grid_rows is not None) == grid
+        assert (bwd.grid_rows is not None) == grid, (dtype, n)
+
+
+def test_grid_rows_serve_rows_of_256_kib_and_up():
+    # the shortest rows the sweeps measured; the forward nowhere
+    assert _config.grid_serves(True, 2, 131072) and _config.grid_serves(True, 4, 65536)
+    assert not _config.grid_serves(True, 2, 131071) and not _config.grid_serves(True, 4, 65535)
+    assert not _config.grid_serves(True, 8, 1 << 20), "float64: 8-byte elements"
+    assert not any(_config.grid_serves(False, size, 1 << 20) for size in (2, 4))
 
 
 @pytest.mark.parametrize("packs", [16384, 16385, 18750, 32768, 37500, 65536, 100000])

@@ -49,10 +49,10 @@ def instantiations(type_pairs) -> list[str]:
 def grid_plan(backward: bool, t: str, w: str, itemsize: int, n: int, vec: int, rms: bool,
               device: int) -> GridPlan | None:
     """The grid-row launch for rows of ``n`` elements of ``itemsize`` bytes in ``vec``-packs,
-    or None where it does not serve (switched off, a pass or element size _config.GRID_SERVES
-    leaves out, HIP, before sm_80, packs under 16 bytes, a slice past one block's threads, or
-    a block that does not fit an SM)."""
-    if not USE_GRID_ROWS or itemsize not in _config.GRID_SERVES[backward] or vec * itemsize != 16 \
+    or None where it does not serve (switched off, a pass, element size or row length
+    _config.grid_serves leaves out, HIP, before sm_80, packs under 16 bytes, a slice past one
+    block's threads, or a block that does not fit an SM)."""
+    if not USE_GRID_ROWS or not _config.grid_serves(backward, itemsize, n) or vec * itemsize != 16 \
             or not _cuda_sm80(device):
         return None
     blocks = sm_count(device)
