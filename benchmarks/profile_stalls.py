@@ -22,7 +22,8 @@ import sys
 CASES = ["layer_norm:bfloat16:8192:bwd", "rms_norm:bfloat16:8192:bwd",
          "layer_norm:bfloat16:16384:bwd", "rms_norm:bfloat16:16384:bwd",
          "layer_norm:float32:16384:bwd", "rms_norm:float32:16384:bwd",
-         "layer_norm:bfloat16:4096:fwd", "layer_norm:bfloat16:16384:fwd", "rms_norm:bfloat16:16384:fwd"]
+         "layer_norm:bfloat16:4096:fwd", "layer_norm:bfloat16:16384:fwd", "rms_norm:bfloat16:16384:fwd",
+         "layer_norm:bfloat16:262144:bwd", "rms_norm:float32:262144:bwd"]  # the last two: the grid rows (v79)
 ELEMENTS = 1 << 26
 METRICS = ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
            "sm__throughput.avg.pct_of_peak_sustained_elapsed", "smsp__inst_executed.sum",
