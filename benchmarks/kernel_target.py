@@ -2,6 +2,10 @@
 
     ncu -k regex:norm_fwd --launch-skip 2 --launch-count 1 --section SpeedOfLight \\
         python benchmarks/kernel_target.py layer_norm bfloat16 16384 4096 [fwd|bwd]
+    ncu -k regex:^bn_ ... python benchmarks/kernel_target.py batch_norm bfloat16 64x1024x14x14 nhwc [fwd|bwd]
+
+BatchNorm as the GPU check times it (cunorm/_bench_bn.py: training, parameters in x's dtype;
+nhwc is channels last, C innermost).
 """
 from __future__ import annotations
 
@@ -13,7 +17,28 @@ import cunorm
 from cunorm._checks import BFLOAT16
 
 
+def batch_norm(dtype: str, shape: str, layout: str, direction: str) -> None:
+    dt = BFLOAT16 if dtype == "bfloat16" else dtype
+    n, c, h, w = (int(v) for v in shape.split("x"))
+    channels_last = {"nhwc": True, "nchw": False}[layout]
+    rng = cupy.random.default_rng(0)
+    phys = (n, h, w, c) if channels_last else (n, c, h, w)
+    x = rng.standard_normal(phys, dtype="float32").astype(dt)
+    dy = rng.standard_normal(phys, dtype="float32").astype(dt)
+    wt, b, rm, rv = cupy.ones(c, dt), cupy.zeros(c, dt), cupy.zeros(c, dt), cupy.ones(c, dt)
+    axis = -1 if channels_last else 1
+    _, mean, rstd = cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, return_stats=True)
+    call = (lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis)) if direction == "fwd" else \
+        (lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis))
+    for _ in range(4):
+        call()
+    cupy.cuda.runtime.deviceSynchronize()
+
+
 def main(op="layer_norm", dtype="bfloat16", m="16384", n="4096", direction="fwd") -> None:
+    if op == "batch_norm":  # m: the shape NxCxHxW, n: the layout
+        batch_norm(dtype, m, n, direction)
+        return
     dt = BFLOAT16 if dtype == "bfloat16" else dtype
     m, n = int(m), int(n)
     rng = cupy.random.default_rng(0)

@@ -1,14 +1,17 @@
-"""Warp stall reasons, executed instructions and throughput of the row norms' kernels at the
-shapes issue 4 still misses, in one device call (ncu, the GPU's clocks left alone):
+"""Warp stall reasons, executed instructions and throughput of the norms' kernels at the
+shapes issues 4 and 5 still miss, in one device call (ncu, the GPU's clocks left alone):
 
     python benchmarks/profile_stalls.py --out $OUT/stalls [case ...]
 
-A case is op:dtype:N:pass (e.g. layer_norm:bfloat16:16384:bwd); without any, CASES. Each
-case runs benchmarks/kernel_target.py at M = 64 Mi / N under ncu, profiles every row-norm
-kernel it launches, and keeps ncu's CSV under --out. The table printed last has, for each case's
-longest kernel: its time, DRAM and SM throughput, registers, warps executed instructions
-per element, and the stall reasons (cycles a warp waits an issued instruction) above 0.5,
-largest first. NOTES "Next" asks for these before levers (b), (c) and (e).
+A case is op:dtype:N:pass (e.g. layer_norm:bfloat16:16384:bwd) or
+batch_norm:dtype:NxCxHxW:layout:pass (batch_norm:bfloat16:64x1024x14x14:nhwc:fwd); without
+any, CASES. Each case runs benchmarks/kernel_target.py (row norms at M = 64 Mi / N) under
+ncu, profiles every kernel of the op it launches, and keeps ncu's CSV under --out. The
+table printed last has a row for a row-norm case's longest kernel, and for each of a
+BatchNorm call's kernels: time, DRAM and SM throughput, registers, active warps, thread
+instructions executed per element, and the stall reasons (cycles a warp waits an issued
+instruction) of 0.5 and up, largest first. NOTES "Next" asks for these before levers (b),
+(c) and (e), and issue 5's channels-last rows are the weakest BatchNorm ones.
 """
 from __future__ import annotations
 
@@ -23,7 +26,10 @@ CASES = ["layer_norm:bfloat16:8192:bwd", "rms_norm:bfloat16:8192:bwd",
          "layer_norm:bfloat16:16384:bwd", "rms_norm:bfloat16:16384:bwd",
          "layer_norm:float32:16384:bwd", "rms_norm:float32:16384:bwd",
          "layer_norm:bfloat16:4096:fwd", "layer_norm:bfloat16:16384:fwd", "rms_norm:bfloat16:16384:fwd",
-         "layer_norm:bfloat16:262144:bwd", "rms_norm:float32:262144:bwd"]  # the last two: the grid rows (v79)
+         "layer_norm:bfloat16:262144:bwd", "rms_norm:float32:262144:bwd",  # these two: the grid rows (v79)
+         "batch_norm:bfloat16:64x1024x14x14:nhwc:fwd", "batch_norm:bfloat16:64x1024x14x14:nhwc:bwd",
+         "batch_norm:bfloat16:32x256x56x56:nhwc:fwd", "batch_norm:bfloat16:32x256x56x56:nhwc:bwd"]
+CALLS = 4  # kernel_target's timed calls: a kernel launched fewer times belongs to its set-up
 ELEMENTS = 1 << 26
 METRICS = ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained_elapsed",
            "sm__throughput.avg.pct_of_peak_sustained_elapsed", "smsp__inst_executed.sum",
@@ -32,12 +38,24 @@ METRICS = ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained
 STALL = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")
 
 
-def profile(case: str, out: str) -> dict | None:
-    op, dtype, n, direction = case.split(":")
-    m = ELEMENTS // int(n)
-    target = [sys.executable, os.path.join(os.path.dirname(__file__), "kernel_target.py"), op, dtype, str(m), n,
-              direction]
-    cmd = ["ncu", "--csv", "--print-units", "base", "--print-kernel-base", "function", "-k", "regex:^norm_",
+def profile(case: str, out: str) -> list[dict]:
+    fields = case.split(":")
+    script = os.path.join(os.path.dirname(__file__), "kernel_target.py")
+    if fields[0] == "batch_norm":
+        _, dtype, shape, layout, direction = fields
+        elements = 1
+        for v in shape.split("x"):
+            elements *= int(v)
+        target, kernel_regex = [sys.executable, script, "batch_norm", dtype, shape, layout, direction], "regex:^bn_"
+    else:
+        op, dtype, n, direction = fields
+        elements = ELEMENTS
+        target = [sys.executable, script, op, dtype, str(ELEMENTS // int(n)), n, direction]
+        kernel_regex = "regex:^norm_"
+    # a row norm's longest kernel is among its first eight launches (the set-up and at least
+    # two calls of one to three); a BatchNorm call's kernels are counted over every call
+    limit = ["--launch-count", "8"] if fields[0] != "batch_norm" else []
+    cmd = ["ncu", "--csv", "--print-units", "base", "--print-kernel-base", "function", "-k", kernel_regex, *limit,
            "--metrics", ",".join(METRICS), *target]
     done = subprocess.run(cmd, capture_output=True, text=True)
     path = os.path.join(out, case.replace(":", "-") + ".csv")
@@ -48,13 +66,21 @@ def profile(case: str, out: str) -> dict | None:
         line for line in done.stdout.splitlines() if line.startswith('"'))))]
     if not rows:
         print(f"{case}: ncu gave no rows (rc {done.returncode}; {path})", flush=True)
-        return None
-    kernels: dict[str, dict] = {}
+        return []
+    launches: dict[str, dict] = {}
     for r in rows:
-        kernels.setdefault(r["ID"], {"name": r["Kernel Name"]})[r["Metric Name"]] = r["Metric Value"]
-    # the pass's main kernel: the longest launch (a backward case's set-up forward moves 2/3
-    # of the backward's bytes; the column and partial reductions are short)
-    k = max(kernels.values(), key=lambda d: _num(d.get("gpu__time_duration.sum")))
+        launches.setdefault(r["ID"], {"name": r["Kernel Name"]})[r["Metric Name"]] = r["Metric Value"]
+    if fields[0] == "batch_norm":  # each kernel of a timed call: its last launch
+        ordered = [launches[i] for i in sorted(launches, key=int)]
+        counts = {k["name"]: sum(d["name"] == k["name"] for d in ordered) for k in ordered}
+        picked = list({k["name"]: k for k in ordered if counts[k["name"]] >= CALLS}.values())
+    else:  # the pass's main kernel: the longest launch (a backward case's set-up forward moves
+        # 2/3 of the backward's bytes; the column and partial reductions are short)
+        picked = [max(launches.values(), key=lambda d: _num(d.get("gpu__time_duration.sum")))]
+    return [_summary(case, k, elements) for k in picked]
+
+
+def _summary(case: str, k: dict, elements: int) -> dict:
     stalls = sorted(((name[len(STALL[0]):-len(STALL[1])], _num(v)) for name, v in k.items()
                      if name.startswith(STALL[0])), key=lambda s: -s[1])
     return {"case": case, "kernel": k["name"], "us": _num(k.get("gpu__time_duration.sum")) / 1e3,
@@ -62,7 +88,7 @@ def profile(case: str, out: str) -> dict | None:
             "sm": _num(k.get("sm__throughput.avg.pct_of_peak_sustained_elapsed")),
             "regs": _num(k.get("launch__registers_per_thread")),
             "warps": _num(k.get("sm__warps_active.avg.pct_of_peak_sustained_active")),
-            "inst_per_elem": 32 * _num(k.get("smsp__inst_executed.sum")) / ELEMENTS,
+            "inst_per_elem": 32 * _num(k.get("smsp__inst_executed.sum")) / elements,
             "stalls": [(s, v) for s, v in stalls if v >= 0.5]}
 
 
@@ -79,7 +105,7 @@ def main() -> None:
     ap.add_argument("--out", default="profile-stalls")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    results = [r for r in (profile(c, args.out) for c in args.cases) if r]
+    results = [r for c in args.cases for r in profile(c, args.out)]
     # ncu's time is under replay (caches flushed, one kernel alone): read it against the
     # others here, not against the benchmark's
     print("case | kernel | us | DRAM % | SM % | regs | warps % | thread inst / element | stalls (cycles an issue)")
