@@ -17,8 +17,8 @@ import cunorm
 from cunorm._checks import BFLOAT16
 
 
-def batch_norm(dtype: str, shape: str, layout: str, direction: str) -> None:
-    dt = BFLOAT16 if dtype == "bfloat16" else dtype
+def batch_norm_call(dt, shape: str, layout: str, direction: str):
+    """The BatchNorm call to repeat (its statistics made once for the backward)."""
     n, c, h, w = (int(v) for v in shape.split("x"))
     channels_last = {"nhwc": True, "nchw": False}[layout]
     rng = cupy.random.default_rng(0)
@@ -28,18 +28,13 @@ def batch_norm(dtype: str, shape: str, layout: str, direction: str) -> None:
     wt, b, rm, rv = cupy.ones(c, dt), cupy.zeros(c, dt), cupy.zeros(c, dt), cupy.ones(c, dt)
     axis = -1 if channels_last else 1
     _, mean, rstd = cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, return_stats=True)
-    call = (lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis)) if direction == "fwd" else \
-        (lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis))
-    for _ in range(4):
-        call()
-    cupy.cuda.runtime.deviceSynchronize()
+    if direction == "fwd":
+        return lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis)
+    return lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis)
 
 
-def main(op="layer_norm", dtype="bfloat16", m="16384", n="4096", direction="fwd") -> None:
-    if op == "batch_norm":  # m: the shape NxCxHxW, n: the layout
-        batch_norm(dtype, m, n, direction)
-        return
-    dt = BFLOAT16 if dtype == "bfloat16" else dtype
+def row_norm_call(op: str, dt, m: str, n: str, direction: str):
+    """The LayerNorm / RMSNorm call to repeat on (m, n) rows (statistics made once)."""
     m, n = int(m), int(n)
     rng = cupy.random.default_rng(0)
     x = rng.standard_normal((m, n), dtype="float32").astype(dt)
@@ -54,7 +49,14 @@ def main(op="layer_norm", dtype="bfloat16", m="16384", n="4096", direction="fwd"
         _, rstd = cunorm.rms_norm(x, w, return_stats=True)
         call = (lambda: cunorm.rms_norm(x, w)) if direction == "fwd" else \
             (lambda: cunorm.rms_norm_backward(dy, x, w, rstd))
-    for _ in range(4):
+    return call
+
+
+def main(op="layer_norm", dtype="bfloat16", m="16384", n="4096", direction="fwd") -> None:
+    # batch_norm: m is the shape NxCxHxW, n the layout
+    dt = BFLOAT16 if dtype == "bfloat16" else dtype
+    call = batch_norm_call(dt, m, n, direction) if op == "batch_norm" else row_norm_call(op, dt, m, n, direction)
+    for _ in range(4):  # (benchmarks/profile_stalls.py CALLS)
         call()
     cupy.cuda.runtime.deviceSynchronize()
 
