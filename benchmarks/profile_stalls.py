@@ -55,7 +55,7 @@ def profile(case: str, out: str) -> list[dict]:
     # a row norm's longest kernel is among its first eight launches (the set-up and at least
     # two calls of one to three); a BatchNorm call's kernels are counted over every call
     limit = ["--launch-count", "8"] if fields[0] != "batch_norm" else []
-    cmd = ["ncu", "--csv", "--print-units", "base", "--print-kernel-base", "function", "-k", kernel_regex, *limit,
+    cmd = ["ncu", "--clock-control", "none", "--csv", "--print-units", "base", "--print-kernel-base", "function", "-k", kernel_regex, *limit,
            "--metrics", ",".join(METRICS), *target]
     done = subprocess.run(cmd, capture_output=True, text=True)
     path = os.path.join(out, case.replace(":", "-") + ".csv")
