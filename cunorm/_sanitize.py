@@ -18,9 +18,10 @@ import numpy
 # some blocks through two ring steps; N past the tile's last full pack; v66: N = 24000 takes
 # the half-precision RMSNorm tile of 32768; v78: 70 rows of 32768 walk the wide clusters, 66 of
 # 2 blocks in bf16 and 33 of 4 in float32 on the H200, through a second row, where the block
-# sums' partials are written again)
+# sums' partials are written again; v80: 40 rows of 150000 take the grid rows' backward through
+# 5 steps in bf16 and 10 in float32, so every ring buffer and partial slot is used again)
 ROW_CASES = [(7, 96), (5, 4096), (1100, 1024), (9, 1533), (3, 150000), (3, 65536), (140, 12000), (134, 24000),
-             (70, 32768)]
+             (70, 32768), (40, 150000)]
 DTYPES = ("float32", "bfloat16")
 
 

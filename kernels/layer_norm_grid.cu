@@ -217,6 +217,9 @@ __device__ __forceinline__ void grid_row_steps(Pack<T, VEC>* ring, const T* cons
   for (i64 i = 0; i < steps + LAG; ++i) {
     if (i < steps) {
       const i64 ahead = i + kAhead;  // into the buffer of step i - LAG - 1, finished (by this thread) last step
+      // lane 0 rewrites that buffer's side words, which its warp's lanes read in last step's
+      // finish past a divergent `continue`: reconvergence at the loop's end is not promised
+      if (CUNORM_GRID_STAGE_SIDE) __syncwarp();
       if (ahead < steps) stage_grid_rows<QPAD, RG, SETS>(ring, int(ahead % DEPTH), src, map, ahead, M, col, mine, side);
       else copies_commit();
       copies_wait<kAhead>();
