@@ -50,11 +50,14 @@ VARIANTS = {
     "flat_sums_packs_2": (("-DCUNORM_BN_FLAT_SUMS_PACKS=2", "-DCUNORM_BN_FLAT_SUMS_MIN_BLOCKS=3"), 256,
                           {"FLAT_SUMS_PACKS": 2}),
     "flat_sums_float32": ((), 256, {"FLAT_STATS_DTYPES": ("float16", "bfloat16", "float32"), "USE_FLAT_STATS": False}),
+    # v18 / v18b: the apply passes' residual build for every call, and the unfolded mean
+    "runtime_residual": ((), 256, {"SPECIALIZE_RESIDUAL": False}),
+    "no_fold_half": (("-DCUNORM_BN_FOLD_HALF=0",), 256, {}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
                  "USE_STAGED", "USE_STAGED_BWD", "STAGED_MIN_RESIDENT", "STAGED_PREFER_WIDE", "STAGED_MIN_WORD",
-                 "STAGED_BLOCKS", "STAGED_CLUSTERS")
+                 "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL")
 
 
 def _use(options, block: int, settings: dict) -> None:

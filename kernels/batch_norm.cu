@@ -620,13 +620,14 @@ bn_running_stats(const R* __restrict__ running_mean, const R* __restrict__ runni
 
 // ---- forward apply ------------------------------------------------------------------------
 // Blocks and packs in the opposite order of bn_stats (see the top of the file).
-template <typename T, typename W, int VEC, int ACT>
+template <typename T, typename W, int VEC, int ACT, bool RES>
 __global__ void __launch_bounds__(kBnBlock)
-bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, i64 sc, i64 I,
+bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res_arg, T* __restrict__ y, i64 so, i64 sc, i64 I,
             i64 IP, i64 packs, i64 per_chunk, const typename AccOf<T>::type* __restrict__ mean,
             const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
             int act, typename AccOf<T>::type param) {
   typedef typename AccOf<T>::type A;
+  const T* const res = RES ? res_arg : nullptr;  // a null constant: no residual packs held
   constexpr int U = unroll_of<T, VEC>();
   const auto tag = act_tag<ACT>(act);
   const i64 c = gridDim.y - 1 - blockIdx.y, chunk = gridDim.x - 1 - blockIdx.x;
@@ -648,13 +649,14 @@ bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ 
   });
 }
 
-template <typename T, typename W, int VEC, int ACT>
+template <typename T, typename W, int VEC, int ACT, bool RES>
 __global__ void __launch_bounds__(kBnBlock)
-bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, i64 C, i64 O,
+bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res_arg, T* __restrict__ y, i64 so, i64 C, i64 O,
             i64 per_chunk, int cshift, const typename AccOf<T>::type* __restrict__ mean,
             const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
             int act, typename AccOf<T>::type param) {
   typedef typename AccOf<T>::type A;
+  const T* const res = RES ? res_arg : nullptr;  // a null constant: no residual packs held
   constexpr int U = unroll_of<T, VEC>();
   const auto tag = act_tag<ACT>(act);
   const ClTile t(cshift, VEC);
@@ -917,14 +919,15 @@ __device__ __forceinline__ ChannelGrad<A> channel_grad_of(i64 c, const A* rstd, 
   return channel_grad_from(c, rstd, w, coef[c * 2], coef[c * 2 + 1]);
 }
 
-template <typename T, typename W, int VEC, int ACT>
+template <typename T, typename W, int VEC, int ACT, bool DRES>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
-                T* __restrict__ dres, i64 so, i64 sc, i64 I, i64 IP, i64 packs, i64 per_chunk,
+                T* __restrict__ dres_arg, i64 so, i64 sc, i64 I, i64 IP, i64 packs, i64 per_chunk,
                 const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
                 const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
                 const typename AccOf<T>::type* __restrict__ coef) {
   typedef typename AccOf<T>::type A;
+  T* const dres = DRES ? dres_arg : nullptr;  // a null constant: no residual gradient kept live
   constexpr int U = unroll_of<T, VEC>();
   const auto tag = act_tag<ACT>(act);
   const bool with_res = ACT != 0 && res;
@@ -951,25 +954,39 @@ bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
   });
 }
 
-template <typename T, typename W, int VEC, int ACT>
+// v18b: without an activation the half-precision channels-last pass folds the mean into one
+// constant a channel, dx = a dy - d x + e with e = d mean - a m1 (dz = dy), so a thread holds
+// three constants a channel of its pack in place of six (bf16 106 -> 80 registers, NVRTC 13.0
+// sm_90: two 256-thread blocks an SM -> three). The cancellation of d x against d mean costs
+// 2^-24 |mean / std| of dx's scale, under float16's step until |mean / std| passes 2^13
+// (bfloat16's: 2^16); float32 and float64 outputs keep the centred form. 0 keeps it
+// everywhere (sweep_bn_variants.py no_fold_half).
+#ifndef CUNORM_BN_FOLD_HALF
+#define CUNORM_BN_FOLD_HALF 1
+#endif
+template <typename T, typename W, int VEC, int ACT, bool DRES>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
-                T* __restrict__ dres, i64 so, i64 C, i64 O, i64 per_chunk, int cshift,
+                T* __restrict__ dres_arg, i64 so, i64 C, i64 O, i64 per_chunk, int cshift,
                 const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
                 const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
                 const typename AccOf<T>::type* __restrict__ coef) {
   typedef typename AccOf<T>::type A;
+  T* const dres = DRES ? dres_arg : nullptr;  // a null constant: no residual gradient kept live
   constexpr int U = unroll_of<T, VEC>();
   const auto tag = act_tag<ACT>(act);
   const bool with_res = ACT != 0 && res;
   const ClTile t(cshift, VEC);
   if (t.c >= C) return;  // no barriers below
+  constexpr bool kFold = CUNORM_BN_FOLD_HALF && ACT == 0 && sizeof(T) == 2;
   Channel<A> ch[VEC];
   ChannelGrad<A> cg[VEC];
+  A e[VEC];  // kFold: d mean - a m1
 #pragma unroll
   for (int k = 0; k < VEC; ++k) {
     ch[k] = channel_of(t.c + k, mean, rstd, w, b);
     cg[k] = channel_grad_of(t.c + k, rstd, w, coef);
+    e[k] = cg[k].d * ch[k].mean - cg[k].a * cg[k].m1;
   }
   const i64 chunk = gridDim.x - 1 - blockIdx.x;
   const i64 p0 = chunk * per_chunk, p1 = min(O, p0 + per_chunk);
@@ -986,7 +1003,7 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           dz[k] = element_dz<ACT>(tag, ch[k], xv[k], gv[k], rv[k], param);
-          out[k] = cg[k].dx(dz[k], xv[k] - ch[k].mean);
+          out[k] = kFold ? cg[k].a * gv[k] - cg[k].d * xv[k] + e[k] : cg[k].dx(dz[k], xv[k] - ch[k].mean);
         }
         store_pack<T>(dx + sl[u].off, out);
         if (dres) store_pack<T>(dres + sl[u].off, dz);

@@ -158,8 +158,9 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
                         p = _batch_norm.plan(lay, dt, pdt, phase, 0)
                         for act in range(len(ACTIVATIONS)):
                             for training in (True, False):
-                                _batch_norm._passes(p, False, training, act, 0.01, pdt.name, 0)
-                                _batch_norm._passes(p, True, training, act, 0.01, "", 0)
+                                for residual in (False, True):
+                                    _batch_norm._passes(p, False, training, act, 0.01, pdt.name, 0, residual)
+                                    _batch_norm._passes(p, True, training, act, 0.01, "", 0, residual)
                             if p.staged:
                                 _batch_norm._staged_kernel(p, act, pdt.name, 0)
                             if p.staged_bwd:
@@ -172,7 +173,9 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     assert not missing, missing[:5]
     assert len(set(asked)) > 100
     assert {n.split("<")[0] for n in asked} >= {"bn_fwd_staged", "bn_bwd_staged", "bn_apply_flat", "bn_stats_nc",
-                                                "bn_stats_cl"}
+                                                "bn_stats_cl", "bn_apply_cl", "bn_bwd_apply_cl"}
+    # both builds of the residual apply passes are asked for
+    assert {n.rsplit(", ", 1)[1] for n in asked if n.startswith("bn_apply_cl<")} == {"false>", "true>"}
     assert {n.endswith(", true>") for n in asked if n.startswith("bn_fwd_staged<")} == {True, False}  # clustered too
 
 
@@ -775,3 +778,105 @@ def test_gpu_torch_channels_last_tensor_is_read_in_place(rng):
     assert y.strides == cx.strides
     ref = reference.batch_norm(x.cpu().double().numpy(), channel_axis=1)
     assert_close("y", y, ref, *tol(numpy.float32))
+
+
+# ---- v18 / v18b: the apply passes built without the residual, and the folded mean -----------
+
+def _per_channel_passes(monkeypatch):
+    """Every layout through the per-channel passes (bn_apply_nc / _cl, bn_bwd_apply_nc / _cl)."""
+    monkeypatch.setattr(_batch_norm, "USE_FLAT", False)
+    monkeypatch.setattr(_batch_norm, "USE_STAGED", False)
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_BWD", False)
+    _batch_norm.plan.cache_clear()
+    _batch_norm._passes.cache_clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float32)], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
+def test_gpu_apply_without_residual_matches_the_residual_build(rng, monkeypatch, fresh_plans, dtype, channel_axis):
+    # a call without a residual takes the apply kernels built without one (SPECIALIZE_RESIDUAL);
+    # the build with a run-time null residual, which every call took before v18, gives the same
+    # y, and the same dx (to the half-precision fold's rounding where the backward folds)
+    import cupy
+
+    _per_channel_passes(monkeypatch)
+    shape = (6, 40, 7, 9) if channel_axis == 1 else (6, 7, 9, 40)
+    x = cupy.asarray((rng.standard_normal(shape) * 2 + 5).astype(dtype))
+    dy = cupy.asarray(rng.standard_normal(shape).astype(dtype))
+    w, b = cupy.asarray(rng.standard_normal(40).astype(dtype)), cupy.asarray(rng.standard_normal(40).astype(dtype))
+    runs = []
+    for specialized in (True, False):
+        monkeypatch.setattr(_batch_norm, "SPECIALIZE_RESIDUAL", specialized)
+        _batch_norm._passes.cache_clear()
+        y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=channel_axis, return_stats=True)
+        dx, dw, db, _ = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=channel_axis)
+        runs.append((y, dx, dw, db))
+    assert (runs[0][0] == runs[1][0]).all()
+    folds = channel_axis == -1 and dtype.itemsize == 2
+    for name, a, b in zip(("dx", "dweight", "dbias"), runs[0][1:], runs[1][1:]):
+        if folds and name == "dx":
+            assert_close(name, a, b, *tol(dtype))
+        else:
+            assert (a == b).all(), name
+
+
+@pytest.fixture
+def unfolded_half_backward():
+    """The BatchNorm kernels built with CUNORM_BN_FOLD_HALF=0, the default build back afterwards."""
+    from cunorm import _compile
+
+    before = _compile.COMPILE_OPTIONS
+    _compile.COMPILE_OPTIONS = (*before, "-DCUNORM_BN_FOLD_HALF=0")
+    _compile.drop_modules()
+    yield
+    _compile.COMPILE_OPTIONS = before
+    _compile.drop_modules()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("with_residual", [False, True], ids=["plain", "residual"])
+def test_gpu_half_channels_last_backward_folds_the_mean(rng, monkeypatch, fresh_plans, dtype, with_residual):
+    # channels last, no activation, half precision: dx = a dy - d x + e (v18b). Channels whose
+    # mean is 60 standard deviations off zero (the fold's cancellation grows with |mean / std|)
+    # against the float64 reference, and against the unfolded build to its rounding
+    import cupy
+
+    shape, C = (9, 5, 7, 48), 48
+    d = _inputs(rng, shape, -1)
+    d["x"] = d["x"] + 60 * 1.5 * numpy.sign(rng.standard_normal(C))
+    hw, hb = d["w"].astype(numpy.float32), d["b"].astype(numpy.float32)
+    x, dy = cupy.asarray(d["x"].astype(dtype)), cupy.asarray(d["dy"].astype(dtype))
+    r = cupy.asarray(d["r"].astype(dtype)) if with_residual else None
+    w, b = cupy.asarray(hw), cupy.asarray(hb)
+    _, mean, rstd = cunorm.batch_norm(x, w, b, residual=r, channel_axis=-1, return_stats=True)
+    dx, dw, db, dr = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, residual=r, channel_axis=-1)
+    rdx, rdw, rdb, rdr = reference.batch_norm_backward(dy.get().astype(numpy.float64), x.get().astype(numpy.float64),
+                                                       hw, hb, mean.get(), rstd.get(), channel_axis=-1,
+                                                       residual=None if r is None else r.get().astype(numpy.float64))
+    rtol, atol = tol(dtype)
+    assert_close("dx", dx, rdx, rtol, 4 * atol * float(rstd.max().get()))
+    assert_close("dweight", dw, rdw, *reduction_tol(numpy.float32, x.size // C))
+    if with_residual:
+        assert_close("dresidual", dr, rdr, rtol, 4 * atol)
+    assert dr is None or with_residual
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
+def test_gpu_half_channels_last_backward_fold_against_the_unfolded_build(rng, dtype, fresh_plans, request):
+    # the folded dx within a rounding step of the centred form's, same inputs
+    import cupy
+
+    shape, C = (9, 5, 7, 48), 48
+    x = cupy.asarray((rng.standard_normal(shape) * 1.5 + 40).astype(dtype))
+    dy = cupy.asarray(rng.standard_normal(shape).astype(dtype))
+    w, b = cupy.asarray(rng.standard_normal(C).astype(numpy.float32)), cupy.zeros(C, numpy.float32)
+    _, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=-1, return_stats=True)
+    folded = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=-1)[0]
+    request.getfixturevalue("unfolded_half_backward")
+    _batch_norm._passes.cache_clear()
+    centred = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=-1)[0]
+    scale = float(cupy.abs(centred.astype(numpy.float32)).max().get())
+    assert_close("dx", folded, centred, tol(dtype)[0], tol(dtype)[0] * scale)

@@ -93,8 +93,14 @@ def _param_types(t: str) -> tuple:
 
 
 ACT_CLASSES = (0, 1, 2)  # kernels' ACT: none, ReLU, any other (the id then an argument)
-APPLY_KERNELS = ("bn_apply_nc", "bn_apply_cl", "bn_bwd_sums_nc", "bn_bwd_sums_cl", "bn_bwd_apply_nc", "bn_bwd_apply_cl",
-                 "bn_bwd_apply_flat", "bn_bwd_sums_flat")
+APPLY_KERNELS = ("bn_bwd_sums_nc", "bn_bwd_sums_cl", "bn_bwd_apply_flat", "bn_bwd_sums_flat")
+# Apply passes built with and without the residual (forward) or its gradient (backward): a
+# run-time null pointer still held the residual's packs in registers. NVRTC 13.0 sm_90, bf16
+# bn_apply_cl 91 -> 63 registers (two 256-thread blocks an SM -> four), bn_apply_nc 79 -> 64,
+# float32 60 -> 48 / 57 -> 46; bn_bwd_apply_cl 106 -> 80 with its mean fold (NOTES "BatchNorm
+# v18"). False takes the residual build for every call, as before v18.
+RESIDUAL_APPLY_KERNELS = ("bn_apply_nc", "bn_apply_cl", "bn_bwd_apply_nc", "bn_bwd_apply_cl")
+SPECIALIZE_RESIDUAL = True
 
 
 def act_class(act: int) -> int:
@@ -113,6 +119,8 @@ def instantiations() -> list[str]:
             for w in _param_types(t):
                 cw = c_type(w)
                 names += [f"{k}<{ct}, {cw}, {vec}, {a}>" for k in APPLY_KERNELS for a in ACT_CLASSES]
+                names += [f"{k}<{ct}, {cw}, {vec}, {a}, {_b(r)}>" for k in RESIDUAL_APPLY_KERNELS
+                          for a in ACT_CLASSES for r in (False, True)]
                 names += [f"bn_apply_flat<{ct}, {cw}, {c_type(r)}, {vec}, {a}>" for r in _param_types(t)
                           for a in ACT_CLASSES]
         for w in _param_types(t):
@@ -401,11 +409,14 @@ def _flat_len(lay: Layout, vec: int, phase: int, widest: int) -> int:
     return min(BLOCK * FLAT_PACKS * vec, per_channel_cap)
 
 
-def _kernel(name: str, p: Plan, device: int, act=None) -> int:
-    """A pass's kernel; ``act`` (an activation id) picks the ACT class of those that take one."""
+def _kernel(name: str, p: Plan, device: int, act=None, residual=None) -> int:
+    """A pass's kernel; ``act`` (an activation id) picks the ACT class of those that take one,
+    ``residual`` the build with or without the residual of those that have both."""
     args = [c_type(p.t)] + ([c_type(p.w)] if act is not None else []) + [str(p.vec)]
     if act is not None:
         args.append(str(act_class(act)))
+    if name in RESIDUAL_APPLY_KERNELS:
+        args.append(_b(residual or not SPECIALIZE_RESIDUAL))
     return function_ptr(KERNEL_FILE, f"{name}<{', '.join(args)}>", device)
 
 
@@ -453,7 +464,9 @@ def _flat_folds(p: Plan, first: FlatStats | None) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdtype: str, device: int) -> _Passes:
+def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdtype: str, device: int,
+            residual: bool) -> _Passes:
+    """``residual``: the call passes a residual (forward) or wants its gradient (backward)."""
     kind = "cl" if p.lay.channels_last else "nc"
     acc = "double" if p.acc == numpy.float64 else "float"
     if backward:
@@ -461,7 +474,7 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
         # the flat pass takes the finalize's place (its blocks sum the partials they need)
         channel = 0 if _flat_folds(p, p.sums) else function_ptr(KERNEL_FILE, f"bn_bwd_finalize<{acc}, {c_type(p.w)}>",
                                                                  device)
-        apply = _kernel(f"bn_bwd_apply_{'flat' if p.flat_len else kind}", p, device, act)
+        apply = _kernel(f"bn_bwd_apply_{'flat' if p.flat_len else kind}", p, device, act, residual)
     else:
         first = _kernel(f"bn_stats_{'flat' if p.stats else kind}", p, device) if training else 0
         if not training:
@@ -474,7 +487,7 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
             apply = function_ptr(KERNEL_FILE, f"bn_apply_flat<{c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {p.vec}, "
                                  f"{act_class(act)}>", device)
         else:
-            apply = _kernel(f"bn_apply_{kind}", p, device, act)
+            apply = _kernel(f"bn_apply_{kind}", p, device, act, residual)
     slices = tuple((c0, (p.chunks, cn if not p.lay.channels_last else p.grid_y)) for c0, cn in _slices(p))
     return _Passes(first, channel, apply, slices, _shape_args(p), numpy.dtype(_np(p.t)).itemsize,
                    numpy.dtype(_np(p.w)).itemsize, p.acc.itemsize, scalar_bits(param, p.acc))
@@ -496,7 +509,7 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
         else:
             launch(fn, st.blocks, st.threads, args, stream, st.smem)
         return
-    q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device)
+    q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, bool(res))
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc  # cl: one launch, channel offsets inside
     part = 0
@@ -562,7 +575,7 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
                (dy, x, res, dx, dres, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, mean, rstd, w, b, act,
                 scalar_bits(param, p.acc), int(training), dw, db), stream, st.smem)
         return
-    q = _passes(p, True, training, act, param, "", device)
+    q = _passes(p, True, training, act, param, "", device, bool(dres))
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc
     chunks = p.sums.chunks if p.sums else p.chunks
