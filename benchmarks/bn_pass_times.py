@@ -1,12 +1,15 @@
 """Each BatchNorm launch's own kernel time, training forward and backward at issue 5's
-channel-major shapes, with the defaults and with one setting of _batch_norm changed at a time
-(SETTINGS: bn_stats_flat and bn_bwd_sums_flat off): the call queued back to back
+shapes, channel-major (nchw) and channels last (nhwc), with the defaults and, channel-major,
+with one setting of _batch_norm changed at a time (SETTINGS: bn_stats_flat and
+bn_bwd_sums_flat off, which channels last never takes): the call queued back to back
 (_bench.queued_time_ms) with every launch but one skipped, for each launch in turn (the
 skipped passes' outputs are stale, which does not change what the kept one moves).
 
-    python benchmarks/bn_pass_times.py
+    python benchmarks/bn_pass_times.py [nchw] [nhwc]     (both without any)
 """
 from __future__ import annotations
+
+import sys
 
 import numpy
 
@@ -62,29 +65,38 @@ def _pass_times(fn, stream_ptr: int) -> list[float]:
     return times + [_bench.queued_time_ms(fn, stream_ptr) * 1e3]
 
 
-def main() -> None:
+def main(layouts=("nchw", "nhwc")) -> None:
     import cupy
 
     stream = cupy.cuda.get_current_stream().ptr
-    for shape in SHAPES:
-        for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
-            x = cupy.asarray(numpy.random.default_rng(0).standard_normal(shape).astype(numpy.float32)).astype(dtype)
-            w, b = cupy.ones(shape[1], numpy.float32), cupy.zeros(shape[1], numpy.float32)
-            rm, rv = cupy.zeros(shape[1], numpy.float32), cupy.ones(shape[1], numpy.float32)
-            dy = x.copy()
-            for name, settings in SETTINGS.items():
-                defaults = {k: getattr(_batch_norm, k) for k in settings}
-                _use(settings)
-                try:
-                    _, mean, rstd = cunorm.batch_norm(x, w, b, rm, rv, return_stats=True)
-                    f = _pass_times(lambda: cunorm.batch_norm(x, w, b, rm, rv), stream)
-                    g = _pass_times(lambda: cunorm.batch_norm_backward(dy, x, w, b, mean, rstd), stream)
-                finally:
-                    _use(defaults)
-                print(f"{dtype.name:8s} {str(shape):20s} {name:13s} forward "
-                      f"{' + '.join(f'{t:.1f}' for t in f[:-1])} (whole {f[-1]:.1f}) us; backward "
-                      f"{' + '.join(f'{t:.1f}' for t in g[:-1])} (whole {g[-1]:.1f}) us")
+    for layout in layouts:
+        for shape in SHAPES:
+            for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
+                _case(layout, shape, dtype, stream)
+
+
+def _case(layout: str, shape: tuple, dtype, stream: int) -> None:
+    import cupy
+
+    axis = 1 if layout == "nchw" else -1
+    phys = shape if layout == "nchw" else (shape[0], *shape[2:], shape[1])
+    x = cupy.asarray(numpy.random.default_rng(0).standard_normal(phys).astype(numpy.float32)).astype(dtype)
+    w, b = cupy.ones(shape[1], numpy.float32), cupy.zeros(shape[1], numpy.float32)
+    rm, rv = cupy.zeros(shape[1], numpy.float32), cupy.ones(shape[1], numpy.float32)
+    dy = x.copy()
+    for name, settings in SETTINGS.items() if layout == "nchw" else (("default", {}),):
+        defaults = {k: getattr(_batch_norm, k) for k in settings}
+        _use(settings)
+        try:
+            _, mean, rstd = cunorm.batch_norm(x, w, b, rm, rv, channel_axis=axis, return_stats=True)
+            f = _pass_times(lambda: cunorm.batch_norm(x, w, b, rm, rv, channel_axis=axis), stream)
+            g = _pass_times(lambda: cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=axis), stream)
+        finally:
+            _use(defaults)
+        print(f"{dtype.name:8s} {layout} {str(shape):20s} {name:13s} forward "
+              f"{' + '.join(f'{t:.1f}' for t in f[:-1])} (whole {f[-1]:.1f}) us; backward "
+              f"{' + '.join(f'{t:.1f}' for t in g[:-1])} (whole {g[-1]:.1f}) us", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    main(tuple(sys.argv[1:]) or ("nchw", "nhwc"))
