@@ -954,16 +954,6 @@ bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
   });
 }
 
-// v18b: without an activation the half-precision channels-last pass folds the mean into one
-// constant a channel, dx = a dy - d x + e with e = d mean - a m1 (dz = dy), so a thread holds
-// three constants a channel of its pack in place of six (bf16 106 -> 80 registers, NVRTC 13.0
-// sm_90: two 256-thread blocks an SM -> three). The cancellation of d x against d mean costs
-// 2^-24 |mean / std| of dx's scale, under float16's step until |mean / std| passes 2^13
-// (bfloat16's: 2^16); float32 and float64 outputs keep the centred form. 0 keeps it
-// everywhere (sweep_bn_variants.py no_fold_half).
-#ifndef CUNORM_BN_FOLD_HALF
-#define CUNORM_BN_FOLD_HALF 1
-#endif
 template <typename T, typename W, int VEC, int ACT, bool DRES>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
@@ -978,15 +968,12 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
   const bool with_res = ACT != 0 && res;
   const ClTile t(cshift, VEC);
   if (t.c >= C) return;  // no barriers below
-  constexpr bool kFold = CUNORM_BN_FOLD_HALF && ACT == 0 && sizeof(T) == 2;
   Channel<A> ch[VEC];
   ChannelGrad<A> cg[VEC];
-  A e[VEC];  // kFold: d mean - a m1
 #pragma unroll
   for (int k = 0; k < VEC; ++k) {
     ch[k] = channel_of(t.c + k, mean, rstd, w, b);
     cg[k] = channel_grad_of(t.c + k, rstd, w, coef);
-    e[k] = cg[k].d * ch[k].mean - cg[k].a * cg[k].m1;
   }
   const i64 chunk = gridDim.x - 1 - blockIdx.x;
   const i64 p0 = chunk * per_chunk, p1 = min(O, p0 + per_chunk);
@@ -1003,7 +990,7 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           dz[k] = element_dz<ACT>(tag, ch[k], xv[k], gv[k], rv[k], param);
-          out[k] = kFold ? cg[k].a * gv[k] - cg[k].d * xv[k] + e[k] : cg[k].dx(dz[k], xv[k] - ch[k].mean);
+          out[k] = cg[k].dx(dz[k], xv[k] - ch[k].mean);
         }
         store_pack<T>(dx + sl[u].off, out);
         if (dres) store_pack<T>(dres + sl[u].off, dz);

@@ -96,9 +96,12 @@ ACT_CLASSES = (0, 1, 2)  # kernels' ACT: none, ReLU, any other (the id then an a
 APPLY_KERNELS = ("bn_bwd_sums_nc", "bn_bwd_sums_cl", "bn_bwd_apply_flat", "bn_bwd_sums_flat")
 # Apply passes built with and without the residual (forward) or its gradient (backward): a
 # run-time null pointer still held the residual's packs in registers. NVRTC 13.0 sm_90, bf16
-# bn_apply_cl 91 -> 63 registers (two 256-thread blocks an SM -> four), bn_apply_nc 79 -> 64,
-# float32 60 -> 48 / 57 -> 46; bn_bwd_apply_cl 106 -> 80 with its mean fold (NOTES "BatchNorm
-# v18"). False takes the residual build for every call, as before v18.
+# bn_apply_cl 91 -> 63 registers (two 256-thread blocks an SM -> four), bn_apply_nc 8 bytes
+# spilled -> none, float32 bn_apply_cl 60 -> 46; bn_bwd_apply_cl 104 -> 95, bn_bwd_apply_nc
+# 80 -> 68. H200 (results/sweep-bn-v18-h200.txt, runtime_residual against default): bf16
+# NHWC forward +0.02-0.04 of copy (64, 1024, 14, 14) 0.337 -> 0.356, (128, 64, 112, 112)
+# 0.491 -> 0.533; float32 NHWC -0.00 to +0.01, NCHW and the backward the same (NOTES
+# "BatchNorm v18"). False takes the residual build for every call, as before v18.
 RESIDUAL_APPLY_KERNELS = ("bn_apply_nc", "bn_apply_cl", "bn_bwd_apply_nc", "bn_bwd_apply_cl")
 SPECIALIZE_RESIDUAL = True
 
