@@ -199,3 +199,58 @@ def test_grid_stage_bytes():
         assert _config.grid_stage_bytes(backward) == _config.grid_stage_bytes(not backward)
         for qpad in _config.GRID_QPADS:
             assert _config.grid_stage_rows(qpad, backward) >= _config.GRID_THREADS // qpad
+
+
+# ---- v80b: the steps' partials as tagged words the fold polls --------------------------------
+
+@pytest.fixture(params=[False, True], ids=["counted", "tagged"])
+def grid_tagged(request, every_grid_pass, monkeypatch):
+    """The grid rows with an arrival counter a step, or (v80b) tagged partials."""
+    monkeypatch.setattr(_config, "GRID_TAGGED", request.param)
+    _clear_plans()
+    yield request.param
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_grid_rows_tagged_partials(rng, grid_tagged, op, dtype):
+    # the same rows either way: one step with rows past M, and 1-20 steps, each run twice in a
+    # row so the second launch finds a first launch's scratch (tagged: zeroed again); the
+    # tagged outputs equal the counted ones bit for bit
+    import cupy
+
+    import cunorm
+    from cunorm._checks import BFLOAT16
+
+    dtype = BFLOAT16 if dtype == "bfloat16" else numpy.dtype(dtype)
+    _grid_plans(op, dtype, 150000, 37)
+    check(op, rng, (37, 150000), dtype)
+    for rows in (3, 80):
+        x = cupy.asarray(rng.standard_normal((rows, 150000)).astype(dtype))
+        dy = cupy.asarray(rng.standard_normal((rows, 150000)).astype(dtype))
+        w = cupy.asarray(1 + 0.1 * rng.standard_normal(150000).astype(numpy.float32))
+        outs = []
+        for _ in range(2):
+            if op == "rms_norm":
+                y, rstd = cunorm.rms_norm(x, w, return_stats=True)
+                outs.append([a.view(numpy.uint8).get() for a in (y, rstd, *cunorm.rms_norm_backward(dy, x, w, rstd))])
+            else:
+                y, mean, rstd = cunorm.layer_norm(x, w, w, return_stats=True)
+                outs.append([a.view(numpy.uint8).get()
+                             for a in (y, mean, rstd, *cunorm.layer_norm_backward(dy, x, w, mean, rstd))])
+        assert all(numpy.array_equal(a, b) for a, b in zip(*outs))
+        key = (op, dtype.name, rows)
+        if grid_tagged:
+            assert all(numpy.array_equal(a, b) for a, b in zip(_COUNTED[key], outs[0])), key
+        else:
+            _COUNTED[key] = outs[0]
+
+
+_COUNTED: dict = {}  # the counted build's outputs, which the tagged runs (after them) must equal
+
+
+def test_grid_scratch_of_tagged_partials():
+    # a tagged word holds a value and its step: twice the counted partials' floats
+    counted, tagged = _config.grid_scratch_words(8, 132, False), _config.grid_scratch_words(8, 132, True)
+    assert tagged[0] == counted[0] and tagged[1] == 2 * counted[1] == 2 * (2 * _config.GRID_LAG + 2) * 8 * 132 * 2
