@@ -11,9 +11,6 @@ ring of two without lag. Prediction: v79d +0.05-0.10 backward (two L2 round trip
 variants alternate ROUNDS times in one process (each variant compiles its own kernels).
 Outcome (results/sweep-grid-rows-v79d-h200.txt): v79d's side words win every backward
 (+0.01-0.07) and the LayerNorm forward at 262144 (+0.09), and are the default since.
-v80b (_config.GRID_TAGGED): the steps' partials as tagged words the fold polls, no arrival
-counter, against v79d's counted steps. Prediction: +0.03-0.08 backward and forward (one L2
-round trip of a ~6 us step, a fence and a block barrier fewer).
 
     python benchmarks/sweep_grid_rows.py [--json out.json]
 """
@@ -24,17 +21,16 @@ from cunorm.ops import _grid_rows
 from _sweep_cli import pass_sweep, rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
 
 # name: (grid rows on, rows a row group takes a step forward / backward, ring depth, lag,
-# CUNORM_GRID_STAGE_SIDE, GRID_TAGGED); v79b's and v79d's other variants are in its results
-VARIANTS = {"split": (False, 4, 2, 3, 1, 1, False), "v79d_side": (True, 4, 2, 3, 1, 1, False),
-            "v80b_tagged": (True, 4, 2, 3, 1, 1, True)}
-DEFAULT = (True, 4, 2, 3, 1, 1, _config.GRID_TAGGED)
+# CUNORM_GRID_STAGE_SIDE)
+VARIANTS = {"split": (False, 4, 2, 3, 1, 0), "v79b_rg4_d3_lag1": (True, 4, 2, 3, 1, 0),
+            "v79d_side": (True, 4, 2, 3, 1, 1), "v79d_side_rg6_d2_lag0": (True, 6, 3, 2, 0, 1)}
+DEFAULT = (True, 4, 2, 3, 1, 1)  # v79d took the side words on
 ROUNDS = 2
 CASES = list(row_norm_cases((131072, 262144, 1 << 20)))
 
 
 def _use(variant) -> None:
-    _grid_rows.USE_GRID_ROWS, fwd_rows, bwd_rows, _config.GRID_DEPTH, _config.GRID_LAG, side, _config.GRID_TAGGED = \
-        variant
+    _grid_rows.USE_GRID_ROWS, fwd_rows, bwd_rows, _config.GRID_DEPTH, _config.GRID_LAG, side = variant
     _config.GRID_STEP_ROWS = {False: fwd_rows, True: bwd_rows}
     _config.GRID_SERVES = {False: (2, 4), True: (2, 4)}  # every pass, so each variant is measured on all
     rebuild_row_norms((*_BASE_OPTIONS, f"-DCUNORM_GRID_STAGE_SIDE={side}"))  # the plans with it

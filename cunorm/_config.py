@@ -439,10 +439,6 @@ GRID_STEP_ROWS = {False: 4, True: 2}
 GRID_DEPTH = 3
 GRID_LAG = 1
 GRID_MAX_BLOCKS = 160  # kernels/layer_norm_grid.cu kGridMaxBlocks: the partials a folding lane loads
-# v80b: the steps' row partials as tagged 64-bit words that the fold polls, in place of an
-# arrival counter a step (one L2 round trip a step fewer, no fence before an arrival; the
-# launch zeroes twice the scratch). Measured in NOTES v80b.
-GRID_TAGGED = False
 # The passes and element sizes the grid rows serve ({backward: itemsizes}): on the H200, with
 # the side words staged (v79d, results/sweep-grid-rows-v79d-h200.txt), the backward beats the
 # split path in both element sizes (bf16 0.44-0.52 of copy against 0.40-0.42, float32
@@ -484,11 +480,10 @@ def grid_stage_bytes(backward: bool) -> int:
     return GRID_DEPTH * GRID_STEP_ROWS[backward] * GRID_THREADS * 16 * (2 if backward else 1)
 
 
-def grid_scratch_words(rows: int, blocks: int, tagged: bool) -> tuple[int, int]:
+def grid_scratch_words(rows: int, blocks: int) -> tuple[int, int]:
     """(barrier counters, partial floats) of a grid-row launch: GRID_LAG + 1 counters, and
-    2 * GRID_LAG + 2 slots of each row's (two) partials a block, a float each, or two where
-    ``tagged`` (a 64-bit word, GRID_TAGGED)."""
-    return GRID_LAG + 1, (2 * GRID_LAG + 2) * rows * blocks * 2 * (2 if tagged else 1)
+    2 * GRID_LAG + 2 slots of each row's (two) partials a block."""
+    return GRID_LAG + 1, (2 * GRID_LAG + 2) * rows * blocks * 2
 
 
 def split_config(vec: int) -> TileConfig:

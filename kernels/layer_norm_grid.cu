@@ -39,20 +39,6 @@ __device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
   return v;
 }
 
-// v80b's tagged partials: 64-bit words stored and loaded whole (morally strong, so a tag seen
-// is its value seen), and the fence that orders a fold's loads before the block's later stores
-__device__ __forceinline__ void store_relaxed_gpu(unsigned long long* p, unsigned long long v) {
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ __forceinline__ unsigned long long load_relaxed_gpu(const unsigned long long* p) {
-  unsigned long long v;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
-
 // This block's arrival at a step's barrier: thread 0, after the block barrier that follows
 // every group's partials (the fence publishes them, cumulatively, before the arrival; the
 // pattern of cooperative_groups' grid sync).
@@ -94,80 +80,30 @@ struct FoldRows {
   static constexpr int kWarps = kGridThreads / kWarp, kRows = (R + kWarps - 1) / kWarps;
 };
 
-// A step's slot of row partials, [R][G][2]: floats behind the step's arrival counter, or
-// (TAGGED, v80b) 64-bit words, a value's bits high and the step's tag (step + 1) low, that
-// the fold polls itself: no counter, no fence before an arrival, one L2 round trip where the
-// counter's poll and the partials' loads took two. The launch zeroes tagged slots (no tag of
-// an earlier launch).
-template <bool TAGGED>
-struct GridSlot {
-  void* base;
-  i64 step;
-  __device__ __forceinline__ void put(i64 i, float v) const {
-    if constexpr (TAGGED)
-      store_relaxed_gpu(static_cast<unsigned long long*>(base) + i,
-                        (static_cast<unsigned long long>(__float_as_uint(v)) << 32) | unsigned(step + 1));
-    else
-      static_cast<float*>(base)[i] = v;
-  }
-};
-
-// The partial pairs of the rows this warp folds, from `slot`: lane l gets blocks l, l +
-// kWarp, ... (zeros past G or R). Every load issues before any is used: the fold waits one L2
-// round trip, not one a block. Tagged words are loaded again until every lane holds the
-// step's tag in all of its own; then the fence orders these loads before the block's later
-// writes of the slot (a block writes a slot again only after its fold of the step LAG + 1
-// before, whose words every block stored after this fold: grid_row_steps).
-template <int R, bool TAGGED, int kRows = FoldRows<R>::kRows>
-__device__ __forceinline__ void load_row_partials(const GridSlot<TAGGED>& slot, i64 G,
-                                                  float (&a)[kRows][kGridPerLane], float (&b)[kRows][kGridPerLane]) {
+// The partial pairs of the rows this warp folds, from `slot` ([R][G][2]): lane l gets blocks
+// l, l + kWarp, ... (zeros past G or R). Every load issues before any is used: the fold
+// waits one L2 round trip, not one a block.
+template <int R, int kRows = FoldRows<R>::kRows>
+__device__ __forceinline__ void load_row_partials(const float* slot, i64 G, float (&a)[kRows][kGridPerLane],
+                                                  float (&b)[kRows][kGridPerLane]) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  if constexpr (!TAGGED) {
-    const float* const f = static_cast<const float*>(slot.base);
 #pragma unroll
-    for (int k = 0; k < kRows; ++k) {
-      const int r = warp + k * FoldRows<R>::kWarps;
+  for (int k = 0; k < kRows; ++k) {
+    const int r = warp + k * FoldRows<R>::kWarps;
 #pragma unroll
-      for (int u = 0; u < kGridPerLane; ++u) {
-        const i64 blk = lane + u * kWarp;
-        const bool ok = r < R && blk < G;
-        a[k][u] = ok ? __ldcg(f + (r * G + blk) * 2) : 0.0f;
-        b[k][u] = ok ? __ldcg(f + (r * G + blk) * 2 + 1) : 0.0f;
-      }
+    for (int u = 0; u < kGridPerLane; ++u) {
+      const i64 blk = lane + u * kWarp;
+      const bool ok = r < R && blk < G;
+      a[k][u] = ok ? __ldcg(slot + (r * G + blk) * 2) : 0.0f;
+      b[k][u] = ok ? __ldcg(slot + (r * G + blk) * 2 + 1) : 0.0f;
     }
-  } else {
-    const unsigned long long* const words = static_cast<const unsigned long long*>(slot.base);
-    const unsigned tag = unsigned(slot.step + 1);
-    bool ready;
-    do {
-      ready = true;
-#pragma unroll
-      for (int k = 0; k < kRows; ++k) {
-        const int r = warp + k * FoldRows<R>::kWarps;
-#pragma unroll
-        for (int u = 0; u < kGridPerLane; ++u) {
-          const i64 blk = lane + u * kWarp;
-          if (r < R && blk < G) {
-            const unsigned long long wa = load_relaxed_gpu(words + (r * G + blk) * 2),
-                                     wb = load_relaxed_gpu(words + (r * G + blk) * 2 + 1);
-            ready = ready && unsigned(wa) == tag && unsigned(wb) == tag;
-            a[k][u] = __uint_as_float(unsigned(wa >> 32));
-            b[k][u] = __uint_as_float(unsigned(wb >> 32));
-          } else {
-            a[k][u] = b[k][u] = 0.0f;
-          }
-        }
-      }
-    } while (!__all_sync(0xffffffffu, ready));
-    fence_acq_rel_gpu();
   }
 }
 
 // Calls fold(r, a, b) for each row r of the step that this warp folds, with the row's
-// partial pairs loaded as load_row_partials gives them (all loads before any fold). Every
-// thread of the block calls it (the tagged poll is warp-wide).
-template <int R, bool TAGGED, typename Fold>
-__device__ __forceinline__ void fold_rows(const GridSlot<TAGGED>& slot, i64 G, Fold&& fold) {
+// partial pairs loaded as load_row_partials gives them (all loads before any fold).
+template <int R, typename Fold>
+__device__ __forceinline__ void fold_rows(const float* slot, i64 G, Fold&& fold) {
   constexpr int kRows = FoldRows<R>::kRows;
   float a[kRows][kGridPerLane], b[kRows][kGridPerLane];
   load_row_partials<R>(slot, G, a, b);
@@ -259,15 +195,12 @@ __device__ __forceinline__ float first_of_word(float word) {
 // block has written it and writes the outputs. The ring holds DEPTH steps: LAG between a
 // step's sums and its finish, the rest in flight.
 // Scratch: `counters` (LAG + 1 words, zeroed; step s arrives at counter s mod (LAG + 1), whose
-// arrivals count on over the launch) and `partials` (2 * LAG + 2 slots of R * G * 2 floats,
-// or TAGGED words, zeroed: a block rewrites a slot only after every block has folded it).
-// A block ahead by a counter's period has waited for the barrier LAG + 1 steps before its
-// own, so no step's arrivals mix with a later step's. TAGGED (v80b) takes no counters: block
-// A writes step s's slot after folding step s - LAG - 1, whose words every block B stored
-// after folding step s - 2 LAG - 2, the slot's last (the fold's fence, then the block
-// barriers in between, order B's loads before its stores, and A's poll before A's stores).
-template <int QPAD, int RG, int SETS, int DEPTH, int LAG, bool TAGGED, typename T, int VEC, typename Side,
-          typename Reduce, typename Finish>
+// arrivals count on over the launch) and `partials` (2 * LAG + 2 slots of R * G * 2 floats:
+// a block rewrites a slot only after every block has folded it). A block ahead by a counter's
+// period has waited for the barrier LAG + 1 steps before its own, so no step's arrivals mix
+// with a later step's.
+template <int QPAD, int RG, int SETS, int DEPTH, int LAG, typename T, int VEC, typename Side, typename Reduce,
+          typename Finish>
 __device__ __forceinline__ void grid_row_steps(Pack<T, VEC>* ring, const T* const (&src)[SETS],
                                                const RowMap (&map)[SETS], i64 M, i64 col, bool mine,
                                                float* partials, unsigned* counters, Side&& side, Reduce&& reduce,
@@ -275,12 +208,7 @@ __device__ __forceinline__ void grid_row_steps(Pack<T, VEC>* ring, const T* cons
   constexpr int R = GridLayout<QPAD, RG, SETS>::R, kAhead = DEPTH - LAG - 1, kCounters = LAG + 1,
                 kSlots = 2 * LAG + 2;
   static_assert(kAhead >= 1, "a step in flight");
-  const i64 G = gridDim.x, steps = (M + R - 1) / R, slot_values = i64(R) * G * 2;
-  auto slot = [&](i64 step) {
-    return TAGGED ? GridSlot<TAGGED>{reinterpret_cast<unsigned long long*>(partials) + (step % kSlots) * slot_values,
-                                     step}
-                  : GridSlot<TAGGED>{partials + (step % kSlots) * slot_values, step};
-  };
+  const i64 G = gridDim.x, steps = (M + R - 1) / R, slot_floats = i64(R) * G * 2;
 #pragma unroll
   for (int d = 0; d < kAhead; ++d) {
     if (d < steps) stage_grid_rows<QPAD, RG, SETS>(ring, d, src, map, d, M, col, mine, side);
@@ -296,16 +224,14 @@ __device__ __forceinline__ void grid_row_steps(Pack<T, VEC>* ring, const T* cons
       else copies_commit();
       copies_wait<kAhead>();
       if (CUNORM_GRID_STAGE_SIDE) __syncwarp();  // lane 0's side words to its warp
-      reduce(i, slot(i));
-      if constexpr (!TAGGED) {
-        __syncthreads();  // every group's partials written
-        if (threadIdx.x == 0) grid_arrive(counters + i % kCounters);
-      }
+      reduce(i, partials + (i % kSlots) * slot_floats);
+      __syncthreads();  // every group's partials written
+      if (threadIdx.x == 0) grid_arrive(counters + i % kCounters);
     }
     const i64 j = i - LAG;
     if (j >= 0) {
-      if constexpr (!TAGGED) grid_wait(counters + j % kCounters, unsigned((j / kCounters + 1) * G));
-      finish(j, slot(j));
+      grid_wait(counters + j % kCounters, unsigned((j / kCounters + 1) * G));
+      finish(j, partials + (j % kSlots) * slot_floats);
     }
   }
   copies_wait<0>();
@@ -318,7 +244,7 @@ using namespace cunorm;
 #if !defined(CUNORM_HIP)
 // The forward: y, and mean (LayerNorm) / rstd where non-null. Scratch as grid_row_steps says.
 // 16-byte packs only (VEC = 16 / sizeof(T)).
-template <typename T, typename W, bool RMS, int QPAD, int RG, int DEPTH, int LAG, bool TAGGED>
+template <typename T, typename W, bool RMS, int QPAD, int RG, int DEPTH, int LAG>
 __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm),
                                                               T* __restrict__ y, const W* __restrict__ weight,
                                                               const W* __restrict__ bias, float* __restrict__ mean,
@@ -365,7 +291,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
                ? (RMS ? A(0) : first_of_word<T>(side_words[int(s % DEPTH)][r / RG * (QPAD / kWarp)][r % RG]))
                : pivot(s * R + r);
   };
-  auto reduce = [&](i64 s, const GridSlot<TAGGED>& slot) {
+  auto reduce = [&](i64 s, A* slot) {
     A part[RG], m2[RG];
 #pragma unroll
     for (int k = 0; k < RG; ++k) {
@@ -397,12 +323,12 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
 #pragma unroll
       for (int k = 0; k < RG; ++k) {
         const int r = lay.grp * RG + k;
-        slot.put((r * G + blockIdx.x) * 2, part[k]);
-        slot.put((r * G + blockIdx.x) * 2 + 1, RMS ? A(0) : m2[k]);
+        slot[(r * G + blockIdx.x) * 2] = part[k];
+        slot[(r * G + blockIdx.x) * 2 + 1] = RMS ? A(0) : m2[k];
       }
     }
   };
-  auto finish = [&](i64 s, const GridSlot<TAGGED>& slot) {
+  auto finish = [&](i64 s, const A* slot) {
     // row r: the G partials folded in block order
     fold_rows<R>(slot, G, [&](int r, const A (&pa)[kGridPerLane], const A (&pb)[kGridPerLane]) {
       if constexpr (RMS) {
@@ -451,13 +377,13 @@ __global__ void __launch_bounds__(kGridThreads) norm_fwd_grid(const T* __restric
       store_pack_whole<T>(y + row * N + col, out);
     }
   };
-  grid_row_steps<QPAD, RG, 1, DEPTH, LAG, TAGGED>(ring, src, map, M, col, mine, partials, counters, side, reduce, finish);
+  grid_row_steps<QPAD, RG, 1, DEPTH, LAG>(ring, src, map, M, col, mine, partials, counters, side, reduce, finish);
 }
 
 // The backward: dx, and one row of dW / dB partials (this block's columns over every row,
 // where non-null; the host folds the one row into the gradients). Scratch as grid_row_steps
 // says.
-template <typename T, typename W, bool RMS, int QPAD, int RG, int DEPTH, int LAG, bool TAGGED>
+template <typename T, typename W, bool RMS, int QPAD, int RG, int DEPTH, int LAG>
 __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym),
                                                               const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm),
                                                               const W* __restrict__ weight,
@@ -506,7 +432,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restric
       return row_stats<RMS>(mean, rstd, row_of(s, k), M);
     }
   };
-  auto reduce = [&](i64 s, const GridSlot<TAGGED>& slot) {
+  auto reduce = [&](i64 s, A* slot) {
     A part[K];
 #pragma unroll
     for (int k = 0; k < RG; ++k) {
@@ -529,12 +455,12 @@ __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restric
 #pragma unroll
       for (int k = 0; k < RG; ++k) {
         const int r = lay.grp * RG + k;
-        slot.put((r * G + blockIdx.x) * 2, part[k]);
-        slot.put((r * G + blockIdx.x) * 2 + 1, RMS ? A(0) : part[RG + k]);
+        slot[(r * G + blockIdx.x) * 2] = part[k];
+        slot[(r * G + blockIdx.x) * 2 + 1] = RMS ? A(0) : part[RG + k];
       }
     }
   };
-  auto finish = [&](i64 s, const GridSlot<TAGGED>& slot) {
+  auto finish = [&](i64 s, const A* slot) {
     // row r: the G partials summed in block order
     fold_rows<R>(slot, G, [&](int r, const A (&p2)[kGridPerLane], const A (&p1)[kGridPerLane]) {
       A c2 = A(0), c1 = A(0);
@@ -571,7 +497,7 @@ __global__ void __launch_bounds__(kGridThreads) norm_bwd_grid(const T* __restric
       store_pack_whole<T>(dx + row * N + col, out);
     }
   };
-  grid_row_steps<QPAD, RG, 2, DEPTH, LAG, TAGGED>(ring, src, map, M, col, mine, partials, counters, side, reduce, finish);
+  grid_row_steps<QPAD, RG, 2, DEPTH, LAG>(ring, src, map, M, col, mine, partials, counters, side, reduce, finish);
   // The groups hold the same columns' sums over different rows: folded in group order
   // through the ring's memory (every copy has landed and been read).
   __syncthreads();

@@ -73,15 +73,6 @@ def test_all_grid_row_instantiations_compile(nvrtc_ready, arch, chunk):
     _compile.compile_check(_grid_rows.GRID_FILE, names[chunk::2], arch)
 
 
-def test_tagged_grid_row_kernels_compile(nvrtc_ready, monkeypatch):
-    # v80b's tagged partials (_config.GRID_TAGGED): every kernel family of them, sm_90
-    from cunorm.ops import _grid_rows
-
-    monkeypatch.setattr(_config, "GRID_TAGGED", not _config.GRID_TAGGED)
-    names = _grid_rows.instantiations([("bfloat16", "float32"), ("float32", "float32")])
-    _compile.compile_check(_grid_rows.GRID_FILE, [n for n in names if ", 256, " in n], "sm_90")
-
-
 def test_grid_row_instantiations_cover_their_shapes():
     # every row group grid_qpad can give has its kernels compiled
     from cunorm.ops import _grid_rows

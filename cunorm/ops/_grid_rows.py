@@ -30,14 +30,12 @@ class GridPlan(NamedTuple):
     block: int
     rows: int  # R, rows a step
     smem: int
-    tagged: bool  # the kernel's TAGGED (v80b): its partials are zeroed too, and twice the size
 
 
 def grid_name(backward: bool, t: str, w: str, rms: bool, qpad: int) -> str:
     kernel = "norm_bwd_grid" if backward else "norm_fwd_grid"
     return (f"{kernel}<{c_type(t)}, {c_type(w)}, {'true' if rms else 'false'}, {qpad}, "
-            f"{_config.GRID_STEP_ROWS[backward]}, {_config.GRID_DEPTH}, {_config.GRID_LAG}, "
-            f"{'true' if _config.GRID_TAGGED else 'false'}>")
+            f"{_config.GRID_STEP_ROWS[backward]}, {_config.GRID_DEPTH}, {_config.GRID_LAG}>")
 
 
 def instantiations(type_pairs) -> list[str]:
@@ -66,8 +64,7 @@ def grid_plan(backward: bool, t: str, w: str, itemsize: int, n: int, vec: int, r
     if not fits_smem(kernel, smem, device):
         return None
     allow_smem(kernel, smem)  # one block an SM: __launch_bounds__ holds its registers to 64
-    return GridPlan(kernel, blocks, _config.GRID_THREADS, _config.grid_stage_rows(qpad, backward), smem,
-                    _config.GRID_TAGGED)
+    return GridPlan(kernel, blocks, _config.GRID_THREADS, _config.grid_stage_rows(qpad, backward), smem)
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,17 +78,15 @@ def _cuda_sm80(device: int) -> bool:
 
 def scratch(plan: GridPlan) -> tuple:
     """The (shape, dtype) of the launch's scratch block."""
-    counters, floats = _config.grid_scratch_words(plan.rows, plan.blocks, plan.tagged)
+    counters, floats = _config.grid_scratch_words(plan.rows, plan.blocks)
     assert counters * 4 <= _COUNTER_BYTES
     return ((_COUNTER_BYTES // 4 + floats,), numpy.dtype(numpy.float32))
 
 
 def run(plan: GridPlan, head: tuple, tail: tuple, alloc, stream: int) -> None:
     """Launches ``plan.kernel`` with arguments (*head, partials, counters, *tail) after zeroing
-    the counters of a fresh scratch block (and, tagged, its partials: no tag of an earlier
-    launch may match a step of this one)."""
+    the counters of a fresh scratch block."""
     block = alloc(*scratch(plan))
-    counters, floats = _config.grid_scratch_words(plan.rows, plan.blocks, plan.tagged)
-    zero_async(block, _COUNTER_BYTES + 4 * floats if plan.tagged else 4 * counters, stream)
+    zero_async(block, 4 * _config.grid_scratch_words(plan.rows, plan.blocks)[0], stream)
     launch_cooperative(plan.kernel, plan.blocks, plan.block, (*head, block + _COUNTER_BYTES, block, *tail), stream,
                        plan.smem)
