@@ -6,7 +6,7 @@ shapes issues 4 and 5 still miss, in one device call (ncu, the GPU's clocks left
 A case is op:dtype:N:pass (e.g. layer_norm:bfloat16:16384:bwd) or
 batch_norm:dtype:NxCxHxW:layout:pass (batch_norm:bfloat16:64x1024x14x14:nhwc:fwd); without
 any, CASES. Each case runs benchmarks/kernel_target.py (row norms at M = 64 Mi / N) under
-ncu, profiles every kernel of the op it launches, and keeps ncu's CSV under --out. The
+ncu, profiles every kernel of the op it launches, and appends ncu's CSV to --out/ncu-raw.txt. The
 table printed last has a row for a row-norm case's longest kernel, and for each of a
 BatchNorm call's kernels: time, DRAM and SM throughput, registers, active warps, thread
 instructions executed per element, and the stall reasons (cycles a warp waits an issued
@@ -58,8 +58,10 @@ def profile(case: str, out: str) -> list[dict]:
     cmd = ["ncu", "--clock-control", "none", "--csv", "--print-units", "base", "--print-kernel-base", "function", "-k", kernel_regex, *limit,
            "--metrics", ",".join(METRICS), *target]
     done = subprocess.run(cmd, capture_output=True, text=True)
-    path = os.path.join(out, case.replace(":", "-") + ".csv")
-    with open(path, "w") as f:
+    # one file for every case: the device tool brings back a few files a call, not fifteen
+    path = os.path.join(out, "ncu-raw.txt")
+    with open(path, "a") as f:
+        f.write(f"# case {case}: {' '.join(cmd)}\n")
         f.write(done.stdout)
         f.write(done.stderr)
     rows = [r for r in csv.DictReader(io.StringIO("\n".join(
