@@ -2,6 +2,7 @@
 shapes issues 4 and 5 still miss, in one device call (ncu, the GPU's clocks left alone):
 
     python benchmarks/profile_stalls.py --out $OUT/stalls [case ...]
+    python benchmarks/profile_stalls.py --source --out $OUT/src layer_norm:bfloat16:8192:bwd rms_norm:bfloat16:8192:bwd
 
 A case is op:dtype:N:pass (e.g. layer_norm:bfloat16:16384:bwd) or
 batch_norm:dtype:NxCxHxW:layout:pass (batch_norm:bfloat16:64x1024x14x14:nhwc:fwd); without
@@ -82,6 +83,26 @@ def profile(case: str, out: str) -> list[dict]:
     return [_summary(case, k, elements) for k in picked]
 
 
+def source_counters(case: str, out: str) -> str:
+    """ncu's per-instruction page (SASS, its executed counts and sampled stall reasons) of a
+    row-norm case's main kernel, the second call's (the first after any set-up forward),
+    written to out/source-CASE.csv; returns the path. Written in the twenty-second session
+    for NOTES levers (b) and (c), not run on a GPU yet."""
+    op, dtype, n, direction = case.split(":")
+    script = os.path.join(os.path.dirname(__file__), "kernel_target.py")
+    target = [sys.executable, script, op, dtype, str(ELEMENTS // int(n)), n, direction]
+    cmd = ["ncu", "--clock-control", "none", "-k", f"regex:^norm_{direction}", "--launch-skip", "1",
+           "--launch-count", "1", "--section", "SourceCounters", "--page", "source", "--print-source", "sass", "--csv",
+           *target]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    path = os.path.join(out, "source-" + case.replace(":", "-") + ".csv")
+    with open(path, "w") as f:
+        f.write(f"# {' '.join(cmd)} (rc {done.returncode})\n")
+        f.write(done.stdout)
+        f.write(done.stderr)
+    return path
+
+
 def _summary(case: str, k: dict, elements: int) -> dict:
     stalls = sorted(((name[len(STALL[0]):-len(STALL[1])], _num(v)) for name, v in k.items()
                      if name.startswith(STALL[0])), key=lambda s: -s[1])
@@ -105,8 +126,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cases", nargs="*", default=CASES)
     ap.add_argument("--out", default="profile-stalls")
+    ap.add_argument("--source", action="store_true",
+                    help="row-norm cases only: ncu's per-instruction source page instead of the table")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.source:
+        for c in args.cases:
+            if not c.startswith("batch_norm"):
+                print(source_counters(c, args.out), flush=True)
+        return
     results = [r for c in args.cases for r in profile(c, args.out)]
     # ncu's time is under replay (caches flushed, one kernel alone): read it against the
     # others here, not against the benchmark's
