@@ -88,14 +88,23 @@ def _case(layout: str, shape: tuple, dtype, stream: int) -> None:
         defaults = {k: getattr(_batch_norm, k) for k in settings}
         _use(settings)
         try:
-            _, mean, rstd = cunorm.batch_norm(x, w, b, rm, rv, channel_axis=axis, return_stats=True)
-            f = _pass_times(lambda: cunorm.batch_norm(x, w, b, rm, rv, channel_axis=axis), stream)
-            g = _pass_times(lambda: cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=axis), stream)
+            f, g = call_times(x, w, b, rm, rv, dy, axis, stream)
         finally:
             _use(defaults)
-        print(f"{dtype.name:8s} {layout} {str(shape):20s} {name:13s} forward "
-              f"{' + '.join(f'{t:.1f}' for t in f[:-1])} (whole {f[-1]:.1f}) us; backward "
-              f"{' + '.join(f'{t:.1f}' for t in g[:-1])} (whole {g[-1]:.1f}) us", flush=True)
+        print(f"{dtype.name:8s} {layout} {str(shape):20s} {name:13s} {times_line(f, g)}", flush=True)
+
+
+def call_times(x, w, b, rm, rv, dy, axis: int, stream: int) -> tuple[list[float], list[float]]:
+    """_pass_times of a training forward and of its backward (statistics made once)."""
+    _, mean, rstd = cunorm.batch_norm(x, w, b, rm, rv, channel_axis=axis, return_stats=True)
+    return (_pass_times(lambda: cunorm.batch_norm(x, w, b, rm, rv, channel_axis=axis), stream),
+            _pass_times(lambda: cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=axis), stream))
+
+
+def times_line(f: list[float], g: list[float]) -> str:
+    """Each launch's µs and the whole call's, forward then backward."""
+    return (f"forward {' + '.join(f'{t:.1f}' for t in f[:-1])} (whole {f[-1]:.1f}) us; backward "
+            f"{' + '.join(f'{t:.1f}' for t in g[:-1])} (whole {g[-1]:.1f}) us")
 
 
 if __name__ == "__main__":

@@ -39,32 +39,44 @@ METRICS = ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained
 STALL = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")
 
 
+TARGET = [sys.executable, os.path.join(os.path.dirname(__file__), "kernel_target.py")]
+
+
+def _row_target(case: str) -> tuple[list[str], str]:
+    """kernel_target.py's command for a row-norm case (M = ELEMENTS / N rows), and its pass."""
+    op, dtype, n, direction = case.split(":")
+    return [*TARGET, op, dtype, str(ELEMENTS // int(n)), n, direction], direction
+
+
+def _ncu(cmd: list[str], path: str, mode: str) -> subprocess.CompletedProcess:
+    """Runs ncu, writing the command, its rc and its output to ``path`` (opened with ``mode``)."""
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    with open(path, mode) as f:
+        f.write(f"# {' '.join(cmd)} (rc {done.returncode})\n")
+        f.write(done.stdout)
+        f.write(done.stderr)
+    return done
+
+
 def profile(case: str, out: str) -> list[dict]:
     fields = case.split(":")
-    script = os.path.join(os.path.dirname(__file__), "kernel_target.py")
     if fields[0] == "batch_norm":
         _, dtype, shape, layout, direction = fields
         elements = 1
         for v in shape.split("x"):
             elements *= int(v)
-        target, kernel_regex = [sys.executable, script, "batch_norm", dtype, shape, layout, direction], "regex:^bn_"
+        target, kernel_regex = [*TARGET, "batch_norm", dtype, shape, layout, direction], "regex:^bn_"
     else:
-        op, dtype, n, direction = fields
         elements = ELEMENTS
-        target = [sys.executable, script, op, dtype, str(ELEMENTS // int(n)), n, direction]
-        kernel_regex = "regex:^norm_"
+        target, kernel_regex = _row_target(case)[0], "regex:^norm_"
     # a row norm's longest kernel is among its first eight launches (the set-up and at least
     # two calls of one to three); a BatchNorm call's kernels are counted over every call
     limit = ["--launch-count", "8"] if fields[0] != "batch_norm" else []
     cmd = ["ncu", "--clock-control", "none", "--csv", "--print-units", "base", "--print-kernel-base", "function", "-k", kernel_regex, *limit,
            "--metrics", ",".join(METRICS), *target]
-    done = subprocess.run(cmd, capture_output=True, text=True)
     # one file for every case: the device tool brings back a few files a call, not fifteen
     path = os.path.join(out, "ncu-raw.txt")
-    with open(path, "a") as f:
-        f.write(f"# case {case}: {' '.join(cmd)}\n")
-        f.write(done.stdout)
-        f.write(done.stderr)
+    done = _ncu(cmd, path, "a")
     rows = [r for r in csv.DictReader(io.StringIO("\n".join(
         line for line in done.stdout.splitlines() if line.startswith('"'))))]
     if not rows:
@@ -88,18 +100,12 @@ def source_counters(case: str, out: str) -> str:
     row-norm case's main kernel, the second call's (the first after any set-up forward),
     written to out/source-CASE.csv; returns the path. Written in the twenty-second session
     for NOTES levers (b) and (c), not run on a GPU yet."""
-    op, dtype, n, direction = case.split(":")
-    script = os.path.join(os.path.dirname(__file__), "kernel_target.py")
-    target = [sys.executable, script, op, dtype, str(ELEMENTS // int(n)), n, direction]
+    target, direction = _row_target(case)
     cmd = ["ncu", "--clock-control", "none", "-k", f"regex:^norm_{direction}", "--launch-skip", "1",
            "--launch-count", "1", "--section", "SourceCounters", "--page", "source", "--print-source", "sass", "--csv",
            *target]
-    done = subprocess.run(cmd, capture_output=True, text=True)
     path = os.path.join(out, "source-" + case.replace(":", "-") + ".csv")
-    with open(path, "w") as f:
-        f.write(f"# {' '.join(cmd)} (rc {done.returncode})\n")
-        f.write(done.stdout)
-        f.write(done.stderr)
+    _ncu(cmd, path, "w")
     return path
 
 

@@ -13,10 +13,9 @@ import sys
 
 import numpy
 
-import cunorm
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
-from bn_pass_times import _pass_times
+from bn_pass_times import call_times, times_line
 from sweep_bn_config import SHAPES
 
 
@@ -38,13 +37,8 @@ def main(targets=(2, 3, 4, 6, 8)) -> None:
                     _batch_norm.BLOCKS_PER_SM_CL = target
                     _batch_norm.plan.cache_clear()
                     _batch_norm._passes.cache_clear()
-                    _, mean, rstd = cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=-1, return_stats=True)
-                    f = _pass_times(lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=-1), stream)
-                    g = _pass_times(lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=-1),
-                                    stream)
-                    print(f"{dtype.name:8s} {str(shape):20s} target {target}: forward "
-                          f"{' + '.join(f'{t:.1f}' for t in f[:-1])} (whole {f[-1]:.1f}) us; backward "
-                          f"{' + '.join(f'{t:.1f}' for t in g[:-1])} (whole {g[-1]:.1f}) us", flush=True)
+                    f, g = call_times(x, wt, b, rm, rv, dy, -1, stream)
+                    print(f"{dtype.name:8s} {str(shape):20s} target {target}: {times_line(f, g)}", flush=True)
     finally:
         _batch_norm.BLOCKS_PER_SM_CL = default
         _batch_norm.plan.cache_clear()

@@ -782,25 +782,16 @@ def test_gpu_torch_channels_last_tensor_is_read_in_place(rng):
 
 # ---- v18: the apply passes built without the residual ------------------------------------------
 
-def _per_channel_passes(monkeypatch):
-    """Every layout through the per-channel passes (bn_apply_nc / _cl, bn_bwd_apply_nc / _cl)."""
-    monkeypatch.setattr(_batch_norm, "USE_FLAT", False)
-    monkeypatch.setattr(_batch_norm, "USE_STAGED", False)
-    monkeypatch.setattr(_batch_norm, "USE_STAGED_BWD", False)
-    _batch_norm.plan.cache_clear()
-    _batch_norm._passes.cache_clear()
-
-
 @pytest.mark.gpu
+@pytest.mark.parametrize("apply_path", ["per_channel"], indirect=True)  # bn_apply_nc / _cl, bn_bwd_apply_nc / _cl
 @pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float32)], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
-def test_gpu_apply_without_residual_matches_the_residual_build(rng, monkeypatch, fresh_plans, dtype, channel_axis):
+def test_gpu_apply_without_residual_matches_the_residual_build(rng, monkeypatch, apply_path, dtype, channel_axis):
     # a call without a residual takes the apply kernels built without one (SPECIALIZE_RESIDUAL);
     # the build with a run-time null residual, which every call took before v18, gives the same
     # y and the same gradients
     import cupy
 
-    _per_channel_passes(monkeypatch)
     shape = (6, 40, 7, 9) if channel_axis == 1 else (6, 7, 9, 40)
     x = cupy.asarray((rng.standard_normal(shape) * 2 + 5).astype(dtype))
     dy = cupy.asarray(rng.standard_normal(shape).astype(dtype))
