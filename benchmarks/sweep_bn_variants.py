@@ -53,11 +53,15 @@ VARIANTS = {
     # v18: the apply passes' residual build for every call (v18b's mean fold, measured as
     # no_fold_half against the default, lost and was taken out)
     "runtime_residual": ((), 256, {"SPECIALIZE_RESIDUAL": False}),
+    # cl-grid: every channels-last pass on the plan's one grid, as before it
+    "one_cl_grid": ((), 256, {"CL_GRID_FITS": False}),
+    # v82: the channels-last sums pass's 64 in-flight bytes (the default) against the shared 32
+    "sums_cl_inflight_32": (("-DCUNORM_BN_SUMS_CL_INFLIGHT_BYTES=32",), 256, {}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
                  "USE_STAGED", "USE_STAGED_BWD", "STAGED_MIN_RESIDENT", "STAGED_PREFER_WIDE", "STAGED_MIN_WORD",
-                 "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL")
+                 "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL", "CL_GRID_FITS")
 
 
 def _use(options, block: int, settings: dict) -> None:

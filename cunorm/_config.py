@@ -357,6 +357,19 @@ def wide_bwd_row_bytes(tile: TileConfig, itemsize: int) -> int:
     return (2 if x_bytes <= 32768 else 1) * x_bytes
 
 
+# v81: the wide block's weight in float slots of shared memory after the ring, where both fit
+# (kernels/row_norm.cuh WideWeightSlots, CUNORM_WIDE_WEIGHT_SMEM: keep the two alike).
+WIDE_BWD_WEIGHT_SMEM = True
+
+
+def wide_bwd_weight_bytes(tile: TileConfig, itemsize: int, depth: int, smem_optin: int) -> int:
+    """The wide backward's weight slots after its ring of ``depth`` rows: tile.tile floats
+    where ring, slots and the kernel's static buffers fit ``smem_optin``, else none (the
+    weight loaded in each pass)."""
+    ring, slots = depth * wide_bwd_row_bytes(tile, itemsize), tile.tile * 4
+    return slots if WIDE_BWD_WEIGHT_SMEM and ring + slots + WIDE_BWD_STATIC_SMEM <= smem_optin else 0
+
+
 def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_optin: int) -> int | None:
     """Rows the wide backward's ring holds for this tile on a GPU whose blocks may opt in to
     ``smem_optin`` bytes of shared memory (None: not even two rows fit)."""

@@ -51,6 +51,14 @@ constexpr int kStatsInflightBytes = CUNORM_BN_STATS_INFLIGHT_BYTES;
 #define CUNORM_BN_SUMS_INFLIGHT_BYTES CUNORM_BN_INFLIGHT_BYTES
 #endif
 constexpr int kSumsInflightBytes = CUNORM_BN_SUMS_INFLIGHT_BYTES;
+// The channels-last sums pass's own (bn_bwd_sums_cl): 64 against the shared 32 lifted bf16
+// NHWC backward +0.012-0.027 of copy, float32 NHWC -0.003-+0.008, with each pass on its own
+// grid (results/sweep-bn-cl-grid-v82-h200.txt); set for both layouts it cost bf16 NCHW 0.01
+// (NOTES "BatchNorm in-flight bytes"). sweep_bn_variants.py sums_cl_inflight_32 is the old.
+#ifndef CUNORM_BN_SUMS_CL_INFLIGHT_BYTES
+#define CUNORM_BN_SUMS_CL_INFLIGHT_BYTES 64
+#endif
+constexpr int kSumsClInflightBytes = CUNORM_BN_SUMS_CL_INFLIGHT_BYTES;
 
 // The residual's pack, or zeros where there is none (no residual).
 template <typename A, typename T, int VEC>
@@ -743,7 +751,7 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
                const typename AccOf<T>::type* __restrict__ rstd, const W* __restrict__ w, const W* __restrict__ b,
                int act, typename AccOf<T>::type param, typename AccOf<T>::type* __restrict__ part) {
   typedef typename AccOf<T>::type A;
-  constexpr int U = unroll_of<T, VEC, kSumsInflightBytes>();
+  constexpr int U = unroll_of<T, VEC, kSumsClInflightBytes>();
   const auto tag = act_tag<ACT>(act);
   const bool with_res = ACT != 0 && res;
   __shared__ A red[kBnBlock * VEC];

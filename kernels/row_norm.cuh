@@ -573,6 +573,22 @@ __device__ __forceinline__ void unstage_weight(const float4* slots, int p, float
 #ifndef CUNORM_WIDE_BF16_WORDS
 #define CUNORM_WIDE_BF16_WORDS 1
 #endif
+// v81 (NOTES lever (e)): the wide block's weight widened once into float slots of dynamic
+// shared memory after the ring (COLS * 4 bytes), where the ring and the slots fit what the
+// block may opt in to, in place of a 16-byte weight load from L1 / L2 in both passes of every
+// row (ncu: the float32 wide backward at 16384 waits on global loads, long scoreboard 16-19
+// cycles an issue). On the H200: the half-precision 16384-column tile at depth 2 and the
+// float32 one (192 KiB with the ring); not the depth-3 RMSNorm rings. The host sizes the
+// slots alike (_config.wide_bwd_weight_bytes). 0: loaded each pass.
+#ifndef CUNORM_WIDE_WEIGHT_SMEM
+#define CUNORM_WIDE_WEIGHT_SMEM 1
+#endif
+template <typename T, int DEPTH, int COLS>
+struct WideWeightSlots {
+  static constexpr int kRingBytes = DEPTH * (COLS * int(sizeof(T)) <= 32768 ? 2 : 1) * COLS * int(sizeof(T));
+  static constexpr bool value = CUNORM_WIDE_WEIGHT_SMEM && WeightSlotsFit<kRingBytes, COLS * 4>::value;
+};
+
 // The rows of norm_bwd_wide (layer_norm.cu, where its design is told): a 1024-thread block's
 // COLS columns from c0 of rows first, first + step, ... (uniform over the block, and over the
 // cluster in norm_bwd_wide_cluster). `exchange(c1, c2)` turns the block's two row sums into
@@ -604,12 +620,16 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   __shared__ A stats[DEPTH * 2 * StatsSlots<TPB, TPB>::value];
   extern __shared__ __align__(16) unsigned char stage_smem[];  // [DEPTH][x, dy][PACKS][block] packs
   Pack<T, VEC>* const tiles = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
+  constexpr bool kWeightSlots = WideWeightSlots<T, DEPTH, COLS>::value;
+  float4* const wslots = reinterpret_cast<float4*>(tiles + DEPTH * kSets * kSet);  // after the ring
   const int lane = threadIdx.x;
   const int limit = tile_limit(N, c0, i64(kSet) * VEC, true);  // c0 < N: see above
   const A inv_n = A(1) / A(N);
   A dw_acc[PACKS][VEC], db_acc[PACKS][VEC];
   zero_tile(dw_acc);
   zero_tile(db_acc);
+  // a thread reads back only the slots it wrote: no barrier
+  if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPB, TPB>(wslots, weight, c0, N, lane);
   auto stage_row = [&](i64 r, int buf) {  // rows past M stage zeros, never read
     const i64 safe = r < M ? r : 0;
     const int lim = r < M ? limit : 0;
@@ -626,7 +646,8 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
     widen<kWords>(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
     if constexpr (kStageDy) widen<kWords>(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
     else load_param<VEC, kWords>(col < limit ? dyrow : nullptr, col, A(0), g);
-    load_param<VEC, kWords>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
+    if constexpr (kWeightSlots) unstage_weight<VEC, TPB>(wslots, p, wv);
+    else load_param<VEC, kWords>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
   };
   StageRing<DEPTH> ring;
   ring.fill([&](int ahead, int b) { stage_row(first + ahead * step, b); });

@@ -65,9 +65,11 @@ def _check_wide(rng, op, dtype, n, rows, tile):
 
     rms, itemsize = op == "rms_norm", numpy.dtype(dtype).itemsize
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
-    depth = _config.wide_bwd_depth(tile, rms, n, itemsize, _row_norm.smem_limits(0)[0])
+    optin = _row_norm.smem_limits(0)[0]
+    depth = _config.wide_bwd_depth(tile, rms, n, itemsize, optin)
     assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
-    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, itemsize), "its ring in shared memory"
+    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, itemsize) + \
+        _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin), "its ring, and its weight where it fits"
     check(op, rng, (rows, n), dtype)
 
 
@@ -100,18 +102,21 @@ def test_wide_backward_long_rms_rows(rng, dtype, n, rows):
     _check_wide(rng, "rms_norm", dtype, n, rows, _config.WIDE_BWD_TILE_RMS_LONG)
 
 
-# (op, N, staged bytes a row and its message): the two-pack tile stages x and dy, v66's
-# four-pack RMSNorm tile x alone
-WIDE_VIEW_CASES = [("layer_norm", 16384, 2 * 16384 * 2, "the forced depth"),
-                   ("rms_norm", 16384, 2 * 16384 * 2, "the forced depth"),
-                   ("rms_norm", 24576, 32768 * 2, "the forced depth, x alone")]
+# (op, N, its tile's name in _config, staged bytes a row and its message): the two-pack
+# tile stages x and dy, v66's four-pack RMSNorm tile x alone
+WIDE_VIEW_CASES = [("layer_norm", 16384, "WIDE_BWD_TILE", 2 * 16384 * 2, "the forced depth"),
+                   ("rms_norm", 16384, "WIDE_BWD_TILE", 2 * 16384 * 2, "the forced depth"),
+                   ("rms_norm", 24576, "WIDE_BWD_TILE_RMS_LONG", 32768 * 2, "the forced depth, x alone")]
 
 
-@pytest.mark.parametrize("op,n,row_bytes,what", WIDE_VIEW_CASES, ids=[f"{o}-{n}" for o, n, _, _ in WIDE_VIEW_CASES])
+@pytest.mark.parametrize("op,n,tile,row_bytes,what", WIDE_VIEW_CASES,
+                         ids=[f"{o}-{n}" for o, n, _, _, _ in WIDE_VIEW_CASES])
 @pytest.mark.parametrize("view", ["row_stride", "negative_row_stride"])
 @pytest.mark.parametrize("depth", [2, 3])
-def test_wide_backward_views_and_depths(rng, monkeypatch, op, n, row_bytes, what, view, depth):
-    """Strided rows through the wide backward's copies, and each ring depth forced."""
+def test_wide_backward_views_and_depths(rng, monkeypatch, op, n, tile, row_bytes, what, view, depth):
+    """Strided rows through the wide backward's copies, and each ring depth forced (v81: the
+    weight's slots after a ring where both fit, as on the H200's depth-2 ring of 16384)."""
+    from cunorm import _config
     from cunorm.ops import _row_norm
 
     monkeypatch.setattr(_row_norm, "WIDE_DEPTH", depth)
@@ -119,7 +124,8 @@ def test_wide_backward_views_and_depths(rng, monkeypatch, op, n, row_bytes, what
     try:
         plan = _row_norm.backward_plan((300, n), (n, 1), (n, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1,
                                        op == "rms_norm", 0, 0, 0)
-        assert plan.smem == depth * row_bytes, what
+        weight = _config.wide_bwd_weight_bytes(getattr(_config, tile), 2, depth, _row_norm.smem_limits(0)[0])
+        assert plan.smem == depth * row_bytes + weight, what
         check(op, rng, (300, n), BFLOAT16, view=view)
     finally:
         _row_norm.backward_plan.cache_clear()

@@ -135,6 +135,7 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     names = set(_batch_norm.instantiations())
     asked = []
     monkeypatch.setattr(_batch_norm, "function_ptr", lambda f, name, dev: asked.append(name) or 1)
+    monkeypatch.setattr(_batch_norm, "blocks_per_sm", lambda fn, block, smem=0: 3)
     monkeypatch.setattr(_batch_norm, "sm_count", lambda dev: 132)
     monkeypatch.setattr(_batch_norm, "smem_limits", lambda dev: H200_SMEM)
     monkeypatch.setattr(_batch_norm, "compute_capability", lambda dev: 90)
@@ -535,6 +536,26 @@ def test_plans_chunk_and_shape_blocks():
         assert (p.chunks - 1) * p.per_chunk < 32 * 49 <= p.chunks * p.per_chunk
 
 
+@pytest.mark.parametrize("fits", [2, 3, 4, 6])
+@pytest.mark.parametrize("shape", [(32, 56, 56, 256), (128, 112, 112, 64), (64, 14, 14, 1024), (256, 7, 7, 2048),
+                                   (5, 3, 1, 3), (2, 1, 1, 70000)], ids=lambda s: "x".join(map(str, s)))
+def test_channels_last_pass_grids_fit_one_wave(monkeypatch, shape, fits):
+    # each cl pass's grid: at most the plan's target, at most what its kernel fits at once
+    # where the channel tiles leave room for it, and chunks that cover the positions exactly
+    monkeypatch.setattr(_batch_norm, "blocks_per_sm", lambda fn, block, smem=0: fits)
+    lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(4)), 3)
+    with _sm_count(132):
+        p = _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0)
+        chunks, per_chunk = _batch_norm._cl_chunks(p, 1, 0)
+    assert 1 <= chunks <= p.chunks
+    assert chunks * p.grid_y <= max(fits * 132, p.grid_y)
+    assert (chunks - 1) * per_chunk < lay.O <= chunks * per_chunk
+    if fits * 132 >= p.grid_y * p.chunks:
+        assert (chunks, per_chunk) == (p.chunks, p.per_chunk)  # the plan's grid already fits
+    monkeypatch.setattr(_batch_norm, "CL_GRID_FITS", False)
+    assert _batch_norm._cl_chunks(p, 1, 0) == (p.chunks, p.per_chunk)
+
+
 H200_SMEM = (232448, 233472)  # shared memory a block may opt in to, of an SM (sm_90)
 
 
@@ -834,3 +855,24 @@ def test_gpu_half_channels_last_backward_far_from_zero(rng, fresh_plans, dtype, 
     if with_residual:
         assert_close("dresidual", dr, rdr, rtol, 4 * atol)
     assert dr is None or with_residual
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("activation", [None, "relu"], ids=["plain", "relu"])
+def test_gpu_channels_last_passes_on_their_own_grids(rng, fresh_plans, activation):
+    # each cl pass's grid held to what its kernel fits at once (CL_GRID_FITS): on sm_90 the
+    # bf16 backward's sums pass fits three 256-thread blocks an SM and its apply pass two
+    # (one or two with ReLU), so the two passes of this backward walk the positions in
+    # different chunks; values against the reference, residual and activation included
+    import cupy
+
+    shape = (16, 14, 14, 1024)
+    _gpu_case(rng, shape, -1, BFLOAT16, numpy.float32, activation, training=True)
+    lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(4)), 3)
+    dev = cupy.cuda.Device().id
+    p = _batch_norm.plan(lay, BFLOAT16, numpy.dtype(numpy.float32), 0, dev)
+    q = _batch_norm._passes(p, True, True, 1 if activation else 0, 0.01, "", dev, True)
+    assert q.first_chunks == _batch_norm._cl_chunks(p, q.first, dev)[0] == q.first_slices[0][1][0]
+    assert q.slices[0][1][0] == _batch_norm._cl_chunks(p, q.apply, dev)[0]
+    assert q.first_chunks * p.grid_y <= _batch_norm.blocks_per_sm(q.first, _batch_norm.BLOCK) * \
+        _batch_norm.sm_count(dev)

@@ -220,8 +220,10 @@ def test_wide_cluster_backward(rng, wide_clusters, op, dtype, n, rows):
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
     assert plan.split is None and plan.block == 1024 and plan.blocks == plan.groups * cfg.cluster, \
         "the wide cluster backward"
-    depth = _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, _row_norm.smem_limits(0)[0])
-    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, itemsize), "each block's ring"
+    optin = _row_norm.smem_limits(0)[0]
+    depth = _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, optin)
+    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, itemsize) + \
+        _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin), "each block's ring, and its weight where it fits"
     check(op, rng, (rows, n), dtype)
 
 

@@ -193,6 +193,37 @@ def test_stage_policy_matches_the_host(nvrtc_ready):
 SMEM_OPTINS = (101376, 166912, 232448)
 
 
+@pytest.mark.parametrize("optin", SMEM_OPTINS)
+def test_wide_weight_slots_match_the_host(nvrtc_ready, optin):
+    """v81: the wide backward keeps its weight in shared memory after the ring where
+    WideWeightSlots (kernels/row_norm.cuh) says so, and the host sizes the dynamic shared
+    memory by _config.wide_bwd_weight_bytes: were the kernel to use slots the host did not
+    allocate, it would write past its shared memory. NVRTC checks the two agree for every
+    wide tile and ring depth, compiled with each GPU's opt-in."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    checks = []
+    for itemsize, ctype in ((2, "__nv_bfloat16"), (4, "float")):
+        for rms in (False, True):
+            for tile in _config.wide_bwd_tiles(itemsize, rms):
+                for depth in _config.WIDE_BWD_DEPTHS:
+                    host = _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin) > 0
+                    checks.append(f"static_assert(cunorm::WideWeightSlots<{ctype}, {depth}, {tile.tile}>::value == "
+                                  f"{str(host).lower()}, \"{ctype} depth {depth} cols {tile.tile}\");")
+    prog = nvrtc.createProgram(_compile.kernel_source("row_norm.cuh") + "\n" + "\n".join(checks) + "\n", "slots.cu",
+                               [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS,
+                                        f"-DCUNORM_SMEM_OPTIN={optin}"])
+        except nvrtc.NVRTCError as err:
+            pytest.fail(f"WideWeightSlots and _config.wide_bwd_weight_bytes disagree: {err}\n"
+                        f"{nvrtc.getProgramLog(prog)}")
+    finally:
+        nvrtc.destroyProgram(prog)
+    assert len(checks) >= 8
+
+
 def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:
     """{name expression: static shared memory bytes} from ptxas's report of one NVRTC compile."""
     from cupy_backends.cuda.libs import nvrtc

@@ -14,7 +14,8 @@ import numpy
 
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import allow_smem, launch, launch_cluster, make_current, pick_vec, scalar_bits, sm_count, smem_limits
+from .._launch import (allow_smem, blocks_per_sm, launch, launch_cluster, make_current, pick_vec, scalar_bits, sm_count,
+                       smem_limits)
 from ._row_norm import _b
 
 KERNEL_FILE = "batch_norm.cu"
@@ -25,6 +26,12 @@ MAX_GRID_Y = 65535
 # 14, 14) 0.27 -> 0.35, and cost nchw (128, 64, 112, 112) 0.04-0.07, so the layouts differ).
 BLOCKS_PER_SM = 8
 BLOCKS_PER_SM_CL = 4
+# ... and each channels-last pass at most what its kernel fits on the GPU at once: a grid
+# that spills a few blocks into a second wave pays a whole wave's latency for them. H200,
+# results/sweep-bn-cl-grid-h200.txt: the bf16 backward's sums pass (80 registers, three
+# blocks an SM) and apply pass (95, two) ran 1.33 and 2 waves at four; a target of two took
+# 8-20% off every bf16 NHWC backward. False: every cl pass takes BLOCKS_PER_SM_CL.
+CL_GRID_FITS = True
 # cl kernels: at most this many channel packs across a block (one 512-byte row of a warp for
 # 16-byte packs); fewer channels take narrower, taller blocks.
 CL_MAX_LANES = 32
@@ -432,12 +439,25 @@ def _slices(p: Plan):
         yield c0, min(MAX_GRID_Y, p.lay.C - c0)
 
 
-def _shape_args(p: Plan):
-    """The layout arguments after a kernel's pointers."""
+def _shape_args(p: Plan, per_chunk: int | None = None):
+    """The layout arguments after a kernel's pointers (``per_chunk``: a cl pass's own)."""
     lay = p.lay
     if lay.channels_last:
-        return (lay.so, lay.C, lay.O, p.per_chunk, p.cshift)
+        return (lay.so, lay.C, lay.O, per_chunk or p.per_chunk, p.cshift)
     return (lay.so, lay.sc, lay.I, p.ip, lay.O * p.ip, p.per_chunk)
+
+
+def _cl_chunks(p: Plan, kernel: int, device: int) -> tuple[int, int]:
+    """(chunks, per_chunk) of a channels-last pass: the plan's, held to the blocks ``kernel``
+    fits at once (CL_GRID_FITS), whole chunks of positions a channel tile, each at least
+    MIN_TRIPS loop trips."""
+    if not CL_GRID_FITS:
+        return p.chunks, p.per_chunk
+    fit = blocks_per_sm(kernel, BLOCK) * sm_count(device)
+    total, trip = p.lay.O, BLOCK >> p.cshift
+    chunks = max(1, min(p.chunks, fit // p.grid_y, total // (trip * MIN_TRIPS)))
+    per_chunk = -(-total // chunks)
+    return -(-total // per_chunk), per_chunk
 
 
 def _off(ptr: int, elements: int, itemsize: int) -> int:
@@ -454,6 +474,9 @@ class _Passes(NamedTuple):
     apply: int
     slices: tuple  # ((c0, grid), ...)
     shape_args: tuple
+    first_chunks: int  # the per-channel first pass's chunks a channel (its partials' count)
+    first_slices: tuple  # its ((c0, grid), ...) and layout arguments (a cl pass's own grid)
+    first_shape_args: tuple
     t_size: int
     w_size: int
     a_size: int
@@ -491,9 +514,16 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
                                  f"{act_class(act)}>", device)
         else:
             apply = _kernel(f"bn_apply_{kind}", p, device, act, residual)
-    slices = tuple((c0, (p.chunks, cn if not p.lay.channels_last else p.grid_y)) for c0, cn in _slices(p))
-    return _Passes(first, channel, apply, slices, _shape_args(p), numpy.dtype(_np(p.t)).itemsize,
-                   numpy.dtype(_np(p.w)).itemsize, p.acc.itemsize, scalar_bits(param, p.acc))
+    def grid(kernel):  # (chunks, slices, shape arguments) of a per-channel pass
+        chunks, per_chunk = _cl_chunks(p, kernel, device) if p.lay.channels_last and kernel else (p.chunks, None)
+        slices = tuple((c0, (chunks, cn if not p.lay.channels_last else p.grid_y)) for c0, cn in _slices(p))
+        return chunks, slices, _shape_args(p, per_chunk)
+
+    first_chunks, first_slices, first_shape_args = grid(first)
+    _, slices, shape_args = grid(0 if p.flat_len else apply)
+    return _Passes(first, channel, apply, slices, shape_args, first_chunks, first_slices, first_shape_args,
+                   numpy.dtype(_np(p.t)).itemsize, numpy.dtype(_np(p.w)).itemsize, p.acc.itemsize,
+                   scalar_bits(param, p.acc))
 
 
 def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int, running_var: int, rdtype,
@@ -517,7 +547,7 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
     sc = 0 if lay.channels_last else lay.sc  # cl: one launch, channel offsets inside
     part = 0
     count = _f64(float(lay.O * lay.I))
-    chunks = p.stats.chunks if p.stats else p.chunks
+    chunks = p.stats.chunks if p.stats else q.first_chunks
     if training:
         part = alloc((lay.C, chunks, 2), p.acc)
         if p.stats:
@@ -526,8 +556,8 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
                    (x, lay.C * lay.I, lay.I, st.length, lay.O, st.images, st.groups, part),
                    stream)
         else:
-            for c0, grid in q.slices:
-                launch(q.first, grid, BLOCK, (_off(x, c0 * sc, t_size), *q.shape_args,
+            for c0, grid in q.first_slices:
+                launch(q.first, grid, BLOCK, (_off(x, c0 * sc, t_size), *q.first_shape_args,
                                               _off(part, c0 * chunks * 2, a_size)), stream)
         if q.channel:
             launch(q.channel, -(-lay.C // 4), 128,
@@ -581,7 +611,7 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
     q = _passes(p, True, training, act, param, "", device, bool(dres))
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc
-    chunks = p.sums.chunks if p.sums else p.chunks
+    chunks = p.sums.chunks if p.sums else q.first_chunks
     part = alloc((lay.C, chunks + 1, 2), p.acc)  # the partials, then coef [C, 2]
     coef = part + lay.C * chunks * 2 * a_size
     if p.sums:
@@ -589,10 +619,10 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
         launch(q.first, st.grid(lay), BLOCK, (dy, x, res, lay.C * lay.I, lay.I, st.length, lay.O, st.images, st.groups,
                                              mean, rstd, w, b, act, q.act_bits, part), stream)
     else:
-        for c0, grid in q.slices:
+        for c0, grid in q.first_slices:
             xo = c0 * sc
             launch(q.first, grid, BLOCK,
-                   (_off(dy, xo, t_size), _off(x, xo, t_size), _off(res, xo, t_size), *q.shape_args,
+                   (_off(dy, xo, t_size), _off(x, xo, t_size), _off(res, xo, t_size), *q.first_shape_args,
                     _off(mean, c0, a_size), _off(rstd, c0, a_size), _off(w, c0, w_size), _off(b, c0, w_size), act,
                     q.act_bits, _off(part, c0 * chunks * 2, a_size)), stream)
     count = _f64(float(lay.O * lay.I))
