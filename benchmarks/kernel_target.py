@@ -14,23 +14,14 @@ import sys
 import cupy
 
 import cunorm
+from cunorm._bench_bn import bn_calls
 from cunorm._checks import BFLOAT16
 
 
 def batch_norm_call(dt, shape: str, layout: str, direction: str):
-    """The BatchNorm call to repeat (its statistics made once for the backward)."""
-    n, c, h, w = (int(v) for v in shape.split("x"))
-    channels_last = {"nhwc": True, "nchw": False}[layout]
-    rng = cupy.random.default_rng(0)
-    phys = (n, h, w, c) if channels_last else (n, c, h, w)
-    x = rng.standard_normal(phys, dtype="float32").astype(dt)
-    dy = rng.standard_normal(phys, dtype="float32").astype(dt)
-    wt, b, rm, rv = cupy.ones(c, dt), cupy.zeros(c, dt), cupy.zeros(c, dt), cupy.ones(c, dt)
-    axis = -1 if channels_last else 1
-    _, mean, rstd = cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, return_stats=True)
-    if direction == "fwd":
-        return lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis)
-    return lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis)
+    """The BatchNorm call to repeat (the GPU check's own, cunorm/_bench_bn.py)."""
+    fwd, bwd, _ = bn_calls(tuple(int(v) for v in shape.split("x")), dt, {"nhwc": True, "nchw": False}[layout])
+    return fwd if direction == "fwd" else bwd
 
 
 def row_norm_call(op: str, dt, m: str, n: str, direction: str):

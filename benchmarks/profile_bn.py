@@ -14,7 +14,7 @@ import sys
 import cupy
 import numpy
 
-import cunorm
+from cunorm._bench_bn import bn_calls
 from cunorm._checks import BFLOAT16
 
 DTYPES = {"bf16": BFLOAT16, "fp32": numpy.float32, "fp16": numpy.float16}
@@ -22,18 +22,10 @@ DTYPES = {"bf16": BFLOAT16, "fp32": numpy.float32, "fp16": numpy.float16}
 
 def case(spec: str):
     dtype, layout, shape = spec.split(":")
-    n, c, h, w = (int(v) for v in shape.split(","))
-    cl = layout == "nhwc"
-    phys = (n, h, w, c) if cl else (n, c, h, w)
-    rng = cupy.random.default_rng(0)
-    x = rng.standard_normal(phys, dtype=numpy.float32).astype(DTYPES[dtype])
-    dy = rng.standard_normal(phys, dtype=numpy.float32).astype(DTYPES[dtype])
-    wt, b = cupy.ones(c, x.dtype), cupy.zeros(c, x.dtype)
-    rm, rv = cupy.zeros(c, x.dtype), cupy.ones(c, x.dtype)
-    axis = -1 if cl else 1
+    fwd, bwd, _ = bn_calls(tuple(int(v) for v in shape.split(",")), DTYPES[dtype], layout == "nhwc")
     for _ in range(2):
-        _, mean, rstd = cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, return_stats=True)
-        cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis)
+        fwd()
+        bwd()
     cupy.cuda.runtime.deviceSynchronize()
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 SHAPES = ((32, 256, 56, 56), (128, 64, 112, 112), (64, 1024, 14, 14), (256, 2048, 7, 7))
 
 
-def _cupy_case(shape, dtype, channels_last):
+def bn_calls(shape, dtype, channels_last):
+    """The timed CuPy calls on one case (x, dy and parameters drawn once, the statistics made
+    once for the backward): forward, backward, and forward with a residual and ReLU. ``shape``
+    is logical (N, C, H, W); channels last stores it as (N, H, W, C)."""
     import cupy
     import numpy
 
     import cunorm
-
-    from ._bench import host_us, queued_time_ms
 
     rng = cupy.random.default_rng(0)
     n, c, h, w = shape
@@ -32,6 +33,15 @@ def _cupy_case(shape, dtype, channels_last):
     bwd = lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis)  # noqa: E731
     fwd_relu = lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, residual=dy,  # noqa: E731
                                          activation="relu")
+    return fwd, bwd, fwd_relu
+
+
+def _cupy_case(shape, dtype, channels_last):
+    import cupy
+
+    from ._bench import host_us, queued_time_ms
+
+    fwd, bwd, fwd_relu = bn_calls(shape, dtype, channels_last)
     stream = cupy.cuda.get_current_stream().ptr
     times = tuple(queued_time_ms(f, stream) for f in (fwd, bwd, fwd_relu))
     return times + (host_us(fwd), host_us(bwd))

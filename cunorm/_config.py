@@ -470,6 +470,8 @@ def grid_serves(backward: bool, itemsize: int, n: int) -> bool:
     """Whether the grid rows take this pass of rows of ``n`` elements of ``itemsize`` bytes
     (before the row's fit in a block: grid_qpad)."""
     return itemsize in GRID_SERVES[backward] and n * itemsize >= GRID_MIN_ROW_BYTES
+
+
 GRID_MIN_SM = 80  # cp.async and acquire loads
 
 
