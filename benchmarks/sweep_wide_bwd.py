@@ -7,6 +7,7 @@ alternate ROUNDS times in one process, and drift shows as the spread within each
 
     python benchmarks/sweep_wide_bwd.py [--json out.json]
     WIDE_SWEEP=rms_long python benchmarks/sweep_wide_bwd.py   # v66's rows
+    WIDE_SWEEP=v81 python benchmarks/sweep_wide_bwd.py --variants v63_wide_depth2,v63_wide_depth3
 
 v66 (WIDE_SWEEP=rms_long): half-precision RMSNorm rows of 16385-32768 elements on the wide
 backward's four-pack tile against the staged cluster that took them before.
@@ -29,6 +30,7 @@ CASES = {
     "v63": (("layer_norm", "rms_norm"), (BFLOAT16, numpy.dtype(numpy.float16), numpy.dtype(numpy.float32)),
             (9216, 12288, 16384)),
     "rms_long": (("rms_norm",), (BFLOAT16, numpy.dtype(numpy.float16)), (20480, 24576, 32768)),
+    "v81": (("layer_norm", "rms_norm"), (BFLOAT16, numpy.dtype(numpy.float16)), (12288, 16384)),
 }
 
 
@@ -37,13 +39,14 @@ def _use(choice) -> None:
     _row_norm.backward_plan.cache_clear()
 
 
-def sweep(log=print) -> list[dict]:
+def sweep(log=print, names=None) -> list[dict]:
     ops, dtypes, lengths = CASES[os.environ.get("WIDE_SWEEP", "v63")]
     cases = [(op, dtype, n) for op in ops for dtype in dtypes for n in lengths]
-    return backward_sweep(VARIANTS, ROUNDS, _use, (True, None), cases, log)
+    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    return backward_sweep(variants, ROUNDS, _use, (True, None), cases, log)
 
 
 if __name__ == "__main__":
     from _sweep_cli import main
 
-    main(sweep, __doc__)
+    main(sweep, __doc__, VARIANTS)
