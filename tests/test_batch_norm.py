@@ -11,6 +11,7 @@ import pytest
 import cunorm
 from cunorm import activations, reference
 from cunorm._checks import BFLOAT16
+from cunorm._launch import contiguous_strides
 from cunorm.ops import _batch_norm
 from tolerances import assert_close, reduction_tol, to_numpy, tol
 
@@ -379,7 +380,7 @@ FLAT_SHAPES = [(3, 96, 7, 7), (2, 37, 11, 13), (5, 3, 1533), (1, 2049, 9), (2, 1
 @pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", FLAT_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gpu_flat_apply_passes(rng, shape, dtype, pdtype, passes):
-    lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape))), 1)
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), 1)
     with _sm_count(132):
         p = _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), 0, 0)
     assert p.flat_len > 0, "the case must take the flat passes"
@@ -404,7 +405,7 @@ def _dense_plan(shape, dtype, pdtype):
     """The plan of a C-contiguous channel-major x of this shape on the current device."""
     import cupy
 
-    lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape))), 1)
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), 1)
     return _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), 0, cupy.cuda.Device().id)
 
 
@@ -543,7 +544,7 @@ def test_channels_last_pass_grids_fit_one_wave(monkeypatch, shape, fits):
     # each cl pass's grid: at most the plan's target, at most what its kernel fits at once
     # where the channel tiles leave room for it, and chunks that cover the positions exactly
     monkeypatch.setattr(_batch_norm, "blocks_per_sm", lambda fn, block, smem=0: fits)
-    lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(4)), 3)
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), 3)
     with _sm_count(132):
         p = _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0)
         chunks, per_chunk = _batch_norm._cl_chunks(p, 1, 0)
@@ -585,7 +586,7 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
     # whose spans are whole copies) fits half an SM's shared memory, where the channel walk's
     # words are 8 bytes or more; over that, channels last, or pointers off 16 bytes: the passes
     def staged(shape, dtype, phase=0, strides=None):
-        strides = strides or tuple(int(numpy.prod(shape[i + 1:])) for i in range(len(shape)))
+        strides = strides or contiguous_strides(shape)
         with _sm_count(132):
             return _batch_norm.plan(_batch_norm.layout(shape, strides, 1), dtype, numpy.float32, phase, 0).staged
 
@@ -868,7 +869,7 @@ def test_gpu_channels_last_passes_on_their_own_grids(rng, fresh_plans, activatio
 
     shape = (16, 14, 14, 1024)
     _gpu_case(rng, shape, -1, BFLOAT16, numpy.float32, activation, training=True)
-    lay = _batch_norm.layout(shape, tuple(int(numpy.prod(shape[i + 1:])) for i in range(4)), 3)
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), 3)
     dev = cupy.cuda.Device().id
     p = _batch_norm.plan(lay, BFLOAT16, numpy.dtype(numpy.float32), 0, dev)
     q = _batch_norm._passes(p, True, True, 1 if activation else 0, 0.01, "", dev, True)

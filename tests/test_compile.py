@@ -170,23 +170,30 @@ def test_stage_policy_matches_the_host(nvrtc_ready):
     and the host sizes their dynamic shared memory by _config.bwd_stage_depth: a kernel that
     staged more rows than the host allowed for would write past its shared memory. NVRTC
     checks the two agree for every staged tile the dispatcher can pick."""
-    from cupy_backends.cuda.libs import nvrtc
-
     tiles = {c.tpr for rms in (False, True)
              for c in _config.all_tile_configs(8, lambda n, v, rms=rms: _config.bwd_row_config(n, v, 2, rms))}
     tiles.add(_config.CLUSTER_STAGED_BWD_TILE.tpr)
-    checks = "\n".join(f"static_assert(cunorm::StagePolicy<{tpr}, {str(rms).lower()}>::depth == "
-                       f"{_config.bwd_stage_depth(tpr, rms)}, \"tpr {tpr} rms {rms}\");"
-                       for tpr in sorted(tiles) for rms in (False, True))
-    prog = nvrtc.createProgram(_compile.kernel_source("row_norm.cuh") + "\n" + checks + "\n", "policy.cu", [], [])
+    checks = [f"static_assert(cunorm::StagePolicy<{tpr}, {str(rms).lower()}>::depth == "
+              f"{_config.bwd_stage_depth(tpr, rms)}, \"tpr {tpr} rms {rms}\");"
+              for tpr in sorted(tiles) for rms in (False, True)]
+    _static_asserts_hold(checks, "StagePolicy and _config.bwd_stage_depth disagree")
+    assert len(tiles) >= 5, "warp rows, block rows and the 1024-thread rows are all covered"
+
+
+def _static_asserts_hold(checks: list[str], what: str, options: tuple = ()) -> None:
+    """Compiles row_norm.cuh with ``checks`` (static_asserts of a kernel-side constant against
+    the host's) appended, through NVRTC for sm_90; a failing one fails the test with ``what``."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    prog = nvrtc.createProgram(_compile.kernel_source("row_norm.cuh") + "\n" + "\n".join(checks) + "\n", "checks.cu",
+                               [], [])
     try:
         try:
-            nvrtc.compileProgram(prog, [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS])
+            nvrtc.compileProgram(prog, [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS, *options])
         except nvrtc.NVRTCError as err:
-            pytest.fail(f"StagePolicy and _config.bwd_stage_depth disagree: {err}\n{nvrtc.getProgramLog(prog)}")
+            pytest.fail(f"{what}: {err}\n{nvrtc.getProgramLog(prog)}")
     finally:
         nvrtc.destroyProgram(prog)
-    assert len(tiles) >= 5, "warp rows, block rows and the 1024-thread rows are all covered"
 
 
 # sm_86 / sm_89, sm_80, sm_90: what a block may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin)
@@ -200,8 +207,6 @@ def test_wide_weight_slots_match_the_host(nvrtc_ready, optin):
     memory by _config.wide_bwd_weight_bytes: were the kernel to use slots the host did not
     allocate, it would write past its shared memory. NVRTC checks the two agree for every
     wide tile and ring depth, compiled with each GPU's opt-in."""
-    from cupy_backends.cuda.libs import nvrtc
-
     checks = []
     for itemsize, ctype in ((2, "__nv_bfloat16"), (4, "float")):
         for rms in (False, True):
@@ -210,17 +215,8 @@ def test_wide_weight_slots_match_the_host(nvrtc_ready, optin):
                     host = _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin) > 0
                     checks.append(f"static_assert(cunorm::WideWeightSlots<{ctype}, {depth}, {tile.tile}>::value == "
                                   f"{str(host).lower()}, \"{ctype} depth {depth} cols {tile.tile}\");")
-    prog = nvrtc.createProgram(_compile.kernel_source("row_norm.cuh") + "\n" + "\n".join(checks) + "\n", "slots.cu",
-                               [], [])
-    try:
-        try:
-            nvrtc.compileProgram(prog, [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS,
-                                        f"-DCUNORM_SMEM_OPTIN={optin}"])
-        except nvrtc.NVRTCError as err:
-            pytest.fail(f"WideWeightSlots and _config.wide_bwd_weight_bytes disagree: {err}\n"
-                        f"{nvrtc.getProgramLog(prog)}")
-    finally:
-        nvrtc.destroyProgram(prog)
+    _static_asserts_hold(checks, "WideWeightSlots and _config.wide_bwd_weight_bytes disagree",
+                         (f"-DCUNORM_SMEM_OPTIN={optin}",))
     assert len(checks) >= 8
 
 
