@@ -15,7 +15,8 @@ On the device (a tree is a directory holding cunorm/ and kernels/; "." is the wo
 
 Each tree runs ``python3 -c`` with its directory first on sys.path (PYTHONPATH alone would
 come after the current directory, where the working tree's cunorm/ would win). The last
-table is the best of the rounds, fraction of copy, forward / backward.
+table is the best of the rounds, fraction of copy (_sweep_cli.best_table: a line a case and
+pass, a column a tree).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import json
 import pathlib
 import subprocess
 import sys
+
+from _sweep_cli import best_table  # benchmarks/ is the script's directory
 
 ROUNDS = 2
 DTYPES = {"bf16": "BFLOAT16", "fp16": "numpy.float16", "fp32": "numpy.float32"}
@@ -37,8 +40,8 @@ from cunorm._checks import BFLOAT16
 copy = _bench.copy_gbps()
 for op, dt, n in {cases!r}:
     r = _bench.bench_row_norm(op, eval(dt), n)
-    print(json.dumps({{"op": op, "dtype": dt, "N": n, "fwd": r["fwd_GBps"] / copy, "bwd": r["bwd_GBps"] / copy}}),
-          flush=True)
+    print(json.dumps({{"op": op, "dtype": numpy.dtype(eval(dt)).name, "N": n, "fwd_of_copy": r["fwd_GBps"] / copy,
+                      "bwd_of_copy": r["bwd_GBps"] / copy}}), flush=True)
 """
 
 
@@ -61,8 +64,8 @@ def _cases(spec: str) -> list[tuple]:
     return out
 
 
-def run(trees: list[str], cases: list[tuple], rounds: int) -> dict:
-    best: dict = {}
+def run(trees: list[str], cases: list[tuple], rounds: int) -> list[dict]:
+    rows = []
     for round_ in range(rounds):
         for tree in trees:
             path = str(pathlib.Path(tree).resolve())
@@ -72,16 +75,12 @@ def run(trees: list[str], cases: list[tuple], rounds: int) -> dict:
                 print(f"{tree}: exit {proc.returncode}\n{proc.stderr[-2000:]}", flush=True)
                 continue
             for line in proc.stdout.splitlines():
-                r = json.loads(line)
-                print(f"round {round_ + 1} {tree:24s} {r['op']:10s} {r['dtype']:14s} N={r['N']:<7d} "
-                      f"fwd {r['fwd']:.3f} bwd {r['bwd']:.3f}", flush=True)
-                cell = best.setdefault((r["op"], r["dtype"], r["N"]), {}).setdefault(tree, [0.0, 0.0])
-                cell[0], cell[1] = max(cell[0], r["fwd"]), max(cell[1], r["bwd"])
-    print("op dtype N | " + " | ".join(trees) + "  (best of rounds, fwd / bwd of copy)")
-    for (op, dt, n), cells in best.items():
-        print(f"{op} {dt} {n} | " + " | ".join(
-            f"{cells[t][0]:.3f} / {cells[t][1]:.3f}" if t in cells else "nan" for t in trees))
-    return best
+                r = dict(json.loads(line), variant=tree)
+                print(f"round {round_ + 1} {tree:24s} {r['op']:10s} {r['dtype']:8s} N={r['N']:<7d} "
+                      f"fwd {r['fwd_of_copy']:.3f} bwd {r['bwd_of_copy']:.3f}", flush=True)
+                rows.append(r)
+    print(best_table(rows, trees, ("fwd_of_copy", "bwd_of_copy")))
+    return rows
 
 
 def main() -> None:
