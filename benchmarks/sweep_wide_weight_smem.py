@@ -2,7 +2,9 @@
 its ring (CUNORM_WIDE_WEIGHT_SMEM=1, the default with the patch) against the weight loaded
 in each pass (=0), on the wide block (8193-16384 columns, both element sizes) and its
 clusters (to 65536). The host sizes the slots whatever the build, so the =0 build only
-leaves them unused. Variants are builds, alternating ROUNDS times in one process.
+leaves them unused: it is not main before v81, whose smaller carve-out gave half-precision
+LayerNorm's single block 0.04 more (NOTES "v81 against the sources before it";
+ab_revisions.py compares whole revisions). Variants are builds, alternating ROUNDS times in one process.
 NVRTC 13.0 sm_90 spills, loaded -> slots: float32 LayerNorm 120 -> 72 bytes, float32 RMSNorm
 16 -> 60, bf16 LayerNorm 12 -> 24, bf16 RMSNorm none either way.
 
