@@ -57,6 +57,9 @@ VARIANTS = {
     "one_cl_grid": ((), 256, {"CL_GRID_FITS": False}),
     # v82: the channels-last sums pass's 64 in-flight bytes (the default) against the shared 32
     "sums_cl_inflight_32": (("-DCUNORM_BN_SUMS_CL_INFLIGHT_BYTES=32",), 256, {}),
+    # BatchNorm v19: the half-precision channels-last backward apply with x's mean folded
+    # into a constant (the default) against x - mean an element
+    "bwd_cl_no_fold": (("-DCUNORM_BN_BWD_FOLD_MEAN=0",), 256, {}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",

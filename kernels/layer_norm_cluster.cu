@@ -421,7 +421,7 @@ norm_bwd_wide_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const
   __shared__ float bcast[2];
   int exchange = 0;
   const i64 group = blockIdx.x / CLUSTER, groups = gridDim.x / CLUSTER;
-  wide_bwd_rows<T, W, RMS, DEPTH, COLS, bool(CUNORM_WIDE_CLUSTER_OPEN_SUMS)>(
+  wide_bwd_rows<T, W, RMS, DEPTH, COLS, bool(CUNORM_WIDE_CLUSTER_OPEN_SUMS), true>(
       dy, CUNORM_ROWMAP(dym), x, CUNORM_ROWMAP(xm), weight, mean, rstd, dx, dw_part, db_part, M, N,
       i64(cluster_rank()) * COLS, group, groups, group, [&](float& c1, float& c2) {
         float sums[2] = {c1, c2};

@@ -580,13 +580,16 @@ __device__ __forceinline__ void unstage_weight(const float4* slots, int p, float
 // cycles an issue). On the H200: the half-precision 16384-column tile at depth 2 and the
 // float32 one (192 KiB with the ring); not the depth-3 RMSNorm rings. The host sizes the
 // slots alike (_config.wide_bwd_weight_bytes). 0: loaded each pass.
+// v83: not half-precision LayerNorm's single block (CLUSTER false), which lost 0.04 of copy
+// with the slots at 12288-16384 against main before v81 (NOTES v83).
 #ifndef CUNORM_WIDE_WEIGHT_SMEM
 #define CUNORM_WIDE_WEIGHT_SMEM 1
 #endif
-template <typename T, int DEPTH, int COLS>
+template <typename T, bool RMS, int DEPTH, int COLS, bool CLUSTER>
 struct WideWeightSlots {
   static constexpr int kRingBytes = DEPTH * (COLS * int(sizeof(T)) <= 32768 ? 2 : 1) * COLS * int(sizeof(T));
-  static constexpr bool value = CUNORM_WIDE_WEIGHT_SMEM && WeightSlotsFit<kRingBytes, COLS * 4>::value;
+  static constexpr bool kServes = sizeof(T) == 4 || RMS || CLUSTER;
+  static constexpr bool value = CUNORM_WIDE_WEIGHT_SMEM && kServes && WeightSlotsFit<kRingBytes, COLS * 4>::value;
 };
 
 // The rows of norm_bwd_wide (layer_norm.cu, where its design is told): a 1024-thread block's
@@ -599,7 +602,8 @@ struct WideWeightSlots {
 // OPEN_SUMS (v78): the block sums leave out their closing barrier, for an exchange whose own
 // barriers (the cluster barrier of norm_bwd_wide_cluster: every thread arrives after reading
 // the partials) order the next row's writes of them.
-template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool OPEN_SUMS = false, typename Exchange>
+template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool OPEN_SUMS = false, bool CLUSTER = false,
+          typename Exchange>
 __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const RowMap& dymap, const T* __restrict__ x,
                                               const RowMap& xmap, const W* __restrict__ weight,
                                               const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -620,7 +624,7 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   __shared__ A stats[DEPTH * 2 * StatsSlots<TPB, TPB>::value];
   extern __shared__ __align__(16) unsigned char stage_smem[];  // [DEPTH][x, dy][PACKS][block] packs
   Pack<T, VEC>* const tiles = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
-  constexpr bool kWeightSlots = WideWeightSlots<T, DEPTH, COLS>::value;
+  constexpr bool kWeightSlots = WideWeightSlots<T, RMS, DEPTH, COLS, CLUSTER>::value;
   float4* const wslots = reinterpret_cast<float4*>(tiles + DEPTH * kSets * kSet);  // after the ring
   const int lane = threadIdx.x;
   const int limit = tile_limit(N, c0, i64(kSet) * VEC, true);  // c0 < N: see above

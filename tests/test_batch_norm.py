@@ -862,9 +862,10 @@ def test_gpu_half_channels_last_backward_far_from_zero(rng, fresh_plans, dtype, 
 @pytest.mark.parametrize("activation", [None, "relu"], ids=["plain", "relu"])
 def test_gpu_channels_last_passes_on_their_own_grids(rng, fresh_plans, activation):
     # each cl pass's grid held to what its kernel fits at once (CL_GRID_FITS): on sm_90 the
-    # bf16 backward's sums pass fits three 256-thread blocks an SM and its apply pass two
-    # (one or two with ReLU), so the two passes of this backward walk the positions in
-    # different chunks; values against the reference, residual and activation included
+    # bf16 backward's sums pass fits two 256-thread blocks an SM (123 registers, 64 bytes in
+    # flight) and its apply pass three (78, BatchNorm v19; one or two with ReLU), so the two
+    # passes of this backward walk the positions in different chunks; values against the
+    # reference, residual and activation included
     import cupy
 
     shape = (16, 14, 14, 1024)

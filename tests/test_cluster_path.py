@@ -223,7 +223,7 @@ def test_wide_cluster_backward(rng, wide_clusters, op, dtype, n, rows):
     optin = _row_norm.smem_limits(0)[0]
     depth = _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, optin)
     assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, itemsize) + \
-        _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin), "each block's ring, and its weight where it fits"
+        _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, True), "each block's ring, and its weight where it fits"
     check(op, rng, (rows, n), dtype)
 
 

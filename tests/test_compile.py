@@ -212,12 +212,14 @@ def test_wide_weight_slots_match_the_host(nvrtc_ready, optin):
         for rms in (False, True):
             for tile in _config.wide_bwd_tiles(itemsize, rms):
                 for depth in _config.WIDE_BWD_DEPTHS:
-                    host = _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin) > 0
-                    checks.append(f"static_assert(cunorm::WideWeightSlots<{ctype}, {depth}, {tile.tile}>::value == "
-                                  f"{str(host).lower()}, \"{ctype} depth {depth} cols {tile.tile}\");")
+                    for cluster in (False, True):
+                        host = _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, cluster) > 0
+                        flags = f"{str(rms).lower()}, {depth}, {tile.tile}, {str(cluster).lower()}"
+                        checks.append(f"static_assert(cunorm::WideWeightSlots<{ctype}, {flags}>::value == "
+                                      f"{str(host).lower()}, \"{ctype} {flags}\");")
     _static_asserts_hold(checks, "WideWeightSlots and _config.wide_bwd_weight_bytes disagree",
                          (f"-DCUNORM_SMEM_OPTIN={optin}",))
-    assert len(checks) >= 8
+    assert len(checks) >= 16
 
 
 def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:

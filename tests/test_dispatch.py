@@ -113,9 +113,14 @@ def test_wide_backward_rows_and_depths():
     assert _config.wide_bwd_depth(t16, False, 16384, 2, 65536) is None, "a 64 KiB block: not even two rows"
     assert [_config.wide_bwd_depth(long_rms, True, 32768, 2, o) for o in (h200_optin, a100_optin)] == [3, 2]
     # v81: the weight's float slots after the ring where both fit: the H200's depth-2 rings of
-    # 16384 columns, no depth-3 ring, nothing on the A100's 163 KiB
-    weight = _config.wide_bwd_weight_bytes
-    assert weight(t16, 2, 2, h200_optin) == weight(_config.WIDE_BWD_TILE_FP32, 4, 2, h200_optin) == 65536
+    # 16384 columns, no depth-3 ring, nothing on the A100's 163 KiB; v83: not half-precision
+    # LayerNorm's single block (its clusters keep them)
+    def weight(tile, itemsize, depth, optin, rms=True, cluster=False):
+        return _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, cluster)
+
+    assert weight(t16, 2, 2, h200_optin) == weight(_config.WIDE_BWD_TILE_FP32, 4, 2, h200_optin, False) == 65536
+    assert weight(t16, 2, 2, h200_optin, False, True) == 65536, "half-precision LayerNorm's clusters"
+    assert weight(t16, 2, 2, h200_optin, False) == 0, "half-precision LayerNorm's single block (v83)"
     assert weight(t16, 2, 3, h200_optin) == weight(long_rms, 2, 3, h200_optin) == weight(long_rms, 2, 2, h200_optin) == 0
     assert weight(t16, 2, 2, a100_optin) == 0
     names = _row_norm.instantiations()

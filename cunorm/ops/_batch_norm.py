@@ -28,9 +28,11 @@ BLOCKS_PER_SM = 8
 BLOCKS_PER_SM_CL = 4
 # ... and each channels-last pass at most what its kernel fits on the GPU at once: a grid
 # that spills a few blocks into a second wave pays a whole wave's latency for them. H200,
-# results/sweep-bn-cl-grid-h200.txt: the bf16 backward's sums pass (80 registers, three
+# results/sweep-bn-cl-grid-h200.txt: the bf16 backward's sums pass (80 registers then, three
 # blocks an SM) and apply pass (95, two) ran 1.33 and 2 waves at four; a target of two took
-# 8-20% off every bf16 NHWC backward. False: every cl pass takes BLOCKS_PER_SM_CL.
+# 8-20% off every bf16 NHWC backward; on their own grids, +0.02-0.06 of copy (v82,
+# results/sweep-bn-cl-grid-v82-h200.txt, where the sums pass holds 123 registers with 64
+# bytes in flight). False: every cl pass takes BLOCKS_PER_SM_CL.
 CL_GRID_FITS = True
 # cl kernels: at most this many channel packs across a block (one 512-byte row of a warp for
 # 16-byte packs); fewer channels take narrower, taller blocks.
@@ -104,11 +106,12 @@ APPLY_KERNELS = ("bn_bwd_sums_nc", "bn_bwd_sums_cl", "bn_bwd_apply_flat", "bn_bw
 # Apply passes built with and without the residual (forward) or its gradient (backward): a
 # run-time null pointer still held the residual's packs in registers. NVRTC 13.0 sm_90, bf16
 # bn_apply_cl 91 -> 63 registers (two 256-thread blocks an SM -> four), bn_apply_nc 8 bytes
-# spilled -> none, float32 bn_apply_cl 60 -> 46; bn_bwd_apply_cl 104 -> 95, bn_bwd_apply_nc
-# 80 -> 68. H200 (results/sweep-bn-v18-h200.txt, runtime_residual against default): bf16
-# NHWC forward +0.02-0.04 of copy (64, 1024, 14, 14) 0.337 -> 0.356, (128, 64, 112, 112)
-# 0.491 -> 0.533; float32 NHWC -0.00 to +0.01, NCHW and the backward the same (NOTES
-# "BatchNorm v18"). False takes the residual build for every call, as before v18.
+# spilled -> none, float32 bn_apply_cl 60 -> 46; bn_bwd_apply_cl 104 -> 95 (78 with
+# BatchNorm v19's fold of x's mean), bn_bwd_apply_nc 80 -> 68. H200
+# (results/sweep-bn-v18-h200.txt, runtime_residual against default): bf16 NHWC forward
+# +0.02-0.04 of copy (64, 1024, 14, 14) 0.337 -> 0.356, (128, 64, 112, 112) 0.491 -> 0.533;
+# float32 NHWC -0.00 to +0.01, NCHW and the backward the same (NOTES "BatchNorm v18").
+# False takes the residual build for every call, as before v18.
 RESIDUAL_APPLY_KERNELS = ("bn_apply_nc", "bn_apply_cl", "bn_bwd_apply_nc", "bn_bwd_apply_cl")
 SPECIALIZE_RESIDUAL = True
 
