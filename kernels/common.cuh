@@ -328,19 +328,69 @@ __device__ __forceinline__ A second_level_sum(const A* partials, int lane) {
   else return group_warp_sum<kWarp>(lane < kWarps ? partials[lane] : A(0));
 }
 
+// v84: two sums in one butterfly. A butterfly's first step over WIDTH lanes adds each lane's
+// value to its partner's across the group's halves; for two sums the lower half keeps a's
+// pair sums and the upper half b's (one shuffle, not two), and the remaining log2(WIDTH) - 1
+// steps run on that one value. Each lane adds the same operands in the same order as two
+// group_warp_sum calls, so the sums keep their bits. ncu's source counters (twenty-fourth
+// session, bf16 LayerNorm backward at N = 8192, 283 instructions a warp a row) put 40 of
+// them in the two sums' shuffles and adds. 0: two butterflies everywhere.
+#ifndef CUNORM_PAIRED_SUM2
+#define CUNORM_PAIRED_SUM2 1
+#endif
+
+// The lower half of each aligned WIDTH-lane group returns a's group sum, the upper half b's.
+template <int WIDTH, typename A>
+__device__ __forceinline__ A paired_half_sum(A a, A b) {
+  const bool upper = threadIdx.x & (WIDTH / 2);
+  A keep = upper ? b : a;
+  keep += shfl_xor(upper ? a : b, WIDTH / 2, WIDTH);
+  return group_warp_sum<WIDTH / 2>(keep);
+}
+
+// paired_half_sum's result back into both sums on every lane of the group.
+template <int WIDTH, typename A>
+__device__ __forceinline__ void unpair(A half, A& a, A& b) {
+  const bool upper = threadIdx.x & (WIDTH / 2);
+  const A other = shfl_xor(half, WIDTH / 2, WIDTH);
+  a = upper ? other : half;
+  b = upper ? half : other;
+}
+
+// Where the paired sums pay (benchmarks/sweep_paired_sums.py, H200, two rounds within 0.002,
+// bf16 LayerNorm backward of copy, two butterflies -> paired): norm_bwd's 1024-thread rows
+// (N = 8192) 0.799 -> 0.859, 512 (4096) 0.860 -> 0.868, the fused residual backward
+// +0.004-0.012; but rows of 64-256 threads -0.005-0.007, the wide block (16384) 0.713 ->
+// 0.691 and the FP8 LayerNorm forward's one-pass sums -0.013-0.019. So the row backwards
+// pair their sums from 512 threads a row and every other caller keeps two butterflies.
+template <int TPR>
+constexpr bool kPairedRowSums = CUNORM_PAIRED_SUM2 && TPR >= 512;
+
 // group_sum2's sums before its closing barrier (TPR > warp: that barrier is the caller's, so
-// smem may be reused only after it).
-template <int TPR, typename A>
+// smem may be reused only after it). PAIRED: one butterfly for both sums at each level.
+template <int TPR, bool PAIRED = false, typename A>
 __device__ __forceinline__ void group_sum2_open(A& a, A& b, A* smem) {
   constexpr int kWarps = TPR / kWarp;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int first = warp / kWarps * kWarps;  // the group's first warp
-  a = group_warp_sum<kWarp>(a);
-  b = group_warp_sum<kWarp>(b);
-  if (lane == 0) { smem[warp] = a; smem[kWarp + warp] = b; }
-  __syncthreads();
-  a = second_level_sum<kWarps>(smem + first, lane);
-  b = second_level_sum<kWarps>(smem + kWarp + first, lane);
+  static_assert(kWarps >= 2 && (kWarps & (kWarps - 1)) == 0, "a butterfly of a power of two of warps");
+  if constexpr (PAIRED && CUNORM_NARROW_SECOND_SUM) {
+    // lane 0 holds the warp's a, lane kWarp / 2 its b; the second level pairs the same way,
+    // each lane reading its own partial and its first step's partner from smem
+    const A half = paired_half_sum<kWarp>(a, b);
+    if (lane % (kWarp / 2) == 0) smem[lane / (kWarp / 2) * kWarp + warp] = half;
+    __syncthreads();
+    const int i = lane % kWarps;
+    const A* partials = smem + (lane & (kWarps / 2) ? kWarp : 0) + first;
+    unpair<kWarps>(group_warp_sum<kWarps / 2>(partials[i] + partials[i ^ (kWarps / 2)]), a, b);
+  } else {
+    a = group_warp_sum<kWarp>(a);
+    b = group_warp_sum<kWarp>(b);
+    if (lane == 0) { smem[warp] = a; smem[kWarp + warp] = b; }
+    __syncthreads();
+    a = second_level_sum<kWarps>(smem + first, lane);
+    b = second_level_sum<kWarps>(smem + kWarp + first, lane);
+  }
 }
 
 // Sum over the TPR threads of a row group. TPR <= warp: shuffles only. TPR > warp: the
@@ -349,13 +399,13 @@ __device__ __forceinline__ void group_sum2_open(A& a, A& b, A* smem) {
 // thread of the block must call it together. Every thread returns its group's total; ends
 // with a barrier so `smem` can be reused at once. Two sums at once (backward needs sum(w*dy)
 // and sum(w*dy*xhat) together) share one barrier pair.
-template <int TPR, typename A>
+template <int TPR, bool PAIRED = false, typename A>
 __device__ __forceinline__ void group_sum2(A& a, A& b, A* smem) {
   if constexpr (TPR <= kWarp) {
     a = group_warp_sum<TPR>(a);
     b = group_warp_sum<TPR>(b);
   } else {
-    group_sum2_open<TPR>(a, b, smem);
+    group_sum2_open<TPR, PAIRED>(a, b, smem);
     __syncthreads();
   }
 }

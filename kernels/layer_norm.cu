@@ -353,7 +353,7 @@ __device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC],
   }
   if constexpr (MODE == kFullRow) {
     if constexpr (RMS) c2 = group_sum<TPR>(c2, smem);
-    else group_sum2<TPR>(c1, c2, smem);
+    else group_sum2<TPR, kPairedRowSums<TPR>>(c1, c2, smem);
   } else {
     c1 = row_sums[safe_row * 2];
     c2 = row_sums[safe_row * 2 + 1];

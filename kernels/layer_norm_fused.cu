@@ -370,7 +370,7 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
       xhat_and_sums_with<VEC, PACKS, TPR>(xv, g, weight_at, limit, lane, mu, r, c1, c2);
     }
     if constexpr (RMS) c2 = group_sum<TPR>(c2, smem);
-    else group_sum2<TPR>(c1, c2, smem);
+    else group_sum2<TPR, kPairedRowSums<TPR>>(c1, c2, smem);
     const A m1 = RMS ? A(0) : c1 / A(N), m2 = c2 / A(N);
     const A a = -r * m1, b = -r * m2;
 #pragma unroll
