@@ -98,8 +98,8 @@ def profile(case: str, out: str) -> list[dict]:
 def source_counters(case: str, out: str) -> str:
     """ncu's per-instruction page (SASS, its executed counts and sampled stall reasons) of a
     row-norm case's main kernel, the second call's (the first after any set-up forward),
-    written to out/source-CASE.csv; returns the path. Written in the twenty-second session
-    for NOTES levers (b) and (c), not run on a GPU yet."""
+    written to out/source-CASE.csv; returns the path. First run in the twenty-fourth session
+    (NOTES v84), 18 s for three cases."""
     target, direction = _row_target(case)
     cmd = ["ncu", "--clock-control", "none", "-k", f"regex:^norm_{direction}", "--launch-skip", "1",
            "--launch-count", "1", "--section", "SourceCounters", "--page", "source", "--print-source", "sass", "--csv",
@@ -107,6 +107,36 @@ def source_counters(case: str, out: str) -> str:
     path = os.path.join(out, "source-" + case.replace(":", "-") + ".csv")
     _ncu(cmd, path, "w")
     return path
+
+
+def source_summary(path: str, elements: int = ELEMENTS, top: int = 16) -> str:
+    """The source page's totals: warp instructions executed, thread instructions an element,
+    and for the opcodes that issue the most, their share of the instructions and of the
+    sampled stalls; then the sampled stall reasons' shares (v84 read its lever off these)."""
+    lines = [line for line in open(path) if line.startswith('"')]
+    rows = list(csv.reader(io.StringIO("".join(lines))))
+    starts = [i for i, r in enumerate(rows) if r and r[0] == "Address"]
+    if not starts:
+        return f"{path}: no source rows"
+    header = rows[starts[0]]
+    data = [dict(zip(header, r)) for r in rows[starts[0] + 1:] if len(r) == len(header)]
+    executed = sum(_num(d["Instructions Executed"]) for d in data)
+    samples = sum(_num(d["Warp Stall Sampling (All Samples)"]) for d in data) or 1.0
+    by_op: dict = {}
+    for d in data:
+        words = d["Source"].split()
+        op = (words[1] if words and words[0].startswith("@") and len(words) > 1 else (words or ["?"])[0]).split(".")[0]
+        e, smp = by_op.get(op, (0.0, 0.0))
+        by_op[op] = (e + _num(d["Instructions Executed"]), smp + _num(d["Warp Stall Sampling (All Samples)"]))
+    out = [f"{os.path.basename(path)}: {len(data)} instructions, {executed:.0f} warp instructions executed, "
+           f"{32 * executed / elements:.1f} thread instructions an element"]
+    for op, (e, smp) in sorted(by_op.items(), key=lambda kv: -kv[1][0])[:top]:
+        out.append(f"  {op:10s} {100 * e / (executed or 1):5.1f}% of instructions {100 * smp / samples:5.1f}% of samples")
+    reasons = {h[len("stall_"):]: sum(_num(d[h]) for d in data) for h in header
+               if h.startswith("stall_") and "Not Issued" not in h}
+    out.append("  stalls: " + ", ".join(f"{k} {100 * v / samples:.1f}%" for k, v in
+                                         sorted(reasons.items(), key=lambda kv: -kv[1])[:8]))
+    return "\n".join(out)
 
 
 def _summary(case: str, k: dict, elements: int) -> dict:
@@ -139,7 +169,7 @@ def main() -> None:
     if args.source:
         for c in args.cases:
             if not c.startswith("batch_norm"):
-                print(source_counters(c, args.out), flush=True)
+                print(source_summary(source_counters(c, args.out)), flush=True)
         return
     results = [r for c in args.cases for r in profile(c, args.out)]
     # ncu's time is under replay (caches flushed, one kernel alone): read it against the
