@@ -1,11 +1,12 @@
 """A few calls of one op at one shape, for a kernel profiler to wrap:
 
     ncu -k regex:norm_fwd --launch-skip 2 --launch-count 1 --section SpeedOfLight \\
-        python benchmarks/kernel_target.py layer_norm bfloat16 16384 4096 [fwd|bwd]
+        python benchmarks/kernel_target.py layer_norm bfloat16 16384 4096 [fwd|bwd|fp8]
     ncu -k regex:^bn_ ... python benchmarks/kernel_target.py batch_norm bfloat16 64x1024x14x14 nhwc [fwd|bwd]
 
 BatchNorm as the GPU check times it (cunorm/_bench_bn.py: training, parameters in x's dtype;
-nhwc is channels last, C innermost).
+nhwc is channels last, C innermost). fp8: the forward with FP8 e4m3 out, scale 4 and amax, as
+the GPU check's fused rows time it (the norm_fwd_fused kernel).
 """
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ def row_norm_call(op: str, dt, m: str, n: str, direction: str):
     x = rng.standard_normal((m, n), dtype="float32").astype(dt)
     dy = rng.standard_normal((m, n), dtype="float32").astype(dt)
     w = cupy.ones(n, dt)
+    if direction == "fp8":
+        import ml_dtypes
+
+        params = (w,) if op == "rms_norm" else (w, cupy.zeros(n, dt))
+        return lambda: getattr(cunorm, op)(x, *params, out_dtype=ml_dtypes.float8_e4m3fn, out_scale=4.0,
+                                           return_amax=True)
     if op == "layer_norm":
         b = cupy.zeros(n, dt)
         _, mean, rstd = cunorm.layer_norm(x, w, b, return_stats=True)

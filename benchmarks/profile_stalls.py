@@ -4,7 +4,7 @@ shapes issues 4 and 5 still miss, in one device call (ncu, the GPU's clocks left
     python benchmarks/profile_stalls.py --out $OUT/stalls [case ...]
     python benchmarks/profile_stalls.py --source --out $OUT/src layer_norm:bfloat16:8192:bwd rms_norm:bfloat16:8192:bwd
 
-A case is op:dtype:N:pass (e.g. layer_norm:bfloat16:16384:bwd) or
+A case is op:dtype:N:pass (e.g. layer_norm:bfloat16:16384:bwd; pass fp8: the forward with FP8 out) or
 batch_norm:dtype:NxCxHxW:layout:pass (batch_norm:bfloat16:64x1024x14x14:nhwc:fwd); without
 any, CASES. Each case runs benchmarks/kernel_target.py (row norms at M = 64 Mi / N) under
 ncu, profiles every kernel of the op it launches, and appends ncu's CSV to --out/ncu-raw.txt. The
@@ -101,7 +101,8 @@ def source_counters(case: str, out: str) -> str:
     written to out/source-CASE.csv; returns the path. First run in the twenty-fourth session
     (NOTES v84), 18 s for three cases."""
     target, direction = _row_target(case)
-    cmd = ["ncu", "--clock-control", "none", "-k", f"regex:^norm_{direction}", "--launch-skip", "1",
+    kernel = {"fp8": "norm_fwd_fused"}.get(direction, f"norm_{direction}")
+    cmd = ["ncu", "--clock-control", "none", "-k", f"regex:^{kernel}", "--launch-skip", "1",
            "--launch-count", "1", "--section", "SourceCounters", "--page", "source", "--print-source", "sass", "--csv",
            *target]
     path = os.path.join(out, "source-" + case.replace(":", "-") + ".csv")
