@@ -30,6 +30,12 @@ def rebuild_row_norms(options) -> None:
         cache.cache_clear()
 
 
+def adding_options(base: tuple):
+    """A sweep's ``use`` for builds that add their NVRTC options (a variant's value) to
+    ``base`` (the defaults): ``()``, alternate's default for it, rebuilds ``base`` itself."""
+    return lambda extra: rebuild_row_norms((*base, *extra))
+
+
 def alternate(variants: dict, rounds: int, use, default, log=print):
     """Yields (round, name, copy bandwidth in GB/s) after ``use(variant)`` has set that
     variant up, every variant once a round, so clock drift shows as the spread within a

@@ -15,7 +15,7 @@ import numpy
 
 from cunorm import _bench, _bench_fused, _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import alternate, best_table, rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, alternate, best_table  # benchmarks/ is the script's directory
 from sweep_bwd_stage import bits_sweep
 
 VARIANTS = {"two_butterflies": ("-DCUNORM_PAIRED_SUM2=0",), "paired": ()}
@@ -37,7 +37,7 @@ def _fp8_rows(variants: dict, use, log) -> list[dict]:
     import cunorm
 
     rows, reference = [], {}
-    for round_, name, copy in alternate(variants, ROUNDS, use, _compile.COMPILE_OPTIONS, log):
+    for round_, name, copy in alternate(variants, ROUNDS, use, (), log):
         for n in FUSED_ROW_LENGTHS:
             m, (x, *_), w, b = _bench_fused._inputs(n)
 
@@ -60,12 +60,8 @@ def _fp8_rows(variants: dict, use, log) -> list[dict]:
 
 def sweep(log=print, names=None) -> list[dict]:
     variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
-    base = _compile.COMPILE_OPTIONS
-
-    def use(extra):
-        rebuild_row_norms(base if extra == base else (*base, *extra))
-
-    rows = bits_sweep(variants, ROUNDS, use, base, CASES, FUSED_ROW_LENGTHS,
+    use = adding_options(_compile.COMPILE_OPTIONS)
+    rows = bits_sweep(variants, ROUNDS, use, (), CASES, FUSED_ROW_LENGTHS,
                       ("fwd_of_copy", "bwd_of_copy", "fused_residual_bwd_of_copy"), log)
     return rows + _fp8_rows(variants, use, log)
 
