@@ -114,7 +114,8 @@ def source_summary(path: str, elements: int = ELEMENTS, top: int = 16) -> str:
     """The source page's totals: warp instructions executed, thread instructions an element,
     and for the opcodes that issue the most, their share of the instructions and of the
     sampled stalls; then the sampled stall reasons' shares (v84 read its lever off these)."""
-    lines = [line for line in open(path) if line.startswith('"')]
+    with open(path) as f:
+        lines = [line for line in f if line.startswith('"')]
     rows = list(csv.reader(io.StringIO("".join(lines))))
     starts = [i for i, r in enumerate(rows) if r and r[0] == "Address"]
     if not starts:
