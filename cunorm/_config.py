@@ -360,9 +360,6 @@ def wide_bwd_row_bytes(tile: TileConfig, itemsize: int) -> int:
 # v81: the wide block's weight in float slots of shared memory after the ring, where both fit
 # (kernels/row_norm.cuh WideWeightSlots, CUNORM_WIDE_WEIGHT_SMEM: keep the two alike).
 WIDE_BWD_WEIGHT_SMEM = True
-# v83: half-precision LayerNorm's single wide block keeps loading its weight: with the slots
-# it lost 0.04 of copy at 12288-16384 (H200, against main before v81), while its clusters
-# gained 0.02-0.03 (NOTES v83).
 
 
 def wide_bwd_weight_bytes(tile: TileConfig, itemsize: int, depth: int, smem_optin: int, rms: bool,
@@ -371,8 +368,18 @@ def wide_bwd_weight_bytes(tile: TileConfig, itemsize: int, depth: int, smem_opti
     where ring, slots and the kernel's static buffers fit ``smem_optin``, else none (the
     weight loaded in each pass). ``cluster``: a block of norm_bwd_wide_cluster."""
     ring, slots = depth * wide_bwd_row_bytes(tile, itemsize), tile.tile * 4
+    # v83: half-precision LayerNorm's single wide block keeps loading its weight: with the
+    # slots it lost 0.04 of copy at 12288-16384 (H200, against main before v81), while its
+    # clusters gained 0.02-0.03 (NOTES v83)
     serves = itemsize == 4 or rms or cluster
     return slots if WIDE_BWD_WEIGHT_SMEM and serves and ring + slots + WIDE_BWD_STATIC_SMEM <= smem_optin else 0
+
+
+def wide_bwd_smem(tile: TileConfig, itemsize: int, depth: int, smem_optin: int, rms: bool, cluster: bool) -> int:
+    """Dynamic shared memory of one wide backward block: its ring of ``depth`` rows and the
+    weight's slots where they fit (wide_bwd_weight_bytes)."""
+    return depth * wide_bwd_row_bytes(tile, itemsize) + \
+        wide_bwd_weight_bytes(tile, itemsize, depth, smem_optin, rms, cluster)
 
 
 def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_optin: int) -> int | None:

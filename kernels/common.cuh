@@ -275,6 +275,73 @@ __device__ __forceinline__ void copies_wait() {
 }
 
 
+// ---- bulk copies global -> shared (sm_90: cp.async.bulk, completed on an mbarrier) -------
+// v86: one thread copies a whole row (16-byte aligned, a multiple of 16 bytes) with one
+// instruction, where cp.async needs one a thread; the row's mbarrier completes when the bytes
+// have landed and its expected arrivals have come, and any thread that waits on its phase
+// then sees them. On other targets kBulkCopies is false and callers take cp.async.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(CUNORM_HIP)
+#define CUNORM_BULK_COPIES 1
+#else
+#define CUNORM_BULK_COPIES 0
+#endif
+constexpr bool kBulkCopies = CUNORM_BULK_COPIES;
+
+__device__ __forceinline__ unsigned shared_addr(const void* p) {
+#if CUNORM_BULK_COPIES
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+#else
+  return 0u;
+#endif
+}
+
+// One thread initialises the barrier for `arrivals` arrivals a phase; a block barrier must
+// follow before any thread uses it.
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned arrivals) {
+#if CUNORM_BULK_COPIES
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_addr(bar)), "r"(arrivals) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+// An arrival that also tells the barrier to expect `bytes` more from bulk copies this phase.
+__device__ __forceinline__ void mbar_arrive_expect(unsigned long long* bar, unsigned bytes) {
+#if CUNORM_BULK_COPIES
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_addr(bar)), "r"(bytes)
+               : "memory");
+#endif
+}
+
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to shared memory,
+// counted against `bar`'s expected bytes.
+__device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned bytes, unsigned long long* bar) {
+#if CUNORM_BULK_COPIES
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   shared_addr(smem)),
+               "l"(gmem), "r"(bytes), "r"(shared_addr(bar))
+               : "memory");
+#endif
+}
+
+// An arrival on `bar` once this thread's earlier cp.async copies have landed (counted in the
+// barrier's arrivals: .noinc).
+__device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
+#if CUNORM_BULK_COPIES
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_addr(bar)) : "memory");
+#endif
+}
+
+// Waits for the phase of parity `parity` to complete (acquire: its copies are visible).
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+#if CUNORM_BULK_COPIES
+  asm volatile(
+      "{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra WAIT;\n}\n" ::"r"(
+          shared_addr(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
 // A compile-time branch taken by a generic lambda (``if constexpr (decltype(flag)::value)``).
 template <bool B> struct Flag { static constexpr bool value = B; };
 
@@ -356,15 +423,6 @@ __device__ __forceinline__ void unpair(A half, A& a, A& b) {
   a = upper ? other : half;
   b = upper ? half : other;
 }
-
-// Where the paired sums pay (benchmarks/sweep_paired_sums.py, H200, two rounds within 0.002,
-// bf16 LayerNorm backward of copy, two butterflies -> paired): norm_bwd's 1024-thread rows
-// (N = 8192) 0.799 -> 0.859, 512 (4096) 0.860 -> 0.868, the fused residual backward
-// +0.004-0.012; but rows of 64-256 threads -0.005-0.007, the wide block (16384) 0.713 ->
-// 0.691 and the FP8 LayerNorm forward's one-pass sums -0.013-0.019. So the row backwards
-// pair their sums from 512 threads a row and every other caller keeps two butterflies.
-template <int TPR>
-constexpr bool kPairedRowSums = CUNORM_PAIRED_SUM2 && TPR >= 512;
 
 // group_sum2's sums before its closing barrier (TPR > warp: that barrier is the caller's, so
 // smem may be reused only after it). PAIRED: one butterfly for both sums at each level.

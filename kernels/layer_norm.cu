@@ -402,27 +402,73 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
                                   WeightSlotsFit<kRingBytes, PACKS * VEC * 4 * kBlock>::value;
     __shared__ __align__(16) float4 wslots[kWeightSlots ? PACKS * VEC / 4 * kBlock : 1];
     if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPR, kBlock>(wslots, weight, c0, N, lane);
-    auto stage_row = [&](i64 base, int buf) {  // rows past M stage zeros, never read
-      const i64 r = base + ty;
-      const i64 safe = r < M ? r : 0;
-      const int limit = tile_limit(N, c0, i64(TPR) * PACKS * VEC, r < M);
-      stage_tile<VEC, PACKS, TPR, kBlock>(slots + 2 * buf * kSet, x + xmap.offset(safe) + c0, limit, lane);
-      stage_tile<VEC, PACKS, TPR, kBlock>(slots + (2 * buf + 1) * kSet, dy + dymap.offset(safe) + c0, limit, lane);
-      stage_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, r, M);
-      copies_commit();
-    };
-    StageRing<kDepth> ring;
-    ring.fill([&](int ahead, int b) { stage_row(group_block * kRows + ahead * stride, b); });
-    for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
-      ring.refill_and_wait([&](int ahead, int b) { stage_row(base + ahead * stride, b); });
-      const int buf = ring.buf;
-      A xv[PACKS][VEC], g[PACKS][VEC];
-      unstage_tile<VEC, PACKS, kBlock>(slots + 2 * buf * kSet, xv);
-      unstage_tile<VEC, PACKS, kBlock>(slots + (2 * buf + 1) * kSet, g);
-      bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true, kWeightSlots>(
-          xv, g, weight, staged_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, base + ty, M), row_sums, dx, base + ty,
-          M, N, c0, lane, smem, dw_acc, db_acc, wslots);
-      ring.advance();
+    if constexpr (BulkRows<T, VEC, TPR>::value) {
+      // 16-byte packs: the host gives them only rows that start on 16-byte boundaries (x, dy
+      // and every row stride; _launch.pick_vec, tests/test_dispatch.py), as a bulk copy needs
+      __shared__ unsigned long long bars[kDepth];  // a buffer's row: its bytes and 2 arrivals
+      __shared__ A row_stats_of[kDepth * 2];       // [buffer][mean, rstd]
+      const int limit = tile_limit(N, c0, i64(TPR) * PACKS * VEC, true);
+      const unsigned bytes = unsigned(limit) * unsigned(sizeof(T));
+#pragma unroll
+      for (int b = 0; b < 2 * kDepth; ++b)
+#pragma unroll
+        for (int p = 0; p < PACKS; ++p)
+          if (pack_col<VEC, TPR>(p, lane) >= limit) slots[b * kSet + p * kBlock + threadIdx.x] = Pack<T, VEC>{};
+      if (threadIdx.x == 0)
+        for (int b = 0; b < kDepth; ++b) mbar_init(&bars[b], 2);
+      __syncthreads();
+      // by thread 0, into buffer b whose last row every thread has read (the previous
+      // step's sums passed a block barrier after those reads); rows past M are never read,
+      // so never copied, and every row copied is waited for before the loop ends
+      auto issue = [&](i64 r, int b) {
+        if (threadIdx.x != 0 || r >= M) return;
+        mbar_arrive_expect(&bars[b], 2 * bytes);
+        bulk_copy(slots + 2 * b * kSet, x + xmap.offset(r) + c0, bytes, &bars[b]);
+        bulk_copy(slots + (2 * b + 1) * kSet, dy + dymap.offset(r) + c0, bytes, &bars[b]);
+        if (!RMS) copy4_async(row_stats_of + 2 * b, mean + r);
+        copy4_async(row_stats_of + 2 * b + 1, rstd + r);
+        mbar_arrive_copies(&bars[b]);
+      };
+#pragma unroll
+      for (int d = 0; d < kDepth - 1; ++d) issue(group_block + d * stride, d);
+      unsigned parity = 0;  // bit b: the phase buffer b's next row completes
+      int buf = 0;
+      for (i64 row = group_block; row < M; row += stride) {  // block-uniform
+        issue(row + (kDepth - 1) * stride, buf == 0 ? kDepth - 1 : buf - 1);
+        mbar_wait(&bars[buf], (parity >> buf) & 1u);
+        parity ^= 1u << buf;
+        A xv[PACKS][VEC], g[PACKS][VEC];
+        unstage_tile<VEC, PACKS, kBlock>(slots + 2 * buf * kSet, xv);
+        unstage_tile<VEC, PACKS, kBlock>(slots + (2 * buf + 1) * kSet, g);
+        const RowStats<A> st{RMS ? A(0) : row_stats_of[2 * buf], row_stats_of[2 * buf + 1]};
+        bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true, kWeightSlots>(xv, g, weight, st, row_sums, dx, row, M, N, c0,
+                                                                      lane, smem, dw_acc, db_acc, wslots);
+        buf = buf == kDepth - 1 ? 0 : buf + 1;
+      }
+    } else {
+      auto stage_row = [&](i64 base, int buf) {  // rows past M stage zeros, never read
+        const i64 r = base + ty;
+        const i64 safe = r < M ? r : 0;
+        const int limit = tile_limit(N, c0, i64(TPR) * PACKS * VEC, r < M);
+        stage_tile<VEC, PACKS, TPR, kBlock>(slots + 2 * buf * kSet, x + xmap.offset(safe) + c0, limit, lane);
+        stage_tile<VEC, PACKS, TPR, kBlock>(slots + (2 * buf + 1) * kSet, dy + dymap.offset(safe) + c0, limit, lane);
+        stage_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, r, M);
+        copies_commit();
+      };
+      StageRing<kDepth> ring;
+      ring.fill([&](int ahead, int b) { stage_row(group_block * kRows + ahead * stride, b); });
+      for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
+        ring.refill_and_wait([&](int ahead, int b) { stage_row(base + ahead * stride, b); });
+        const int buf = ring.buf;
+        A xv[PACKS][VEC], g[PACKS][VEC];
+        unstage_tile<VEC, PACKS, kBlock>(slots + 2 * buf * kSet, xv);
+        unstage_tile<VEC, PACKS, kBlock>(slots + (2 * buf + 1) * kSet, g);
+        bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true, kWeightSlots>(
+            xv, g, weight, staged_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, base + ty, M), row_sums, dx, base + ty,
+            M, N, c0, lane, smem, dw_acc, db_acc, wslots);
+        ring.advance();
+      }
+      copies_wait<0>();  // the copies past the last row land before the block's shared memory goes
     }
   } else {
     for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform

@@ -308,18 +308,24 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
   constexpr int kBlock = GroupShape<TPR>::kBlock, kSet = PACKS * kBlock, kDepth = StagePolicy<TPR, RMS>::depth;
   constexpr int kBuffer = kSet * int(sizeof(Pack<H, VEC>) + sizeof(Pack<T, VEC>));
   extern __shared__ __align__(16) unsigned char stage_smem[];
-  __shared__ A stats[kDepth * 2 * StatsSlots<TPR, kBlock>::value];  // unreferenced (none) unless staged
+  // a slot a warp (stage_stats) or, v85, a row group (SharedStatsRing); unreferenced unless staged
+  constexpr bool kSharedStats = kStaged && SharedStats<TPR, RMS>::value;
+  __shared__ A stats[kSharedStats ? (kDepth + 1) * 2 * kRows : kDepth * 2 * StatsSlots<TPR, kBlock>::value];
+  SharedStatsRing<RMS, TPR, kRows, kDepth> shared_stats;
   auto h_slots = [&](int buf) { return reinterpret_cast<Pack<H, VEC>*>(stage_smem + buf * kBuffer); };
   auto dy_slots = [&](int buf) {
     return reinterpret_cast<Pack<T, VEC>*>(stage_smem + buf * kBuffer + kSet * int(sizeof(Pack<H, VEC>)));
   };
-  auto stage_row = [&](i64 base, int buf) {  // rows past M stage zeros, never read
+  const i64 step = i64(gridDim.x) * kRows;
+  // rows past M stage zeros, never read; `refill`: also the statistics a step further (v85)
+  auto stage_row = [&](i64 base, int buf, bool refill) {
     const i64 r = base + ty;
     const i64 safe = r < M ? r : 0;
     const int limit = tile_limit(N, 0, kTile, r < M);
     stage_tile<VEC, PACKS, TPR, kBlock>(h_slots(buf), h + hmap.offset(safe), limit, lane);
     stage_tile<VEC, PACKS, TPR, kBlock>(dy_slots(buf), dy + dymap.offset(safe), limit, lane);
-    stage_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, r, M);
+    if constexpr (!kSharedStats) stage_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, r, M);
+    else if (refill) shared_stats.refill(stats, mean, rstd, r + step, M);
     copies_commit();
   };
   // v73: the weight (+ offset) widened once into shared memory (row_norm.cuh stage_weight, v71
@@ -331,9 +337,10 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
       WeightSlotsFit<kDepth * kSet * int(sizeof(Pack<H, VEC>) + sizeof(Pack<T, VEC>)), PACKS * VEC * 4 * kBlock>::value;
   __shared__ __align__(16) float4 wslots[kWeightSlots ? PACKS * VEC / 4 * kBlock : 1];
   if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPR, kBlock>(wslots, weight, 0, N, lane, weight_offset);
-  const i64 step = i64(gridDim.x) * kRows;
   StageRing<kDepth> ring;
-  if constexpr (kStaged) ring.fill([&](int ahead, int b) { stage_row(i64(blockIdx.x) * kRows + ahead * step, b); });
+  if constexpr (kSharedStats) shared_stats.fill(stats, mean, rstd, i64(blockIdx.x) * kRows + ty, step, M);
+  if constexpr (kStaged) ring.fill([&](int ahead, int b) { stage_row(i64(blockIdx.x) * kRows + ahead * step, b, false); });
+  if constexpr (kSharedStats) shared_stats.arrived();
 
   for (i64 base = i64(blockIdx.x) * kRows; base < M; base += step) {  // block-uniform
     const i64 row = base + ty;
@@ -343,10 +350,15 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
     A xv[PACKS][VEC], g[PACKS][VEC];
     RowStats<A> st;
     if constexpr (kStaged) {
-      ring.refill_and_wait([&](int ahead, int b) { stage_row(base + ahead * step, b); });
+      ring.refill_and_wait([&](int ahead, int b) { stage_row(base + ahead * step, b, true); });
       unstage_tile<VEC, PACKS, kBlock>(h_slots(ring.buf), xv);
       unstage_tile<VEC, PACKS, kBlock>(dy_slots(ring.buf), g);
-      st = staged_stats<RMS, TPR, kBlock>(stats, ring.buf, mean, rstd, row, M);
+      if constexpr (kSharedStats) {
+        st = shared_stats.current(stats);
+        shared_stats.advance();
+      } else {
+        st = staged_stats<RMS, TPR, kBlock>(stats, ring.buf, mean, rstd, row, M);
+      }
       ring.advance();
     } else {
       load_tile<VEC, PACKS, TPR>(h + hmap.offset(safe_row), limit, lane, xv);
@@ -395,5 +407,6 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
       if (dres) store_pack<H>(dres + at, out);
     }
   }
+  if constexpr (kStaged) copies_wait<0>();  // the copies past the last row land before the block's shared memory goes
   store_partials<VEC, PACKS, TPR>(dw_acc, db_acc, dw_part, db_part, i64(blockIdx.x) * kRows + ty, N, 0, lane);
 }

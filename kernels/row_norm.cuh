@@ -7,6 +7,15 @@
 
 namespace cunorm {
 
+// Where the paired sums pay (benchmarks/sweep_paired_sums.py, H200, two rounds within 0.002,
+// bf16 LayerNorm backward of copy, two butterflies -> paired): norm_bwd's 1024-thread rows
+// (N = 8192) 0.799 -> 0.859, 512 (4096) 0.860 -> 0.868, the fused residual backward
+// +0.004-0.012; but rows of 64-256 threads -0.005-0.007, the wide block (16384) 0.713 ->
+// 0.691 and the FP8 LayerNorm forward's one-pass sums -0.013-0.019. So the row backwards
+// pair their sums from 512 threads a row and every other caller keeps two butterflies.
+template <int TPR>
+constexpr bool kPairedRowSums = CUNORM_PAIRED_SUM2 && TPR >= 512;
+
 // A row group of TPR threads; groups smaller than 128 threads share a 128-thread block.
 template <int TPR>
 struct GroupShape {
@@ -472,6 +481,94 @@ __device__ __forceinline__ void stage_stats(float* stats, int buf, const float* 
   if (!RMS) copy4_async(stats + (2 * buf) * kSlots + slot, mean + safe);
   copy4_async(stats + (2 * buf + 1) * kSlots + slot, rstd + safe);
 }
+
+// v85: the fused residual backward's rows of 128-512 threads (every row step passes a block
+// barrier, its sums') stage their statistics in one slot a row group, copied by the group's
+// first thread alone, DEPTH row steps ahead: one step further than the tiles, so each copy
+// has arrived (that thread's wait, a step early) and crossed a barrier (that step's sums)
+// before any thread reads it. stage_stats has each warp copy its own slot (no barrier
+// needed), which ncu's source counters (bf16 LayerNorm backward, N = 8192: 24 of a row's 283
+// instructions a warp) put at 8% of the kernel's issue slots. The ring holds DEPTH + 1
+// slots: the step's row, DEPTH rows ahead. H200, two rounds (benchmarks/sweep_row_copies.py,
+// results/sweep-row-copies-v85-v86-h200.txt), bf16 backward of copy, stage_stats -> v85:
+// fused residual LayerNorm N = 2048 / 4096 / 8192 0.892 / 0.870 / 0.847 -> 0.899 / 0.879 /
+// 0.847, RMSNorm 0.911 / 0.897 / 0.879 -> 0.911 / 0.904 / 0.884; norm_bwd's 1024-thread rows
+// (N = 8192) lost 0.02 (LayerNorm 0.859 -> 0.839, RMSNorm 0.895 -> 0.873), so blocks of a
+// whole SM keep stage_stats, and norm_bwd's rows under 1024 threads take v86 instead (on
+// sm_80, which v86 does not reach, stage_stats: v85 was not measured there). 0: stage_stats.
+#ifndef CUNORM_BWD_SHARED_STATS
+#define CUNORM_BWD_SHARED_STATS 1
+#endif
+
+template <int TPR, bool RMS>
+struct SharedStats {
+  static constexpr bool value =
+      CUNORM_BWD_SHARED_STATS && StagePolicy<TPR, RMS>::stats && TPR > kWarp && !StagePolicy<TPR, RMS>::kSmRows;
+};
+
+template <bool RMS, int TPR, int ROWS, int DEPTH>
+struct SharedStatsRing {
+  static constexpr int kSlots = DEPTH + 1;  // `stats`: [kSlots][mean, rstd][ROWS], the block's
+  int read = 0;                             // the slot of the current step's row
+  // Row `row`'s statistics into `slot`, by its group's first thread (uncommitted).
+  static __device__ __forceinline__ void copy(float* stats, int slot, const float* mean, const float* rstd, i64 row,
+                                              i64 M) {
+    if (threadIdx.x % TPR) return;
+    const i64 safe = row < M ? row : 0;
+    const int ty = threadIdx.x / TPR;
+    if (!RMS) copy4_async(stats + (2 * slot) * ROWS + ty, mean + safe);
+    copy4_async(stats + (2 * slot + 1) * ROWS + ty, rstd + safe);
+  }
+  // Before the tiles' ring.fill: the first DEPTH steps' rows (row0 + d * step), a group of
+  // their own, the oldest, so that the wait in `arrived` (after the fill's DEPTH - 1 groups)
+  // covers them and its barrier shows them to the block.
+  static __device__ __forceinline__ void fill(float* stats, const float* mean, const float* rstd, i64 row0, i64 step,
+                                              i64 M) {
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) copy(stats, d, mean, rstd, row0 + d * step, M);
+    copies_commit();
+  }
+  static __device__ __forceinline__ void arrived() {
+    copies_wait<DEPTH - 1>();
+    __syncthreads();
+  }
+  // At a step's refill (uncommitted: the tiles' commit takes it): the row DEPTH steps
+  // ahead, into the slot the previous step read (every thread has passed that step's barriers).
+  __device__ __forceinline__ void refill(float* stats, const float* mean, const float* rstd, i64 row, i64 M) const {
+    copy(stats, read == 0 ? DEPTH : read - 1, mean, rstd, row, M);
+  }
+  __device__ __forceinline__ RowStats<float> current(const float* stats) const {
+    const int ty = threadIdx.x / TPR;
+    return RowStats<float>{RMS ? 0.0f : stats[(2 * read) * ROWS + ty], stats[(2 * read + 1) * ROWS + ty]};
+  }
+  __device__ __forceinline__ void advance() { read = read == DEPTH ? 0 : read + 1; }
+};
+
+// v86: on sm_90, norm_bwd's staged rows of 128-512 threads (a row a block) have the block's
+// first thread copy the row's x and dy with one bulk copy each (cp.async.bulk) and its
+// statistics with two 4-byte cp.async, all completing on the buffer's mbarrier, instead of
+// one 16-byte cp.async a thread a stream and v74's statistics slots. Every other thread only
+// waits on the mbarrier: ncu's source counters (bf16 LayerNorm, N = 8192) put ~75 of a row
+// step's 283 instructions a warp in the per-thread copies (row offsets, LDGSTS, the three
+// predicated-off LDS that ptxas pairs with each) and the statistics. A row's bytes in shared
+// memory are its packs in order (one row a block: slot p * BLOCK + t holds column
+// (p * TPR + t) * VEC), so one contiguous copy fills them; the packs past the row are zeroed
+// once a buffer, since no copy writes them. Needs rows on 16-byte boundaries, which the
+// host's 16-byte packs already imply (_launch.pick_vec). H200, two rounds
+// (benchmarks/sweep_row_copies.py, results/sweep-row-copies-v85-v86-h200.txt), bf16 backward
+// of copy, per-thread copies -> bulk: LayerNorm N = 1024 / 2048 / 4096 0.850 / 0.881 / 0.869
+// -> 0.885 / 0.887 / 0.866, RMSNorm 0.874 / 0.843 / 0.846 -> 0.898 / 0.912 / 0.905; but
+// 1024-thread rows (N = 8192) fell, LayerNorm 0.859 -> 0.712 and RMSNorm 0.895 -> 0.861, so
+// blocks of a whole SM keep cp.async. 0: never.
+#ifndef CUNORM_BWD_BULK
+#define CUNORM_BWD_BULK 1
+#endif
+
+template <typename T, int VEC, int TPR>
+struct BulkRows {
+  static constexpr bool value = kBulkCopies && CUNORM_BWD_BULK && GroupShape<TPR>::kRows == 1 &&
+                                !StagePolicy<TPR, false>::kSmRows && sizeof(Pack<T, VEC>) == 16;
+};
 
 // The statistics of the row staged in `buf`, after this thread's wait for its copies: the
 // warp barrier makes the copying lane's arrived words visible to the others. Without

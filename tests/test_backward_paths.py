@@ -36,9 +36,11 @@ def test_staged_partial_row_backward_walks_many_rows(rng, op, dtype, n):
     one's reductions): enough rows that every persistent group walks many, including the last
     steps' stages of rows past M. Each staging of _config.bwd_stage_depth / StagePolicy: warp
     rows (N = 504, three buffers), 128-512-thread rows (two, v75) and 1024-thread rows
-    (N = 8184, three buffers for LayerNorm), both with their statistics staged (v74). N = 504 /
-    520 / 8184 leave the tile's last packs past the row: zero-filled copies, and weight slots
-    (v71) holding 1."""
+    (N = 8184, three buffers for LayerNorm), both with their statistics staged (v74). On
+    sm_90 (v86) the 128-512-thread rows (N = 520-4096) take each row as one bulk copy of x and
+    one of dy on the buffer's mbarrier, rows past M never copied. N = 504 / 520 / 8184 leave
+    the tile's last packs past the row: zero-filled copies (zeroed once a buffer under v86),
+    and weight slots (v71) holding 1."""
     from cunorm import _config
     from cunorm.ops import _row_norm
 
@@ -68,8 +70,8 @@ def _check_wide(rng, op, dtype, n, rows, tile):
     optin = _row_norm.smem_limits(0)[0]
     depth = _config.wide_bwd_depth(tile, rms, n, itemsize, optin)
     assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
-    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, itemsize) + \
-        _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, False), "its ring, and its weight where it fits"
+    assert plan.smem == _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, False), \
+        "its ring, and its weight where it fits"
     check(op, rng, (rows, n), dtype)
 
 

@@ -222,8 +222,8 @@ def test_wide_cluster_backward(rng, wide_clusters, op, dtype, n, rows):
         "the wide cluster backward"
     optin = _row_norm.smem_limits(0)[0]
     depth = _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, optin)
-    assert plan.smem == depth * _config.wide_bwd_row_bytes(tile, itemsize) + \
-        _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, True), "each block's ring, and its weight where it fits"
+    assert plan.smem == _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, True), \
+        "each block's ring, and its weight where it fits"
     check(op, rng, (rows, n), dtype)
 
 

@@ -65,6 +65,21 @@ def test_pack_width_follows_alignment_and_lengths():
     assert pick_vec(8, 64, [(1 << 20 | 8, 8)], (64,)) == 1
 
 
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_sixteen_byte_packs_start_every_row_on_sixteen_bytes(itemsize):
+    """The staged backward's bulk copies (v86) need each row of x and dy to start on a
+    16-byte boundary, and they trust the pack width for it: a 16-byte pack is chosen only
+    when every pointer is 16-byte aligned and every row stride and the row length are
+    multiples of the pack, so each row start (pointer + stride * index * itemsize) is."""
+    packs = 16 // itemsize
+    for offset in range(0, 48, itemsize):
+        for stride in (packs * 64, packs * 64 + 1, packs * 64 + packs // 2, -packs * 64, packs):
+            for n in (packs, packs * 64, packs * 64 + 2):
+                vec = pick_vec(itemsize, n, [(1 << 20 | offset, itemsize), (1 << 21, itemsize)], (stride, stride * 3))
+                if vec * itemsize == 16:
+                    rows = [(1 << 20 | offset) + stride * i * itemsize for i in range(5)]
+                    assert all(r % 16 == 0 for r in rows) and n % vec == 0, (offset, stride, n)
+
 def test_parameter_dtype_pairs():
     f16, f64 = numpy.dtype(numpy.float16), numpy.dtype(numpy.float64)
     assert _row_norm.param_dtype(BFLOAT16, F32, F32) == F32

@@ -407,15 +407,13 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
     if wide is not None:
         cfg, depth = wide
         main = function_ptr(KERNEL_FILE, _wide_name(t, wn, rms, depth, cfg), device)
-        smem = depth * _config.wide_bwd_row_bytes(cfg, itemsize) + \
-            _config.wide_bwd_weight_bytes(cfg, itemsize, depth, smem_limits(device)[0], rms, False)
+        smem = _config.wide_bwd_smem(cfg, itemsize, depth, smem_limits(device)[0], rms, False)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
     wide_cluster = _wide_cluster_plan(t, itemsize, n, vec, rms, device)
     if wide_cluster is not None:
         ccfg, tile, depth = wide_cluster
         main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, ccfg), device)
-        smem = depth * _config.wide_bwd_row_bytes(tile, itemsize) + \
-            _config.wide_bwd_weight_bytes(tile, itemsize, depth, smem_limits(device)[0], rms, True)
+        smem = _config.wide_bwd_smem(tile, itemsize, depth, smem_limits(device)[0], rms, True)
         return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block, smem), smem
     scfg = _config.cluster_staged_bwd_config(n, vec, itemsize) \
         if USE_STAGED_CLUSTER_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device) else None
