@@ -6,10 +6,14 @@
 
 BatchNorm as the GPU check times it (cunorm/_bench_bn.py: training, parameters in x's dtype;
 nhwc is channels last, C innermost). fp8: the forward with FP8 e4m3 out, scale 4 and amax, as
-the GPU check's fused rows time it (the norm_fwd_fused kernel).
+the GPU check's fused rows time it (the norm_fwd_fused kernel). CUNORM_TARGET_DEFINES and
+CUNORM_TARGET_HOST select a variant build (apply_variant; profile_stalls.py --define / --host).
 """
 from __future__ import annotations
 
+import ast
+import importlib
+import os
 import sys
 
 import cupy
@@ -17,6 +21,25 @@ import cupy
 import cunorm
 from cunorm._bench_bn import bn_calls
 from cunorm._checks import BFLOAT16
+
+# A variant build for the profiler (profile_stalls.py --define / --host): NVRTC -D options
+# added to the defaults, space separated ("CUNORM_BWD_BULK=0"), and host settings
+# ("ops._row_norm.FWD_PREFETCH=False": a cunorm module, an attribute, a Python literal).
+DEFINES_ENV, HOST_ENV = "CUNORM_TARGET_DEFINES", "CUNORM_TARGET_HOST"
+
+
+def apply_variant(defines: str, host: str) -> None:
+    """Sets this process's build and host settings before any kernel compiles."""
+    from cunorm import _compile
+
+    _compile.COMPILE_OPTIONS = (*_compile.COMPILE_OPTIONS, *(f"-D{d}" for d in defines.split()))
+    for setting in host.split():
+        target, value = setting.split("=", 1)
+        module, attr = target.rsplit(".", 1)
+        mod = importlib.import_module(f"cunorm.{module}")
+        if not hasattr(mod, attr):
+            raise SystemExit(f"{HOST_ENV}: cunorm.{module} has no {attr}")
+        setattr(mod, attr, ast.literal_eval(value))
 
 
 def batch_norm_call(dt, shape: str, layout: str, direction: str):
@@ -52,6 +75,7 @@ def row_norm_call(op: str, dt, m: str, n: str, direction: str):
 
 def main(op="layer_norm", dtype="bfloat16", m="16384", n="4096", direction="fwd") -> None:
     # batch_norm: m is the shape NxCxHxW, n the layout
+    apply_variant(os.environ.get(DEFINES_ENV, ""), os.environ.get(HOST_ENV, ""))
     dt = BFLOAT16 if dtype == "bfloat16" else dtype
     call = batch_norm_call(dt, m, n, direction) if op == "batch_norm" else row_norm_call(op, dt, m, n, direction)
     for _ in range(4):  # (benchmarks/profile_stalls.py CALLS)

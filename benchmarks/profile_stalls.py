@@ -3,6 +3,7 @@ shapes issues 4 and 5 still miss, in one device call (ncu, the GPU's clocks left
 
     python benchmarks/profile_stalls.py --out $OUT/stalls [case ...]
     python benchmarks/profile_stalls.py --source --out $OUT/src layer_norm:bfloat16:8192:bwd rms_norm:bfloat16:8192:bwd
+    python benchmarks/profile_stalls.py --source --define CUNORM_BWD_BULK=0 --tag cp-async --out $OUT/src CASE
 
 A case is op:dtype:N:pass (e.g. layer_norm:bfloat16:16384:bwd; pass fp8: the forward with FP8 out) or
 batch_norm:dtype:NxCxHxW:layout:pass (batch_norm:bfloat16:64x1024x14x14:nhwc:fwd); without
@@ -40,6 +41,7 @@ STALL = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")
 
 
 TARGET = [sys.executable, os.path.join(os.path.dirname(__file__), "kernel_target.py")]
+TAG = ""  # --tag, for --source's file names
 
 
 def _row_target(case: str) -> tuple[list[str], str]:
@@ -48,11 +50,17 @@ def _row_target(case: str) -> tuple[list[str], str]:
     return [*TARGET, op, dtype, str(ELEMENTS // int(n)), n, direction], direction
 
 
+# kernel_target.py's variant build (--define / --host), passed through its environment
+VARIANT = {"CUNORM_TARGET_DEFINES": "", "CUNORM_TARGET_HOST": ""}
+
+
 def _ncu(cmd: list[str], path: str, mode: str) -> subprocess.CompletedProcess:
-    """Runs ncu, writing the command, its rc and its output to ``path`` (opened with ``mode``)."""
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    """Runs ncu, writing the command, its variant, its rc and its output to ``path`` (opened
+    with ``mode``)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **VARIANT})
     with open(path, mode) as f:
-        f.write(f"# {' '.join(cmd)} (rc {done.returncode})\n")
+        variant = " ".join(f"{k}='{v}'" for k, v in VARIANT.items() if v)
+        f.write(f"# {variant + ' ' if variant else ''}{' '.join(cmd)} (rc {done.returncode})\n")
         f.write(done.stdout)
         f.write(done.stderr)
     return done
@@ -105,7 +113,7 @@ def source_counters(case: str, out: str) -> str:
     cmd = ["ncu", "--clock-control", "none", "-k", f"regex:^{kernel}", "--launch-skip", "1",
            "--launch-count", "1", "--section", "SourceCounters", "--page", "source", "--print-source", "sass", "--csv",
            *target]
-    path = os.path.join(out, "source-" + case.replace(":", "-") + ".csv")
+    path = os.path.join(out, "source-" + case.replace(":", "-") + TAG + ".csv")
     _ncu(cmd, path, "w")
     return path
 
@@ -166,8 +174,17 @@ def main() -> None:
     ap.add_argument("--out", default="profile-stalls")
     ap.add_argument("--source", action="store_true",
                     help="row-norm cases only: ncu's per-instruction source page instead of the table")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE",
+                    help="an NVRTC -D option for the profiled build (repeatable), e.g. CUNORM_BWD_BULK=0")
+    ap.add_argument("--host", action="append", default=[], metavar="MODULE.ATTR=LITERAL",
+                    help="a cunorm host setting for the profiled process (repeatable), e.g. "
+                         "ops._row_norm.FWD_PREFETCH=False")
+    ap.add_argument("--tag", default="", help="appended to --source's file names (one run a variant)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    global TAG
+    TAG = f"-{args.tag}" if args.tag else ""
+    VARIANT.update({"CUNORM_TARGET_DEFINES": " ".join(args.define), "CUNORM_TARGET_HOST": " ".join(args.host)})
     if args.source:
         for c in args.cases:
             if not c.startswith("batch_norm"):
