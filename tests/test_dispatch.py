@@ -80,6 +80,7 @@ def test_sixteen_byte_packs_start_every_row_on_sixteen_bytes(itemsize):
                     rows = [(1 << 20 | offset) + stride * i * itemsize for i in range(5)]
                     assert all(r % 16 == 0 for r in rows) and n % vec == 0, (offset, stride, n)
 
+
 def test_parameter_dtype_pairs():
     f16, f64 = numpy.dtype(numpy.float16), numpy.dtype(numpy.float64)
     assert _row_norm.param_dtype(BFLOAT16, F32, F32) == F32
