@@ -402,7 +402,7 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
                                   WeightSlotsFit<kRingBytes, PACKS * VEC * 4 * kBlock>::value;
     __shared__ __align__(16) float4 wslots[kWeightSlots ? PACKS * VEC / 4 * kBlock : 1];
     if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPR, kBlock>(wslots, weight, c0, N, lane);
-    if constexpr (BulkRows<T, VEC, TPR>::value) {
+    if constexpr (BulkRows<T, VEC, TPR, RMS>::value) {
       // 16-byte packs: the host gives them only rows that start on 16-byte boundaries (x, dy
       // and every row stride; _launch.pick_vec, tests/test_dispatch.py), as a bulk copy needs
       __shared__ unsigned long long bars[kDepth];  // a buffer's row: its bytes and 2 arrivals
@@ -425,16 +425,15 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
         mbar_arrive_expect(&bars[b], 2 * bytes);
         bulk_copy(slots + 2 * b * kSet, x + xmap.offset(r) + c0, bytes, &bars[b]);
         bulk_copy(slots + (2 * b + 1) * kSet, dy + dymap.offset(r) + c0, bytes, &bars[b]);
-        if (!RMS) copy4_async(row_stats_of + 2 * b, mean + r);
-        copy4_async(row_stats_of + 2 * b + 1, rstd + r);
+        copy_row_stats<RMS>(row_stats_of + 2 * b, row_stats_of + 2 * b + 1, mean, rstd, r);
         mbar_arrive_copies(&bars[b]);
       };
-#pragma unroll
-      for (int d = 0; d < kDepth - 1; ++d) issue(group_block + d * stride, d);
+      StageRing<kDepth> ring;
+      ring.fill([&](int ahead, int b) { issue(group_block + ahead * stride, b); });
       unsigned parity = 0;  // bit b: the phase buffer b's next row completes
-      int buf = 0;
       for (i64 row = group_block; row < M; row += stride) {  // block-uniform
-        issue(row + (kDepth - 1) * stride, buf == 0 ? kDepth - 1 : buf - 1);
+        ring.refill([&](int ahead, int b) { issue(row + ahead * stride, b); });
+        const int buf = ring.buf;
         mbar_wait(&bars[buf], (parity >> buf) & 1u);
         parity ^= 1u << buf;
         A xv[PACKS][VEC], g[PACKS][VEC];
@@ -443,7 +442,7 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
         const RowStats<A> st{RMS ? A(0) : row_stats_of[2 * buf], row_stats_of[2 * buf + 1]};
         bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true, kWeightSlots>(xv, g, weight, st, row_sums, dx, row, M, N, c0,
                                                                       lane, smem, dw_acc, db_acc, wslots);
-        buf = buf == kDepth - 1 ? 0 : buf + 1;
+        ring.advance();
       }
     } else {
       auto stage_row = [&](i64 base, int buf) {  // rows past M stage zeros, never read

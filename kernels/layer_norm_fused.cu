@@ -310,8 +310,8 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
   extern __shared__ __align__(16) unsigned char stage_smem[];
   // a slot a warp (stage_stats) or, v85, a row group (SharedStatsRing); unreferenced unless staged
   constexpr bool kSharedStats = kStaged && SharedStats<TPR, RMS>::value;
-  __shared__ A stats[kSharedStats ? (kDepth + 1) * 2 * kRows : kDepth * 2 * StatsSlots<TPR, kBlock>::value];
-  SharedStatsRing<RMS, TPR, kRows, kDepth> shared_stats;
+  __shared__ A stats[kSharedStats ? (kDepth + 1) * 2 : kDepth * 2 * StatsSlots<TPR, kBlock>::value];
+  SharedStatsRing<RMS, kDepth> shared_stats;
   auto h_slots = [&](int buf) { return reinterpret_cast<Pack<H, VEC>*>(stage_smem + buf * kBuffer); };
   auto dy_slots = [&](int buf) {
     return reinterpret_cast<Pack<T, VEC>*>(stage_smem + buf * kBuffer + kSet * int(sizeof(Pack<H, VEC>)));

@@ -398,10 +398,15 @@ struct StageRing {
     for (int d = 0; d < DEPTH - 1; ++d) stage(d, d);
   }
   // At the top of a row step: the row DEPTH - 1 steps ahead into the buffer the previous step
-  // read, then wait until this step's row has arrived.
+  // read (the caller then waits for this step's row its own way: v86's mbarriers).
+  template <typename F>
+  __device__ __forceinline__ void refill(F&& stage) {
+    stage(DEPTH - 1, buf == 0 ? DEPTH - 1 : buf - 1);
+  }
+  // refill, then wait until this step's row has arrived (cp.async groups).
   template <typename F>
   __device__ __forceinline__ void refill_and_wait(F&& stage) {
-    stage(DEPTH - 1, buf == 0 ? DEPTH - 1 : buf - 1);
+    refill(stage);
     copies_wait<DEPTH - 1>();
   }
   __device__ __forceinline__ void advance() { buf = buf == DEPTH - 1 ? 0 : buf + 1; }
@@ -471,15 +476,24 @@ struct StatsSlots {
   static constexpr int value = BLOCK / kGroup;
 };
 
+// A row's mean (LayerNorm only) and rstd into two shared-memory words, a 4-byte cp.async
+// each, uncommitted: the staged backwards' one way of copying statistics (stage_stats,
+// SharedStatsRing, v86's bulk rows), so the three cannot drift apart.
+template <bool RMS>
+__device__ __forceinline__ void copy_row_stats(float* mean_to, float* rstd_to, const float* mean, const float* rstd,
+                                               i64 row) {
+  if (!RMS) copy4_async(mean_to, mean + row);
+  copy4_async(rstd_to, rstd + row);
+}
+
 template <bool RMS, int TPR, int BLOCK>
 __device__ __forceinline__ void stage_stats(float* stats, int buf, const float* mean, const float* rstd, i64 row,
                                             i64 M) {
   constexpr int kGroup = StatsSlots<TPR, BLOCK>::kGroup, kSlots = StatsSlots<TPR, BLOCK>::value;
   if (!StagePolicy<TPR, RMS>::stats || threadIdx.x % kGroup) return;
-  const i64 safe = row < M ? row : 0;
   const int slot = threadIdx.x / kGroup;
-  if (!RMS) copy4_async(stats + (2 * buf) * kSlots + slot, mean + safe);
-  copy4_async(stats + (2 * buf + 1) * kSlots + slot, rstd + safe);
+  copy_row_stats<RMS>(stats + (2 * buf) * kSlots + slot, stats + (2 * buf + 1) * kSlots + slot, mean, rstd,
+                      row < M ? row : 0);
 }
 
 // v85: the fused residual backward's rows of 128-512 threads (every row step passes a block
@@ -503,21 +517,20 @@ __device__ __forceinline__ void stage_stats(float* stats, int buf, const float* 
 template <int TPR, bool RMS>
 struct SharedStats {
   static constexpr bool value =
-      CUNORM_BWD_SHARED_STATS && StagePolicy<TPR, RMS>::stats && TPR > kWarp && !StagePolicy<TPR, RMS>::kSmRows;
+      CUNORM_BWD_SHARED_STATS && StagePolicy<TPR, RMS>::stats && GroupShape<TPR>::kRows == 1 &&
+      !StagePolicy<TPR, RMS>::kSmRows;
 };
 
-template <bool RMS, int TPR, int ROWS, int DEPTH>
+// A row a block (SharedStats), so a slot holds one row's pair and thread 0 copies it.
+template <bool RMS, int DEPTH>
 struct SharedStatsRing {
-  static constexpr int kSlots = DEPTH + 1;  // `stats`: [kSlots][mean, rstd][ROWS], the block's
+  static constexpr int kSlots = DEPTH + 1;  // `stats`: [kSlots][mean, rstd]
   int read = 0;                             // the slot of the current step's row
-  // Row `row`'s statistics into `slot`, by its group's first thread (uncommitted).
+  // Row `row`'s statistics into `slot`, by the block's first thread (uncommitted).
   static __device__ __forceinline__ void copy(float* stats, int slot, const float* mean, const float* rstd, i64 row,
                                               i64 M) {
-    if (threadIdx.x % TPR) return;
-    const i64 safe = row < M ? row : 0;
-    const int ty = threadIdx.x / TPR;
-    if (!RMS) copy4_async(stats + (2 * slot) * ROWS + ty, mean + safe);
-    copy4_async(stats + (2 * slot + 1) * ROWS + ty, rstd + safe);
+    if (threadIdx.x) return;
+    copy_row_stats<RMS>(stats + 2 * slot, stats + 2 * slot + 1, mean, rstd, row < M ? row : 0);
   }
   // Before the tiles' ring.fill: the first DEPTH steps' rows (row0 + d * step), a group of
   // their own, the oldest, so that the wait in `arrived` (after the fill's DEPTH - 1 groups)
@@ -538,8 +551,7 @@ struct SharedStatsRing {
     copy(stats, read == 0 ? DEPTH : read - 1, mean, rstd, row, M);
   }
   __device__ __forceinline__ RowStats<float> current(const float* stats) const {
-    const int ty = threadIdx.x / TPR;
-    return RowStats<float>{RMS ? 0.0f : stats[(2 * read) * ROWS + ty], stats[(2 * read + 1) * ROWS + ty]};
+    return RowStats<float>{RMS ? 0.0f : stats[2 * read], stats[2 * read + 1]};
   }
   __device__ __forceinline__ void advance() { read = read == DEPTH ? 0 : read + 1; }
 };
@@ -559,15 +571,23 @@ struct SharedStatsRing {
 // of copy, per-thread copies -> bulk: LayerNorm N = 1024 / 2048 / 4096 0.850 / 0.881 / 0.869
 // -> 0.885 / 0.887 / 0.866, RMSNorm 0.874 / 0.843 / 0.846 -> 0.898 / 0.912 / 0.905; but
 // 1024-thread rows (N = 8192) fell, LayerNorm 0.859 -> 0.712 and RMSNorm 0.895 -> 0.861, so
-// blocks of a whole SM keep cp.async. 0: never.
+// blocks of a whole SM keep cp.async. RMSNorm's 128-thread rows (N = 513-1024) read 0.898
+// in that sweep but 0.819-0.844 in the next three processes (the GPU check,
+// results/bulk-rms-1024-h200.txt; same SASS), against 0.867 with cp.async, so they keep
+// cp.async too (kBulkRmsFromTpr). A deeper ring (3) lost 0.08-0.15 on every bulk row. 0: never;
+// 2: every one-row tile, those two included (for profiling why they lose,
+// benchmarks/profile_stalls.py --define CUNORM_BWD_BULK=2).
 #ifndef CUNORM_BWD_BULK
 #define CUNORM_BWD_BULK 1
 #endif
+constexpr int kBulkRmsFromTpr = 256;
 
-template <typename T, int VEC, int TPR>
+template <typename T, int VEC, int TPR, bool RMS>
 struct BulkRows {
+  static constexpr bool kGated = !StagePolicy<TPR, RMS>::kSmRows && (!RMS || TPR >= kBulkRmsFromTpr);
   static constexpr bool value = kBulkCopies && CUNORM_BWD_BULK && GroupShape<TPR>::kRows == 1 &&
-                                !StagePolicy<TPR, false>::kSmRows && sizeof(Pack<T, VEC>) == 16;
+                                (kGated || CUNORM_BWD_BULK >= 2) &&
+                                sizeof(Pack<T, VEC>) == 16;
 };
 
 // The statistics of the row staged in `buf`, after this thread's wait for its copies: the

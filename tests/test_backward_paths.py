@@ -37,8 +37,9 @@ def test_staged_partial_row_backward_walks_many_rows(rng, op, dtype, n):
     steps' stages of rows past M. Each staging of _config.bwd_stage_depth / StagePolicy: warp
     rows (N = 504, three buffers), 128-512-thread rows (two, v75) and 1024-thread rows
     (N = 8184, three buffers for LayerNorm), both with their statistics staged (v74). On
-    sm_90 (v86) the 128-512-thread rows (N = 520-4096) take each row as one bulk copy of x and
-    one of dy on the buffer's mbarrier, rows past M never copied. N = 504 / 520 / 8184 leave
+    sm_90 (v86) the 128-512-thread rows (N = 520-4096; RMSNorm from 256 threads, N = 2048)
+    take each row as one bulk copy of x and one of dy on the buffer's mbarrier, rows past M
+    never copied. N = 504 / 520 / 8184 leave
     the tile's last packs past the row: zero-filled copies (zeroed once a buffer under v86),
     and weight slots (v71) holding 1."""
     from cunorm import _config
