@@ -19,7 +19,11 @@ from _sweep_cli import alternate, best_table, row_norm_cases  # benchmarks/ is t
 
 VARIANTS = {"committed": _config.CLUSTER_SHAPES,
             "blocks512": ((512, 2), (512, 4), (512, 8)),
-            "blocks1024": ((1024, 2), (1024, 4), (1024, 8))}
+            "blocks1024": ((1024, 2), (1024, 4), (1024, 8)),
+            # twenty-sixth session: the committed shapes and 1024 x 8 past them (rows of
+            # 131073-262144 elements in half precision, 65537-262144 in float32), now that
+            # the clusters stage their rows (v49) and take one-pass statistics (v50)
+            "plus1024x8": _config.CLUSTER_SHAPES + ((1024, 8),)}
 ROUNDS = 2
 ROW_LENGTHS = (32768, 65536, 131072, 262144)
 
