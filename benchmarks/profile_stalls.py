@@ -118,10 +118,12 @@ def source_counters(case: str, out: str) -> str:
     return path
 
 
-def source_summary(path: str, elements: int = ELEMENTS, top: int = 16) -> str:
+def source_summary(path: str, elements: int = ELEMENTS, top: int = 16, hottest: int = 6) -> str:
     """The source page's totals: warp instructions executed, thread instructions an element,
     and for the opcodes that issue the most, their share of the instructions and of the
-    sampled stalls; then the sampled stall reasons' shares (v84 read its lever off these)."""
+    sampled stalls; then the sampled stall reasons' shares (v84 read its lever off these);
+    then the ``hottest`` single instructions by their share of the samples, with how often
+    each ran (v90 found the cluster barrier's wait this way: one instruction, 17-23%)."""
     with open(path) as f:
         lines = [line for line in f if line.startswith('"')]
     rows = list(csv.reader(io.StringIO("".join(lines))))
@@ -146,6 +148,9 @@ def source_summary(path: str, elements: int = ELEMENTS, top: int = 16) -> str:
                if h.startswith("stall_") and "Not Issued" not in h}
     out.append("  stalls: " + ", ".join(f"{k} {100 * v / samples:.1f}%" for k, v in
                                          sorted(reasons.items(), key=lambda kv: -kv[1])[:8]))
+    for d in sorted(data, key=lambda d: -_num(d["Warp Stall Sampling (All Samples)"]))[:hottest]:
+        out.append(f"  {100 * _num(d['Warp Stall Sampling (All Samples)']) / samples:5.1f}% of samples: "
+                   f"{' '.join(d['Source'].split())[:64]} (ran {_num(d['Instructions Executed']):.0f} times)")
     return "\n".join(out)
 
 
