@@ -4,11 +4,12 @@ a row, one block an SM: bf16 N = 4097-8192) on v86's bulk copies with a deeper r
 at 28.0 thread instructions an element against cp.async's 34.2, but waiting on the row's
 mbarrier (long scoreboard 24.5% of stall samples, the wait loop's BRA 25.4% of samples)
 where cp.async is issue-bound (not_selected first): one block an SM has only DEPTH - 1 rows
-in flight, so the ring, not issue, may hold the bulk copies. Shared memory allows more rows there without losing occupancy
-(a bf16 8192 row's x and dy: 32 KiB a buffer). Variants force the bulk copies
-(``CUNORM_BWD_BULK=2``) and one ring depth (``CUNORM_BWD_STAGE_DEPTH`` with the host's
-``_row_norm.STAGE_DEPTH``) against main (cp.async, StagePolicy's depth). Builds alternate
-ROUNDS times in one process; outputs must equal the first build's bit for bit.
+in flight, so the ring, not issue, may hold the bulk copies. Shared memory allows more rows
+there without losing occupancy (a bf16 8192 row's x and dy: 32 KiB a buffer). Variants force
+the bulk copies (``CUNORM_BWD_BULK=2``) and one ring depth (sweep_bwd_depth's build) against
+main (cp.async, StagePolicy's depth); ``bulk`` keeps the policy's depths and also runs the
+rows main already gives bulk copies. Builds alternate ROUNDS times in one process; outputs
+must equal the first build's bit for bit.
 
     python benchmarks/sweep_bulk_sm_rows.py [--variants cp-async,bulk-d4,...] [--json out.json]
 """
@@ -16,8 +17,7 @@ from __future__ import annotations
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from cunorm.ops import _row_norm
-from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
+from sweep_bwd_depth import _use as use_depth  # benchmarks/ is the script's directory
 from sweep_bwd_stage import bits_sweep
 
 # name: (CUNORM_BWD_BULK, ring depth; None: StagePolicy / _config.bwd_stage_depth)
@@ -32,8 +32,7 @@ POLICY_DEPTH_CASES = [(op, BFLOAT16, n) for op in ("layer_norm", "rms_norm") for
 
 def _use(variant, base=_compile.COMPILE_OPTIONS) -> None:
     bulk, depth = variant
-    _row_norm.STAGE_DEPTH = depth
-    rebuild_row_norms((*base, f"-DCUNORM_BWD_BULK={bulk}", *((f"-DCUNORM_BWD_STAGE_DEPTH={depth}",) if depth else ())))
+    use_depth(depth, (*base, f"-DCUNORM_BWD_BULK={bulk}"))
 
 
 def sweep(log=print, names=None) -> list[dict]:
