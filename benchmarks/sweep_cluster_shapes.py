@@ -1,8 +1,8 @@
 """The cluster forward's shapes (threads a block × blocks a cluster) in variants: the
 committed CLUSTER_SHAPES against clusters of 512- and of 1024-thread blocks, which cover the
 same rows with fewer blocks a cluster (fewer partial sums to exchange, fewer blocks an SM).
-1024-thread blocks in clusters of 8 also take bf16 rows of 262144, which the split path
-serves today. Forward only (the backward's clusters have their own shapes); builds
+1024-thread blocks in clusters of 8 take rows of 131073-262144 (v92); ``upto512x8`` gives
+them back to the split path. Forward only (the backward's clusters have their own shapes); builds
 alternate ROUNDS times in one process. A different partition sums a row in another order,
 so each variant's y is compared with the committed shapes' y by its largest difference
 instead of bit for bit.
@@ -20,10 +20,9 @@ from _sweep_cli import alternate, best_table, row_norm_cases  # benchmarks/ is t
 VARIANTS = {"committed": _config.CLUSTER_SHAPES,
             "blocks512": ((512, 2), (512, 4), (512, 8)),
             "blocks1024": ((1024, 2), (1024, 4), (1024, 8)),
-            # twenty-sixth session: the committed shapes and 1024 x 8 past them (rows of
-            # 131073-262144 elements in half precision, 65537-262144 in float32), now that
-            # the clusters stage their rows (v49) and take one-pass statistics (v50)
-            "plus1024x8": _config.CLUSTER_SHAPES + ((1024, 8),)}
+            # v92 (committed since): the shapes before it, without 1024 x 8 (rows of
+            # 131073-262144 elements then took the split path)
+            "upto512x8": tuple(s for s in _config.CLUSTER_SHAPES if s != (1024, 8))}
 ROUNDS = 2
 ROW_LENGTHS = (32768, 65536, 131072, 262144)
 

@@ -234,11 +234,15 @@ class ClusterConfig:
 # fell to 0.16-0.46 of copy against the split path's 0.37-0.51; fp32 at 8 packs used 62-64
 # registers, no spills. Against the split path (benchmarks/results/sweep-cluster-fwd-h200.txt,
 # fraction of copy, N = 65536 / 131072): bf16 LayerNorm 0.38 -> 0.49 / 0.44, RMSNorm 0.43 ->
-# 0.60 / 0.57; fp32 LayerNorm 0.58 -> 0.67 / 0.62, RMSNorm 0.60 -> 0.80 / 0.70. A 1024-thread
-# block (one an SM at 64 registers) lost fp32 LayerNorm N = 262144 (0.58 -> 0.51): longer
-# rows keep the split path.
+# 0.60 / 0.57; fp32 LayerNorm 0.58 -> 0.67 / 0.62, RMSNorm 0.60 -> 0.80 / 0.70. Clusters of
+# eight 1024-thread blocks (one an SM at 64 registers: 56-64 used, no spills) hold rows up to
+# 262144: they lost fp32 LayerNorm N = 262144 to the split path when the clusters loaded
+# their rows straight into registers (0.58 -> 0.51), and won once rows were staged in shared
+# memory and the half-precision exchange pipelined (v49, v90; v92 on the H200, two rounds:
+# bf16 LayerNorm 0.50 -> 0.62, RMSNorm 0.55 -> 0.71-0.72, fp32 LayerNorm 0.62 -> 0.64-0.65,
+# RMSNorm 0.63 -> 0.65-0.66). Longer rows keep the split path.
 CLUSTER_VALUES = 32
-CLUSTER_SHAPES = ((256, 2), (256, 4), (256, 8), (512, 8))  # (threads a block, blocks): cluster <= 8, portable
+CLUSTER_SHAPES = ((256, 2), (256, 4), (256, 8), (512, 8), (1024, 8))  # (threads a block, blocks): cluster <= 8, portable
 CLUSTER_MIN_SM = 90
 
 
@@ -258,10 +262,19 @@ def cluster_fwd_stage_rows(cfg: ClusterConfig, itemsize: int, rms: bool) -> int:
     return 1 if itemsize == 2 or (not rms and cfg.tpb >= 512) else 0
 
 
+# v90: half-precision cluster forwards whose rows are staged keep two more rows in shared
+# memory (the row whose y is written, the row being summed), mirroring ClusterFwdStage::pipe
+# and ::buffers in kernels/layer_norm_cluster.cu (the measurements there and in NOTES v90).
+# False here with the kernels built -DCUNORM_CLUSTER_FWD_PIPE=0 gives v50's loop.
+CLUSTER_FWD_PIPE = True
+
+
 def cluster_fwd_stage_bytes(cfg: ClusterConfig, itemsize: int, rms: bool) -> int:
     """Dynamic shared memory a block of the cluster forward takes for its staged rows (0: the
     v48 kernel, a cluster a row)."""
-    return cluster_fwd_stage_rows(cfg, itemsize, rms) * cfg.block_columns * itemsize
+    rows = cluster_fwd_stage_rows(cfg, itemsize, rms)
+    buffers = rows + 2 if CLUSTER_FWD_PIPE and itemsize == 2 and rows > 0 else rows
+    return buffers * cfg.block_columns * itemsize
 
 
 def cluster_config(n: int, vec: int) -> ClusterConfig | None:
@@ -391,17 +404,23 @@ def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_opti
     return depth if depth >= min(WIDE_BWD_DEPTHS) else None
 
 
-# Rows past one wide block on sm_90 (v68): a cluster of 2-4 wide blocks of 16384 columns a
+# Rows past one wide block on sm_90 (v68): a cluster of 2-8 wide blocks of 16384 columns a
 # row (kernels/layer_norm_cluster.cu norm_bwd_wide_cluster), each staged as the wide backward
 # stages it, the row sums exchanged once. The fewest blocks that hold the row, so every
-# block holds part of it (the kernel relies on that); clusters of three are legal on sm_90.
+# block holds part of it (the kernel relies on that); clusters of 3, 5-7 are legal on sm_90.
 # It serves before the staged cluster below, which then serves no row by default. H200, two
 # rounds (results/sweep-wide-cluster-bwd-v68-h200.txt), backward of copy: bf16 LayerNorm
 # N = 32768 / 65536 0.45 / 0.45 -> 0.55 / 0.48 and RMSNorm 65536 0.48 -> 0.50 (against the
 # staged cluster); float32 N = 32768 / 65536 LayerNorm 0.51 / 0.50 -> 0.61 / 0.56, RMSNorm
 # 0.53 / 0.52 -> 0.71 / 0.63 (against the split path). Blocks of v66's 32768 columns lost:
-# bf16 RMSNorm 65536 0.45, and 131072 0.39 against the split path's 0.41.
-WIDE_CLUSTER_BWD_SIZES = (2, 3, 4)
+# bf16 RMSNorm 65536 0.45, and 131072 0.39 against the split path's 0.41. v93: clusters of
+# five to eight blocks take rows of 65537-131072 from the split path (half precision below
+# 131072) and the grid rows (float32, and half precision at 131072): H200, two rounds
+# (results/sweep-wide-cluster-sizes-v93-h200.txt), backward of copy at N = 81920 / 131072:
+# bf16 LayerNorm 0.40 / 0.44 -> 0.48 / 0.51, RMSNorm 0.42 / 0.52 -> 0.55 / 0.59; float32
+# LayerNorm 0.43 / 0.53 -> 0.54 / 0.58, RMSNorm 0.45 / 0.54 -> 0.69 / 0.71; fp16 RMSNorm
+# 100000 0.40 -> 0.50.
+WIDE_CLUSTER_BWD_SIZES = (2, 3, 4, 5, 6, 7, 8)
 
 
 def wide_cluster_bwd_tile(itemsize: int) -> TileConfig | None:
@@ -417,7 +436,7 @@ def wide_cluster_bwd_configs(itemsize: int) -> list[ClusterConfig]:
 
 def wide_cluster_bwd_config(n: int, vec: int, itemsize: int) -> ClusterConfig | None:
     """The fewest wide blocks that hold a row of ``n`` elements in ``vec``-packs, or None
-    (one block holds it, or four do not)."""
+    (one block holds it, or eight do not)."""
     t = wide_cluster_bwd_tile(itemsize)
     blocks = -(-n // t.tile) if t is not None and t.vec == vec else 0
     return ClusterConfig(t.vec, t.packs, t.tpr, blocks) if blocks in WIDE_CLUSTER_BWD_SIZES else None

@@ -220,6 +220,13 @@ __device__ __forceinline__ void store_pack_whole(T* p, const A (&in)[VEC]) {
   }
 }
 
+// The 32-bit address in the shared window that PTX's .shared instructions take (CUDA only).
+#if !defined(CUNORM_HIP)
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+#endif
+
 // ---- asynchronous copies global -> shared (cp.async; plain copies on HIP) --------------------
 // A thread's copies land in shared memory without passing through its registers; it waits
 // for its own with copies_wait (a barrier then shows them to the block).
@@ -227,7 +234,7 @@ __device__ __forceinline__ void copy16_async(void* smem, const void* gmem, bool 
 #if defined(CUNORM_HIP)
   *static_cast<uint4*>(smem) = inside ? *static_cast<const uint4*>(gmem) : make_uint4(0, 0, 0, 0);
 #else
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned dst = shared_address(smem);
   // src-size 0 fills the chunk with zeros (packs past the row)
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(inside ? 16 : 0)
                : "memory");
@@ -238,7 +245,7 @@ __device__ __forceinline__ void copy4_async(void* smem, const void* gmem) {
 #if defined(CUNORM_HIP)
   *static_cast<unsigned*>(smem) = *static_cast<const unsigned*>(gmem);
 #else
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned dst = shared_address(smem);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem) : "memory");
 #endif
 }
@@ -251,7 +258,7 @@ __device__ __forceinline__ void copy_async_part(void* smem, const void* gmem, in
   for (int k = 0; k < CP; ++k)
     static_cast<unsigned char*>(smem)[k] = k < bytes ? static_cast<const unsigned char*>(gmem)[k] : 0;
 #else
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned dst = shared_address(smem);
   if constexpr (CP == 16)  // .cg (L2 only) exists for 16-byte copies alone
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes) : "memory");
   else
@@ -287,19 +294,11 @@ __device__ __forceinline__ void copies_wait() {
 #endif
 constexpr bool kBulkCopies = CUNORM_BULK_COPIES;
 
-__device__ __forceinline__ unsigned shared_addr(const void* p) {
-#if CUNORM_BULK_COPIES
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-#else
-  return 0u;
-#endif
-}
-
 // One thread initialises the barrier for `arrivals` arrivals a phase; a block barrier must
 // follow before any thread uses it.
 __device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned arrivals) {
 #if CUNORM_BULK_COPIES
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_addr(bar)), "r"(arrivals) : "memory");
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
 }
@@ -307,7 +306,7 @@ __device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned arri
 // An arrival that also tells the barrier to expect `bytes` more from bulk copies this phase.
 __device__ __forceinline__ void mbar_arrive_expect(unsigned long long* bar, unsigned bytes) {
 #if CUNORM_BULK_COPIES
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_addr(bar)), "r"(bytes)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
                : "memory");
 #endif
 }
@@ -317,8 +316,8 @@ __device__ __forceinline__ void mbar_arrive_expect(unsigned long long* bar, unsi
 __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned bytes, unsigned long long* bar) {
 #if CUNORM_BULK_COPIES
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   shared_addr(smem)),
-               "l"(gmem), "r"(bytes), "r"(shared_addr(bar))
+                   shared_address(smem)),
+               "l"(gmem), "r"(bytes), "r"(shared_address(bar))
                : "memory");
 #endif
 }
@@ -327,7 +326,7 @@ __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned
 // barrier's arrivals: .noinc).
 __device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
 #if CUNORM_BULK_COPIES
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_addr(bar)) : "memory");
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
 #endif
 }
 
@@ -336,7 +335,7 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
 #if CUNORM_BULK_COPIES
   asm volatile(
       "{\n .reg .pred done;\n WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra WAIT;\n}\n" ::"r"(
-          shared_addr(bar)),
+          shared_address(bar)),
       "r"(parity)
       : "memory");
 #endif
@@ -541,10 +540,15 @@ __device__ __forceinline__ void cluster_barrier() {
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
+// cluster_barrier in two halves, for work between them (v90): a thread arrives once, then
+// waits once, before it arrives again.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+
 __device__ __forceinline__ void cluster_fence() { asm volatile("fence.acq_rel.cluster;" ::: "memory"); }
 
 __device__ __forceinline__ unsigned cluster_address(const void* local, unsigned rank) {
-  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(local));
+  const unsigned addr = shared_address(local);
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
   return remote;

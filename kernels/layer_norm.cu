@@ -402,6 +402,15 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
                                   WeightSlotsFit<kRingBytes, PACKS * VEC * 4 * kBlock>::value;
     __shared__ __align__(16) float4 wslots[kWeightSlots ? PACKS * VEC / 4 * kBlock : 1];
     if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPR, kBlock>(wslots, weight, c0, N, lane);
+    // a row's backward from ring buffer buf, however its copies were issued and waited for;
+    // its statistics read after its x and dy (stats_of(): the order both loops were tuned in)
+    auto staged_row = [&](int buf, auto stats_of, i64 row) {
+      A xv[PACKS][VEC], g[PACKS][VEC];
+      unstage_tile<VEC, PACKS, kBlock>(slots + 2 * buf * kSet, xv);
+      unstage_tile<VEC, PACKS, kBlock>(slots + (2 * buf + 1) * kSet, g);
+      bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true, kWeightSlots>(xv, g, weight, stats_of(), row_sums, dx, row, M, N,
+                                                                    c0, lane, smem, dw_acc, db_acc, wslots);
+    };
     if constexpr (BulkRows<T, VEC, TPR, RMS>::value) {
       // 16-byte packs: the host gives them only rows that start on 16-byte boundaries (x, dy
       // and every row stride; _launch.pick_vec, tests/test_dispatch.py), as a bulk copy needs
@@ -436,12 +445,7 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
         const int buf = ring.buf;
         mbar_wait(&bars[buf], (parity >> buf) & 1u);
         parity ^= 1u << buf;
-        A xv[PACKS][VEC], g[PACKS][VEC];
-        unstage_tile<VEC, PACKS, kBlock>(slots + 2 * buf * kSet, xv);
-        unstage_tile<VEC, PACKS, kBlock>(slots + (2 * buf + 1) * kSet, g);
-        const RowStats<A> st{RMS ? A(0) : row_stats_of[2 * buf], row_stats_of[2 * buf + 1]};
-        bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true, kWeightSlots>(xv, g, weight, st, row_sums, dx, row, M, N, c0,
-                                                                      lane, smem, dw_acc, db_acc, wslots);
+        staged_row(buf, [&] { return RowStats<A>{RMS ? A(0) : row_stats_of[2 * buf], row_stats_of[2 * buf + 1]}; }, row);
         ring.advance();
       }
     } else {
@@ -459,12 +463,7 @@ norm_bwd(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restric
       for (i64 base = group_block * kRows; base < M; base += stride) {  // block-uniform
         ring.refill_and_wait([&](int ahead, int b) { stage_row(base + ahead * stride, b); });
         const int buf = ring.buf;
-        A xv[PACKS][VEC], g[PACKS][VEC];
-        unstage_tile<VEC, PACKS, kBlock>(slots + 2 * buf * kSet, xv);
-        unstage_tile<VEC, PACKS, kBlock>(slots + (2 * buf + 1) * kSet, g);
-        bwd_row<T, W, VEC, PACKS, TPR, RMS, MODE, true, kWeightSlots>(
-            xv, g, weight, staged_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, base + ty, M), row_sums, dx, base + ty,
-            M, N, c0, lane, smem, dw_acc, db_acc, wslots);
+        staged_row(buf, [&] { return staged_stats<RMS, TPR, kBlock>(stats, buf, mean, rstd, base + ty, M); }, base + ty);
         ring.advance();
       }
       copies_wait<0>();  // the copies past the last row land before the block's shared memory goes

@@ -23,25 +23,38 @@ using namespace cunorm;
 // warp 0 gets rank r's values in `theirs` (other lanes and threads: zeros). Exchanges
 // alternate two slots, since a block may still be reading the other one of its neighbours.
 // Every thread of every block of the cluster calls it.
-template <int CLUSTER, int K>
-__device__ __forceinline__ void cluster_gather(const float (&mine)[K], float* slot, float (&theirs)[K]) {
+// cluster_publish then cluster_collect; v90 puts a row's work between the two.
+template <int K>
+__device__ __forceinline__ void cluster_publish(const float (&mine)[K], float* slot) {
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int k = 0; k < K; ++k) slot[k] = mine[k];
     cluster_fence();
   }
-  cluster_barrier();  // every block's slot written (and the previous use of bcast read)
+  cluster_arrive();
+}
+
+template <int CLUSTER, int K>
+__device__ __forceinline__ void cluster_collect(const float* slot, float (&theirs)[K]) {
+  cluster_wait();  // every block's slot written (and the previous use of bcast read)
 #pragma unroll
   for (int k = 0; k < K; ++k)
     theirs[k] = threadIdx.x < CLUSTER ? load_cluster(slot + k, threadIdx.x) : 0.0f;
 }
 
-// Sums over the cluster of K values a block, in rank order: the same bits in every block.
-// `bcast` is K block-local words; ends with a block barrier, the sums in every thread.
 template <int CLUSTER, int K>
-__device__ __forceinline__ void cluster_sums(float (&v)[K], float* slot, float* bcast) {
+__device__ __forceinline__ void cluster_gather(const float (&mine)[K], float* slot, float (&theirs)[K]) {
+  cluster_publish(mine, slot);
+  cluster_collect<CLUSTER>(slot, theirs);
+}
+
+// The rank-order sums of the K values each block published in `slot`: the same bits in
+// every block. `bcast` is K block-local words; ends with a block barrier, the sums in every
+// thread.
+template <int CLUSTER, int K>
+__device__ __forceinline__ void cluster_collect_sums(float (&v)[K], const float* slot, float* bcast) {
   float theirs[K];
-  cluster_gather<CLUSTER>(v, slot, theirs);
+  cluster_collect<CLUSTER>(slot, theirs);
   if (threadIdx.x < kWarp) {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -52,6 +65,13 @@ __device__ __forceinline__ void cluster_sums(float (&v)[K], float* slot, float* 
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < K; ++k) v[k] = bcast[k];
+}
+
+// Sums over the cluster of K values a block, in rank order (cluster_collect_sums).
+template <int CLUSTER, int K>
+__device__ __forceinline__ void cluster_sums(float (&v)[K], float* slot, float* bcast) {
+  cluster_publish(v, slot);
+  cluster_collect_sums<CLUSTER>(v, slot, bcast);
 }
 
 // The row's mean (relative to the pivot) and M2 from each block's slice sum and slice M2
@@ -122,10 +142,27 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 #define CUNORM_CLUSTER_FWD_ONE_PASS 1
 #endif
 
+// v90: the half-precision cluster forward publishes row j + 1's block sums before it waits
+// for row j's exchange (cluster_publish / cluster_collect: the cluster barrier's arrive and
+// wait split), so a block reduces its next row while the cluster's slowest block catches up.
+// ncu (results/stalls-cluster-fwd-h200.txt, bf16 LayerNorm 65536 / RMSNorm 131072): the
+// barrier's wait (UCGABAR_WAIT) held 17.6% / 23.1% of the warps' samples, barrier stalls
+// 26% / 34%. Rows stay in shared memory until their y is written (each read twice: sums,
+// then y), so the ring holds the row being written, the row being summed and the staged
+// rows: ClusterFwdStage::rows + 2 buffers (_config.cluster_fwd_stage_bytes mirrors it).
+// 0: the exchange waits where it publishes (v50's loop).
+#ifndef CUNORM_CLUSTER_FWD_PIPE
+#define CUNORM_CLUSTER_FWD_PIPE 1
+#endif
+
 template <typename T, int TPB, bool RMS>
 struct ClusterFwdStage {
   static constexpr int rows = CUNORM_CLUSTER_FWD_STAGE >= 0 ? CUNORM_CLUSTER_FWD_STAGE
                               : sizeof(T) == 2 ? 1 : (!RMS && TPB >= 512) ? 1 : 0;
+  // v90's rows (half precision, rows staged; LayerNorm with its one-pass statistics)
+  static constexpr bool pipe = CUNORM_CLUSTER_FWD_PIPE && sizeof(T) == 2 && rows > 0 &&
+                               (RMS || CUNORM_CLUSTER_FWD_ONE_PASS);
+  static constexpr int buffers = pipe ? rows + 2 : rows;
 };
 
 template <typename T, typename W, int VEC, int PACKS, int TPB, int CLUSTER, bool RMS>
@@ -150,24 +187,28 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   static_assert(sizeof(Pack<T, VEC>) == 16, "cluster tiles are 16-byte packs (scalar packs take the split path)");
   constexpr int kStage = ClusterFwdStage<T, TPB, RMS>::rows, kSet = PACKS * TPB;
   constexpr bool kOnePass = !RMS && sizeof(T) == 2 && CUNORM_CLUSTER_FWD_ONE_PASS;
-  extern __shared__ __align__(16) unsigned char stage_smem[];  // [kStage][this block's slice] packs
+  constexpr bool kPipe = ClusterFwdStage<T, TPB, RMS>::pipe;
+  // [ClusterFwdStage::buffers][this block's slice] packs
+  extern __shared__ __align__(16) unsigned char stage_smem[];
   Pack<T, VEC>* const staged = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
   // The pivots of the staged rows ride in registers (plain loads, used kStage rows later).
   A pivots[kStage > 0 ? kStage : 1] = {};
-  auto stage_row = [&](i64 r, int buf) {  // rows past M copy nothing; their slot is never read
+  // row r's slice into buffer buf and (LayerNorm) its first element into `pivot`; rows past
+  // M copy nothing, their slot is never read
+  auto stage_row = [&](i64 r, int buf, A& pivot) {
     if constexpr (kStage > 0) {
       if (r >= M) return;
       const T* xr = x + xmap.offset(r);
       stage_tile<VEC, PACKS, TPB, TPB>(staged + buf * kSet, xr + c0, limit, threadIdx.x);
-      if constexpr (!RMS) pivots[kStage - 1] = cvt<A>(xr[0]);
+      if constexpr (!RMS) pivot = cvt<A>(xr[0]);
     }
   };
-  if constexpr (kStage > 0) {
+  if constexpr (kStage > 0 && !kPipe) {  // v90 stages its own rows (below)
 #pragma unroll
     for (int s = 0; s < kStage; ++s) {
 #pragma unroll
       for (int k = 0; k + 1 < kStage; ++k) pivots[k] = pivots[k + 1];
-      stage_row(first + s * clusters, s);
+      stage_row(first + s * clusters, s, pivots[kStage - 1]);
       copies_commit();  // a group a row, empty past M
     }
   }
@@ -193,17 +234,131 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     });
   };
 
+  // The row's statistics from its slice by two passes (v48's bits): mu, the mean less the
+  // pivot (0 for RMSNorm), and var; one cluster exchange.
+  auto two_pass = [&](const Pack<T, VEC>(&raw)[PACKS], A pivot, A& mu, A& var) {
+    A slice_sum = A(0), slice_mu = A(0), q = A(0);
+    if constexpr (!RMS) {
+      A s = A(0);
+      for_slice_packs<A, TPB>(raw, limit, [&](int, const A(&v)[VEC]) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
+      });
+      slice_sum = group_sum<TPB>(s, smem);
+      slice_mu = limit > 0 ? slice_sum / A(limit) : A(0);
+    }
+    for_slice_packs<A, TPB>(raw, limit, [&](int, const A(&v)[VEC]) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const A d = v[k] - pivot - slice_mu;
+        q += d * d;
+      }
+    });
+    mu = A(0);
+    if constexpr (RMS) {
+      A sum_sq[1] = {q};
+      sum_sq[0] = group_sum<TPB>(sum_sq[0], smem);
+      cluster_sums<CLUSTER>(sum_sq, slots[exchange], bcast);
+      var = sum_sq[0] / A(N);
+    } else {
+      q = group_sum<TPB>(q, smem);
+      A m2;
+      cluster_mean_m2<CLUSTER>(slice_sum, q, slots[exchange], bcast, N, kSlice, mu, m2);
+      var = m2 / A(N);
+    }
+    exchange ^= 1;
+  };
+  auto read_row = [&](int b, Pack<T, VEC>(&raw)[PACKS]) {  // this thread's slots of buffer b
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) raw[p] = read_slot(staged + b * kSet + p * TPB + threadIdx.x);
+  };
+
+  if constexpr (kPipe) {
+    // Row j + 1's block sums are published (cluster_arrive) before row j's exchange is
+    // collected (cluster_wait), and row j's y is written after; a thread's arrive and wait
+    // alternate. A slot is rewritten two exchanges after it was published, once every block
+    // has passed the wait of the exchange between, which each block reaches only after its
+    // own reads of the slot. Rows past M are neither staged nor published.
+    constexpr int kBufs = ClusterFwdStage<T, TPB, RMS>::buffers, K = RMS ? 1 : 2;
+    A pv[kBufs] = {};  // the pivots of rows j .. j + kBufs - 1 (LayerNorm; plain loads)
+    // this block's sums of the row in buffer b: RMSNorm's sum of squares; LayerNorm's sums of
+    // d = x - pivot and d^2 (the one-pass statistics), every thread holding the totals
+    auto block_sums = [&](int b, A pivot, A (&v)[K]) {
+      Pack<T, VEC> raw[PACKS];
+      read_row(b, raw);
+      A s0 = A(0), s1 = A(0);
+      for_slice_packs<A, TPB>(raw, limit, [&](int, const A(&u)[VEC]) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const A d = u[k] - pivot;
+          s0 += RMS ? u[k] * u[k] : d;
+          if constexpr (!RMS) s1 += d * d;
+        }
+      });
+      if constexpr (RMS) {
+        v[0] = group_sum<TPB>(s0, smem);
+      } else {
+        group_sum2<TPB>(s0, s1, smem);
+        v[0] = s0;
+        v[K - 1] = s1;
+      }
+    };
+#pragma unroll
+    for (int s = 0; s < kBufs - 1; ++s) {
+      stage_row(first + s * clusters, s, pv[s]);
+      copies_commit();  // a group a row, empty past M
+    }
+    A next[K];
+    if (first < M) {
+      copies_wait<kBufs - 2>();  // row j = 0's copies (this thread's; it reads only its own)
+      block_sums(0, pv[0], next);
+      cluster_publish(next, slots[exchange]);
+    }
+    int buf = 0;
+    for (i64 row = first; row < M; row += clusters) {  // uniform over the cluster
+      const int after = buf + 1 == kBufs ? 0 : buf + 1, before = buf == 0 ? kBufs - 1 : buf - 1;
+      stage_row(row + (kBufs - 1) * clusters, before, pv[kBufs - 1]);  // the buffer of row j - 1, written
+      copies_commit();
+      const bool more = row + clusters < M;
+      if (more) {
+        copies_wait<kBufs - 2>();
+        block_sums(after, pv[1], next);
+      }
+      A tot[K];
+      cluster_collect_sums<CLUSTER>(tot, slots[exchange], bcast);
+      exchange ^= 1;
+      Pack<T, VEC> raw[PACKS];
+      read_row(buf, raw);
+      A mu = A(0), var;
+      if constexpr (RMS) {
+        var = tot[0] / A(N);
+      } else {
+        mu = tot[0] / A(N);
+        var = tot[K - 1] / A(N) - mu * mu;
+        // as v50's loop below: rows whose pivot lies far from their mean take two passes
+        if (!(mu * mu <= A(kOnePassTrust) * var)) two_pass(raw, pv[0], mu, var);
+      }
+      if (more) cluster_publish(next, slots[exchange]);
+      write_y(row, pv[0], mu, rsqrt_acc(var + eps), raw);
+#pragma unroll
+      for (int k = 0; k + 1 < kBufs; ++k) pv[k] = pv[k + 1];
+      buf = after;
+    }
+    copies_wait<0>();  // no copy outlives the block's shared memory
+    cluster_barrier();  // no block leaves while another may still read its slots
+    return;
+  }
+
   for (i64 row = first; row < M; row += clusters) {  // uniform over the cluster
     Pack<T, VEC> raw[PACKS];  // the slice stays in its own width: half the registers for bf16
     A pivot = A(0);
     if constexpr (kStage > 0) {
       copies_wait<kStage - 1>();  // this thread's copies of this row; it reads only its own
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p) raw[p] = read_slot(staged + buf * kSet + p * TPB + threadIdx.x);
+      read_row(buf, raw);
       if constexpr (!RMS) pivot = pivots[0];
 #pragma unroll
       for (int k = 0; k + 1 < kStage; ++k) pivots[k] = pivots[k + 1];
-      stage_row(row + kStage * clusters, buf);  // into the slot just read
+      stage_row(row + kStage * clusters, buf, pivots[kStage - 1]);  // into the slot just read
       copies_commit();
       buf = buf + 1 == kStage ? 0 : buf + 1;
     } else {
@@ -237,36 +392,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
         continue;
       }
     }
-    A slice_sum = A(0), slice_mu = A(0), q = A(0);
-    if constexpr (!RMS) {
-      A s = A(0);
-      for_slice_packs<A, TPB>(raw, limit, [&](int, const A(&v)[VEC]) {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
-      });
-      slice_sum = group_sum<TPB>(s, smem);
-      slice_mu = limit > 0 ? slice_sum / A(limit) : A(0);
-    }
-    for_slice_packs<A, TPB>(raw, limit, [&](int, const A(&v)[VEC]) {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const A d = v[k] - pivot - slice_mu;
-        q += d * d;
-      }
-    });
     A mu = A(0), var;  // mu: the row's mean less the pivot
-    if constexpr (RMS) {
-      A sum_sq[1] = {q};
-      sum_sq[0] = group_sum<TPB>(sum_sq[0], smem);
-      cluster_sums<CLUSTER>(sum_sq, slots[exchange], bcast);
-      var = sum_sq[0] / A(N);
-    } else {
-      q = group_sum<TPB>(q, smem);
-      A m2;
-      cluster_mean_m2<CLUSTER>(slice_sum, q, slots[exchange], bcast, N, kSlice, mu, m2);
-      var = m2 / A(N);
-    }
-    exchange ^= 1;
+    two_pass(raw, pivot, mu, var);
     write_y(row, pivot, mu, rsqrt_acc(var + eps), raw);
   }
   if constexpr (kStage > 0) copies_wait<0>();  // no copy outlives the block's shared memory
@@ -411,6 +538,30 @@ norm_bwd_cluster_staged(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), con
 #ifndef CUNORM_WIDE_CLUSTER_OPEN_SUMS
 #define CUNORM_WIDE_CLUSTER_OPEN_SUMS 0
 #endif
+// A wide row's two sums over its cluster (rank order, the same bits in every block), whole
+// (operator(): v68) or as publish then collect (v91, wide_bwd_rows), alternating two slots.
+template <int CLUSTER>
+struct ClusterRowSums {
+  float* slots;  // [2 exchanges][2 sums], this block's shared memory
+  float* bcast;  // 2 block-local words
+  int exchange = 0;
+  __device__ __forceinline__ void publish(float c1, float c2) {
+    const float mine[2] = {c1, c2};
+    cluster_publish(mine, slots + 2 * exchange);
+  }
+  __device__ __forceinline__ void collect(float& c1, float& c2) {
+    float sums[2];
+    cluster_collect_sums<CLUSTER>(sums, slots + 2 * exchange, bcast);
+    exchange ^= 1;
+    c1 = sums[0];
+    c2 = sums[1];
+  }
+  __device__ __forceinline__ void operator()(float& c1, float& c2) {
+    publish(c1, c2);
+    collect(c1, c2);
+  }
+};
+
 template <typename T, typename W, bool RMS, int DEPTH, int COLS, int CLUSTER>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(1024, 1)
 norm_bwd_wide_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
@@ -419,16 +570,9 @@ norm_bwd_wide_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const
                       float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N, i64 C) {
   __shared__ float slots[2][2];  // [exchange][sum w*dy, sum w*dy*xhat]
   __shared__ float bcast[2];
-  int exchange = 0;
   const i64 group = blockIdx.x / CLUSTER, groups = gridDim.x / CLUSTER;
   wide_bwd_rows<T, W, RMS, DEPTH, COLS, bool(CUNORM_WIDE_CLUSTER_OPEN_SUMS), true>(
       dy, CUNORM_ROWMAP(dym), x, CUNORM_ROWMAP(xm), weight, mean, rstd, dx, dw_part, db_part, M, N,
-      i64(cluster_rank()) * COLS, group, groups, group, [&](float& c1, float& c2) {
-        float sums[2] = {c1, c2};
-        cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
-        exchange ^= 1;
-        c1 = sums[0];
-        c2 = sums[1];
-      });
+      i64(cluster_rank()) * COLS, group, groups, group, ClusterRowSums<CLUSTER>{&slots[0][0], bcast});
   cluster_barrier();  // no block leaves while another may still read its slots
 }

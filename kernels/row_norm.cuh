@@ -424,7 +424,7 @@ __device__ __forceinline__ Pack<T, VEC> read_slot(const Pack<T, VEC>* slot) {
   const uint4 u = make_uint4(word[0], word[1], word[2], word[3]);
 #else
   uint4 u;
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(slot));
+  const unsigned a = shared_address(slot);
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "r"(a));
 #endif
   *reinterpret_cast<uint4*>(&pk) = u;
@@ -719,6 +719,16 @@ struct WideWeightSlots {
 // OPEN_SUMS (v78): the block sums leave out their closing barrier, for an exchange whose own
 // barriers (the cluster barrier of norm_bwd_wide_cluster: every thread arrives after reading
 // the partials) order the next row's writes of them.
+// v91: clusters whose ring holds three rows or more (half-precision RMSNorm's) take row
+// j + 1's first pass and publish its sums before they collect row j's exchange, then write
+// row j's dx, as v90 does in the cluster forward: ncu put the cluster barrier's wait at 15.8%
+// of the wide cluster's samples (bf16 LayerNorm 32768, results/stalls-cluster-fwd-h200.txt).
+// Row j + 1 must have landed a step earlier, so one row fewer is in flight behind it: a ring
+// of two would leave none, and keeps v68's loop. The exchange then also has publish(c1, c2)
+// and collect(c1, c2) (norm_bwd_wide_cluster's ClusterRowSums). 0: v68's loop everywhere.
+#ifndef CUNORM_WIDE_CLUSTER_PIPE
+#define CUNORM_WIDE_CLUSTER_PIPE 1
+#endif
 template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool OPEN_SUMS = false, bool CLUSTER = false,
           typename Exchange>
 __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const RowMap& dymap, const T* __restrict__ x,
@@ -770,15 +780,11 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
     if constexpr (kWeightSlots) unstage_weight<VEC, TPB>(wslots, p, wv);
     else load_param<VEC, kWords>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
   };
-  StageRing<DEPTH> ring;
-  ring.fill([&](int ahead, int b) { stage_row(first + ahead * step, b); });
-  for (i64 row = first; row < M; row += step) {  // block-uniform (cluster-uniform)
-    ring.refill_and_wait([&](int ahead, int b) { stage_row(row + ahead * step, b); });
-    const int buf = ring.buf;
-    const T* const dyrow = kStageDy ? nullptr : dy + dymap.offset(row) + c0;
-    const RowStats<A> st = staged_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, row, M);
-    // the sums in xhat_sums_pass's order (packs outside the row hold zeros and add nothing)
-    A c1 = A(0), c2 = A(0);
+  // the block's sums of the row in buf, in xhat_sums_pass's order (packs outside the row
+  // hold zeros and add nothing)
+  auto block_sums = [&](int buf, const T* dyrow, const RowStats<A>& st, A& c1, A& c2) {
+    c1 = A(0);
+    c2 = A(0);
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {
       A xv[VEC], g[VEC], wv[VEC];
@@ -797,7 +803,9 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
       if constexpr (RMS) c2 = group_sum<TPB>(c2, smem);
       else group_sum2<TPB>(c1, c2, smem);
     }
-    exchange(c1, c2);
+  };
+  // dx of the row in buf from the row's sums, and its dW / dB
+  auto write_dx = [&](int buf, const T* dyrow, const RowStats<A>& st, i64 row, A c1, A c2) {
     const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {  // dx as dx_tile computes it
@@ -814,7 +822,49 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
       }
       store_pack_whole<T>(dx + row * N + c0 + col, out);
     }
-    ring.advance();
+  };
+  auto dy_row = [&](i64 row) { return kStageDy ? nullptr : dy + dymap.offset(row) + c0; };
+  StageRing<DEPTH> ring;
+  ring.fill([&](int ahead, int b) { stage_row(first + ahead * step, b); });
+  if constexpr (CLUSTER && DEPTH >= 3 && CUNORM_WIDE_CLUSTER_PIPE && !OPEN_SUMS) {  // v91
+    // a thread's publish and collect alternate: the first row's publish here, then each
+    // step collects its row's sums and publishes the next row's, if any
+    A next1 = A(0), next2 = A(0);
+    RowStats<A> next_st{};
+    if (first < M) {
+      copies_wait<DEPTH - 2>();  // the first row (the ring's oldest group)
+      next_st = staged_stats<RMS, TPB, TPB>(stats, 0, mean, rstd, first, M);
+      block_sums(0, dy_row(first), next_st, next1, next2);
+      exchange.publish(next1, next2);
+    }
+    for (i64 row = first; row < M; row += step) {  // cluster-uniform
+      ring.refill([&](int ahead, int b) { stage_row(row + ahead * step, b); });
+      const int buf = ring.buf, after = buf == DEPTH - 1 ? 0 : buf + 1;
+      const RowStats<A> st = next_st;
+      const bool more = row + step < M;
+      if (more) {
+        copies_wait<DEPTH - 2>();  // row j + 1; row j + 2 .. stay in flight
+        next_st = staged_stats<RMS, TPB, TPB>(stats, after, mean, rstd, row + step, M);
+        block_sums(after, dy_row(row + step), next_st, next1, next2);
+      }
+      A c1, c2;
+      exchange.collect(c1, c2);
+      if (more) exchange.publish(next1, next2);
+      write_dx(buf, dy_row(row), st, row, c1, c2);
+      ring.advance();
+    }
+  } else {
+    for (i64 row = first; row < M; row += step) {  // block-uniform (cluster-uniform)
+      ring.refill_and_wait([&](int ahead, int b) { stage_row(row + ahead * step, b); });
+      const int buf = ring.buf;
+      const RowStats<A> st = staged_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, row, M);
+      const T* const dyrow = dy_row(row);
+      A c1, c2;
+      block_sums(buf, dyrow, st, c1, c2);
+      exchange(c1, c2);
+      write_dx(buf, dyrow, st, row, c1, c2);
+      ring.advance();
+    }
   }
   copies_wait<0>();  // the last stages (rows past M) land before the block's shared memory goes
   store_partials<VEC, PACKS, TPB>(dw_acc, db_acc, dw_part, RMS ? nullptr : db_part, partial, N, c0, lane);

@@ -43,9 +43,9 @@ def clusters(monkeypatch):
 
 # bf16 / fp16 rows past 32768 elements and fp32 past 16384 leave the full-row tile; each N
 # picks another cluster shape (and 40000 / 20000 leave part of the last block's slice empty)
-CASES = [(BFLOAT16, n) for n in (16384, 40000, 65536, 131072)] + \
-        [(numpy.dtype(numpy.float16), 65536)] + \
-        [(numpy.dtype(numpy.float32), n) for n in (9000, 20000, 40000, 65536, 131072)]
+CASES = [(BFLOAT16, n) for n in (16384, 40000, 65536, 131072, 150000, 262144)] + \
+        [(numpy.dtype(numpy.float16), n) for n in (65536, 262144)] + \
+        [(numpy.dtype(numpy.float32), n) for n in (9000, 20000, 40000, 65536, 131072, 200000, 262144)]
 
 
 @pytest.mark.gpu
@@ -96,8 +96,8 @@ def test_cluster_path_many_rows(rng, clusters, monkeypatch):
 
 # v49: the next row's slice staged in shared memory, clusters persistent; 300 rows make every
 # cluster walk several rows (its slots refilled each row)
-STAGED_FWD_CASES = [(BFLOAT16, n) for n in (40000, 65536, 131072)] + \
-                   [(numpy.dtype(numpy.float32), n) for n in (20000, 131072)]
+STAGED_FWD_CASES = [(BFLOAT16, n) for n in (40000, 65536, 131072, 262144)] + \
+                   [(numpy.dtype(numpy.float32), n) for n in (20000, 131072, 262144)]
 
 
 @pytest.mark.gpu
@@ -116,26 +116,17 @@ def test_cluster_forward_staged_rows(rng, clusters, op, dtype, n):
     check(op, rng, (rows, n), dtype)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
-def test_cluster_forward_one_pass_falls_back(rng, clusters, dtype):
-    """Half-precision LayerNorm cluster rows take their statistics in one pass about the
-    row's first element (v50) unless that pivot lies far from the mean: an outlier first
-    element (one pass would lose ~20 bits of the variance to cancellation), a constant row,
-    rows at an offset, and ordinary rows, in one batch, against the float64 reference."""
+def _check_layer_norm_rows(rng, hx):
+    """LayerNorm of the host rows hx with a weight and bias drawn here, y / mean / rstd against
+    the float64 reference (mean within 50x the statistics' tolerance: rows far from zero);
+    returns the weight."""
     import cupy
 
     import cunorm
     from cunorm import reference
     from tolerances import assert_close, stats_tol, tol
 
-    n = 65536
-    hx = rng.standard_normal((6, n)).astype(numpy.float32)
-    hx[0, 0] = 1000.0 if dtype == BFLOAT16 else 600.0  # the pivot ~1e3 sigma from the mean
-    hx[1] = 3.0  # constant: var 0
-    hx[2] += 50.0  # an offset the pivot absorbs: one pass
-    hx[3, 0] = 6.0  # 6 sigma: (mean - pivot)^2 / var = 36, one pass
-    hx = hx.astype(dtype)
+    n, dtype = hx.shape[-1], hx.dtype
     hw = (1 + 0.1 * rng.standard_normal(n)).astype(dtype)
     hb = (0.1 * rng.standard_normal(n)).astype(dtype)
     y, mean, rstd = cunorm.layer_norm(cupy.asarray(hx), cupy.asarray(hw), cupy.asarray(hb), return_stats=True)
@@ -144,6 +135,52 @@ def test_cluster_forward_one_pass_falls_back(rng, clusters, dtype):
     assert_close("rstd", rstd, rrstd, st, st)
     assert_close("mean", mean, rmean, st, st * 50)
     assert_close("y", y, ry, *tol(dtype))
+    return hw
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
+def test_cluster_forward_one_pass_falls_back(rng, clusters, dtype):
+    """Half-precision LayerNorm cluster rows take their statistics in one pass about the
+    row's first element (v50) unless that pivot lies far from the mean: an outlier first
+    element (one pass would lose ~20 bits of the variance to cancellation), a constant row,
+    rows at an offset, and ordinary rows, in one batch, against the float64 reference."""
+    n = 65536
+    hx = rng.standard_normal((6, n)).astype(numpy.float32)
+    hx[0, 0] = 1000.0 if dtype == BFLOAT16 else 600.0  # the pivot ~1e3 sigma from the mean
+    hx[1] = 3.0  # constant: var 0
+    hx[2] += 50.0  # an offset the pivot absorbs: one pass
+    hx[3, 0] = 6.0  # 6 sigma: (mean - pivot)^2 / var = 36, one pass
+    _check_layer_norm_rows(rng, hx.astype(dtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("rows", [1, 7, 257])
+def test_cluster_forward_pipelined_walk_falls_back_mid_walk(rng, clusters, dtype, rows):
+    """v90: each half-precision cluster publishes its next row's sums before it collects the
+    current row's, so a row that needs the two-pass statistics runs its extra exchange
+    between the two; 257 rows of 65536 make every cluster walk several rows with such rows
+    among them (every fifth an outlier first element, every eleventh constant), and 1 / 7
+    rows leave most clusters without a row or with one."""
+    import cupy
+
+    import cunorm
+    from cunorm import reference
+    from tolerances import assert_close, tol
+
+    n = 65536
+    cfg = _config.cluster_config(n, 8)
+    plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, dtype, 1, False, 1e-5, 0, 0, 0)
+    assert plan.smem == 3 * cfg.block_columns * dtype.itemsize, "v90's ring: written, summed, staged"
+    hx = rng.standard_normal((rows, n)).astype(numpy.float32)
+    hx[::5, 0] = 1000.0 if dtype == BFLOAT16 else 600.0
+    hx[3::11] = 3.0
+    hx[1::2] += 50.0
+    hx = hx.astype(dtype)
+    hw = _check_layer_norm_rows(rng, hx)
+    ys = cunorm.rms_norm(cupy.asarray(hx), cupy.asarray(hw))
+    assert_close("rms y", ys, reference.rms_norm(hx, hw), *tol(dtype))
 
 
 @pytest.mark.gpu
@@ -227,6 +264,27 @@ def test_wide_cluster_backward(rng, wide_clusters, op, dtype, n, rows):
     check(op, rng, (rows, n), dtype)
 
 
+# v93: rows of 65537-131072 in clusters of 5-8 wide blocks (65544: the fifth block holds one
+# pack of the row; 100000: seven blocks, the last part empty); 150 rows walk every cluster
+# (16 of 8 blocks run at once on the H200) through several rows
+WIDE_CLUSTER_8_CASES = [("layer_norm", BFLOAT16, n) for n in (65544, 100000, 131072)] + \
+                       [("rms_norm", BFLOAT16, 131072), ("rms_norm", numpy.dtype(numpy.float16), 90000)] + \
+                       [("layer_norm", numpy.dtype(numpy.float32), 81920), ("rms_norm", numpy.dtype(numpy.float32), 131072)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op,dtype,n", WIDE_CLUSTER_8_CASES,
+                         ids=[f"{o}-{d.name}-{n}" for o, d, n in WIDE_CLUSTER_8_CASES])
+@pytest.mark.parametrize("rows", [3, 150])
+def test_wide_cluster_backward_past_four_blocks(rng, wide_clusters, op, dtype, n, rows):
+    cfg = _config.wide_cluster_bwd_config(n, 16 // dtype.itemsize, dtype.itemsize)
+    assert cfg.cluster > 4
+    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, op == "rms_norm", 0, 0, 0)
+    assert plan.split is None and plan.grid_rows is None and plan.blocks == plan.groups * cfg.cluster, \
+        "the wide cluster backward"
+    check(op, rng, (rows, n), dtype)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("view", ["row_stride", "negative_row_stride"])
 @pytest.mark.parametrize("depth", [2, 3])
@@ -243,12 +301,13 @@ def test_wide_cluster_backward_without_parameters(rng, wide_clusters):
 
 
 @pytest.mark.gpu
-def test_half_rms_past_the_wide_clusters_takes_the_split_path(rng, wide_clusters):
-    # v68's blocks of 32768 columns lost to the split path at 131072 (NOTES v68)
-    plan = _row_norm.backward_plan((300, 70000), (70000, 1), (70000, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1, True,
+def test_half_rms_past_the_wide_clusters_takes_the_grid_rows(rng, wide_clusters):
+    # past eight wide blocks (131072); v68's blocks of 32768 columns had lost to the split
+    # path at 131072 (NOTES v68)
+    plan = _row_norm.backward_plan((40, 131080), (131080, 1), (131080, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1, True,
                                    0, 0, 0)
-    assert plan.split is not None
-    check("rms_norm", rng, (300, 70000), BFLOAT16)
+    assert plan.grid_rows is not None
+    check("rms_norm", rng, (40, 131080), BFLOAT16)
 
 
 def test_wide_cluster_configs():
@@ -256,11 +315,13 @@ def test_wide_cluster_configs():
     assert cfg(16384, 8, 2) is None, "one block holds it"
     assert cfg(16392, 8, 2) == _config.ClusterConfig(8, 2, 1024, 2)
     assert [cfg(n, 8, 2).cluster for n in (32768, 32776, 49152, 49160, 65536)] == [2, 3, 3, 4, 4]
-    assert cfg(65544, 8, 2) is None, "past four blocks: the split path"
+    assert [cfg(n, 8, 2).cluster for n in (65544, 81920, 81928, 131072)] == [5, 5, 6, 8]
+    assert cfg(131080, 8, 2) is None, "past eight blocks: the grid rows"
+    assert cfg(131072, 4, 4) == _config.ClusterConfig(4, 4, 1024, 8)
     assert cfg(40000, 4, 4) == _config.ClusterConfig(4, 4, 1024, 3)
     assert cfg(40000, 4, 2) is None, "narrower packs"
     assert cfg(40000, 2, 8) is None, "float64"
-    for n in range(16385, 65537, 397):  # every block holds part of the row (the kernel relies on it)
+    for n in range(16385, 131073, 397):  # every block holds part of the row (the kernel relies on it)
         for vec, itemsize in ((8, 2), (4, 4)):
             c = cfg(n, vec, itemsize)
             assert (c.cluster - 1) * c.block_columns < n <= c.capacity
@@ -284,15 +345,18 @@ def test_staged_cluster_configs():
         assert _row_norm._staged_cluster_name("bfloat16", "float32", cfg, True) in _row_norm.cluster_instantiations()
 
 
-def test_cluster_fwd_stage_bytes():
-    # a block's slice of each staged row (threads x packs x 16 bytes), by the v49 policy
+def test_cluster_fwd_stage_bytes(monkeypatch):
+    # a block's slice of each staged row (threads x packs x 16 bytes), by the v49 policy;
+    # half precision (v90) also the row being written and the row being summed
     half, f32_256, f32_512 = _config.ClusterConfig(8, 4, 256, 8), _config.ClusterConfig(4, 8, 256, 8), \
         _config.ClusterConfig(4, 8, 512, 8)
-    assert _config.cluster_fwd_stage_bytes(half, 2, rms=True) == 16384
-    assert _config.cluster_fwd_stage_bytes(half, 2, rms=False) == 16384
+    assert _config.cluster_fwd_stage_bytes(half, 2, rms=True) == 3 * 16384
+    assert _config.cluster_fwd_stage_bytes(half, 2, rms=False) == 3 * 16384
     assert _config.cluster_fwd_stage_bytes(f32_512, 4, rms=False) == 65536
     assert _config.cluster_fwd_stage_bytes(f32_512, 4, rms=True) == 0, "float32 RMSNorm: v48's kernel"
     assert _config.cluster_fwd_stage_bytes(f32_256, 4, rms=False) == 0
+    monkeypatch.setattr(_config, "CLUSTER_FWD_PIPE", False)
+    assert _config.cluster_fwd_stage_bytes(half, 2, rms=True) == 16384, "v50's loop: the staged row alone"
 
 
 def test_cluster_fwd_stage_forced(monkeypatch):
@@ -305,7 +369,9 @@ def test_cluster_configs():
     assert _config.cluster_config(65537, 8) == _config.ClusterConfig(8, 4, 512, 8)
     assert _config.cluster_config(16384, 4) == _config.ClusterConfig(4, 8, 256, 2)
     assert _config.cluster_config(131072, 8).capacity == 131072
-    assert _config.cluster_config(131073, 8) is None, "past the largest cluster tile: the split path"
+    assert _config.cluster_config(131073, 8) == _config.ClusterConfig(8, 4, 1024, 8)
+    assert _config.cluster_config(262144, 4) == _config.ClusterConfig(4, 8, 1024, 8)
+    assert _config.cluster_config(262145, 8) is None, "past the largest cluster tile: the split path"
     assert _config.cluster_config(65536, 1) is None, "scalar packs: the split path"
     assert _config.cluster_bwd_config(8193, 8) == _config.ClusterConfig(8, 2, 256, 4)
     assert _config.cluster_bwd_config(65536, 4) == _config.ClusterConfig(4, 4, 512, 8)

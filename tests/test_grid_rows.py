@@ -26,9 +26,13 @@ def _clear_plans():
 
 @pytest.fixture
 def every_grid_pass(monkeypatch):
-    """The grid rows for both passes and every element size, plans made afresh and dropped."""
+    """The grid rows for both passes and every element size, plans made afresh and dropped;
+    clusters off, since on sm_90 they take forward rows up to 262144 before the grid rows."""
+    from cunorm.ops import _row_norm
+
     _clear_plans()
     monkeypatch.setattr(_config, "GRID_SERVES", {False: (2, 4), True: (2, 4)})
+    monkeypatch.setattr(_row_norm, "USE_CLUSTERS", False)
     yield
     monkeypatch.undo()
     _clear_plans()
@@ -159,10 +163,12 @@ def test_grid_rows_serve_the_backward_only(op):
     _clear_plans()
     rms = op == "rms_norm"
     f32 = numpy.dtype(numpy.float32)
-    # (dtype, N, whether the backward takes the grid rows); rows under 256 KiB stay split:
-    # bf16 70000 (the clusters end at 65536 on sm_90)
+    # (dtype, N, whether the backward takes the grid rows); rows up to 131072 take the wide
+    # clusters on sm_90 (v93), 256 KiB and over or not: bf16 70000, float32 131072
+    clusters = _row_norm._clusters_serve("float32", 0)
     for dtype, n, grid in ((BFLOAT16, 262144, True), (f32, 262144, True), (BFLOAT16, 1 << 20, True),
-                           (f32, 1 << 20, False), (BFLOAT16, 70000, False)):
+                           (f32, 1 << 20, False), (BFLOAT16, 70000, False), (f32, 131072, not clusters),
+                           (BFLOAT16, 131080, True)):
         fwd = _row_norm.forward_plan((8, n), (n, 1), dtype, dtype, 1, rms, 1e-5, 0, 0, 0)
         bwd = _row_norm.backward_plan((8, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
         assert fwd.grid_rows is None, (dtype, n)
