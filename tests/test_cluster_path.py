@@ -251,17 +251,23 @@ WIDE_CLUSTER_CASES = [("layer_norm", BFLOAT16, n) for n in (16392, 20000, 32768,
 @pytest.mark.parametrize("op,dtype,n", WIDE_CLUSTER_CASES, ids=[f"{o}-{d.name}-{n}" for o, d, n in WIDE_CLUSTER_CASES])
 @pytest.mark.parametrize("rows", [1, 3, 70, 300])  # as the staged cluster's cases
 def test_wide_cluster_backward(rng, wide_clusters, op, dtype, n, rows):
+    _assert_wide_cluster_plan(op, dtype, n, rows)
+    check(op, rng, (rows, n), dtype)
+
+
+def _assert_wide_cluster_plan(op, dtype, n, rows):
+    """The backward plan of rows x n is the wide cluster's; returns its cluster config."""
     rms, itemsize = op == "rms_norm", dtype.itemsize
     cfg = _config.wide_cluster_bwd_config(n, 16 // itemsize, itemsize)
     tile = _config.wide_cluster_bwd_tile(itemsize)
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
-    assert plan.split is None and plan.block == 1024 and plan.blocks == plan.groups * cfg.cluster, \
-        "the wide cluster backward"
+    assert plan.split is None and plan.grid_rows is None and plan.block == 1024 and \
+        plan.blocks == plan.groups * cfg.cluster, "the wide cluster backward"
     optin = _row_norm.smem_limits(0)[0]
     depth = _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, optin)
     assert plan.smem == _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, True), \
         "each block's ring, and its weight where it fits"
-    check(op, rng, (rows, n), dtype)
+    return cfg
 
 
 # v93: rows of 65537-131072 in clusters of 5-8 wide blocks (65544: the fifth block holds one
@@ -277,11 +283,7 @@ WIDE_CLUSTER_8_CASES = [("layer_norm", BFLOAT16, n) for n in (65544, 100000, 131
                          ids=[f"{o}-{d.name}-{n}" for o, d, n in WIDE_CLUSTER_8_CASES])
 @pytest.mark.parametrize("rows", [3, 150])
 def test_wide_cluster_backward_past_four_blocks(rng, wide_clusters, op, dtype, n, rows):
-    cfg = _config.wide_cluster_bwd_config(n, 16 // dtype.itemsize, dtype.itemsize)
-    assert cfg.cluster > 4
-    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, op == "rms_norm", 0, 0, 0)
-    assert plan.split is None and plan.grid_rows is None and plan.blocks == plan.groups * cfg.cluster, \
-        "the wide cluster backward"
+    assert _assert_wide_cluster_plan(op, dtype, n, rows).cluster > 4
     check(op, rng, (rows, n), dtype)
 
 
