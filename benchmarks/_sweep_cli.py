@@ -64,6 +64,15 @@ def alternate_builds(variants: dict, rounds: int, log=print):
     return alternate(variants, rounds, rebuild_row_norms, _compile.COMPILE_OPTIONS, log)
 
 
+def fused_rows(name: str, round_: int, copy: float, log=print) -> list[dict]:
+    """The GPU check's fused rows (residual forward and backward, FP8 out) for one variant and
+    round, each with ``fp8_of_copy`` for best_table."""
+    from cunorm import _bench_fused
+
+    return [dict(row, variant=name, round=round_, fp8_of_copy=row["fp8_fwd_of_copy"])
+            for row in _bench_fused.run(copy, log)]
+
+
 def backward_sweep(variants: dict, rounds: int, use, default, cases, log=print, runs=None) -> list[dict]:
     """``alternate`` over ``cases`` of (op, dtype, N), each timed by the benchmark; a row a
     case, variant and round with the backward's fraction of copy, and the table of the best

@@ -51,6 +51,20 @@ enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
 #ifndef CUNORM_FWD_AFFINE_CASES
 #define CUNORM_FWD_AFFINE_CASES 1
 #endif
+// v98: the shared-memory forward of half-precision LayerNorm takes its statistics in one pass
+// over x (sums of x and x^2, one reduction) where row_norm.cuh's kOnePassTrust holds (mean^2
+// <= 64 var): two reads of the row instead of three, one reduction instead of two. A row it
+// does not trust (further than 8 sigma from zero, constant, NaN) takes that pass again about
+// the first pass's mean, which centres it to within rounding (a constant row exactly, so its
+// y is exactly its bias); _RETRY=0 takes v26's two passes about its first element instead.
+// y keeps v26's (x - shift) * r (the multiply-add form rounds mean * r: NOTES v43).
+// 0: the two passes always.
+#ifndef CUNORM_FWD_SMEM_ONE_PASS
+#define CUNORM_FWD_SMEM_ONE_PASS 1
+#endif
+#ifndef CUNORM_FWD_SMEM_ONE_PASS_RETRY
+#define CUNORM_FWD_SMEM_ONE_PASS_RETRY 1
+#endif
 
 
 
@@ -82,7 +96,9 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
     const T* xrow = x + xmap.offset(safe_row);
     stage_tile<VEC, PACKS, TPR, kBlock>(slots, xrow, limit, lane);
     copies_commit();
-    const A pivot = RMS ? A(0) : cvt<A>(xrow[0]);  // as norm_fwd: sums of x - pivot
+    constexpr bool kOnePass = CUNORM_FWD_SMEM_ONE_PASS && !RMS && sizeof(T) < sizeof(A);
+    // as norm_fwd: the two passes sum x - pivot (v98's one pass loads it only where it falls back)
+    A pivot = RMS || kOnePass ? A(0) : cvt<A>(xrow[0]);
     copies_wait<0>();
 
     // v42: a half-precision LayerNorm row that fills the tile (the usual case) takes every pass
@@ -101,68 +117,116 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
           if (pack_col<VEC, TPR>(p, lane) < limit) body(p);
       }
     };
-    A mu = A(0), q = A(0), v[VEC];
-    if constexpr (!RMS) {
-      A s = A(0);
-      each_pack([&](int p) {
-        unpack_words(read_slot(mine + p * kBlock), v);
-        if constexpr (kPackSum) {
-          A ps = A(0);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) ps += v[k];
-          s += ps - A(VEC) * pivot;
+    A v[VEC];
+    T* yrow = y + safe_row * N;
+    // v43, half-precision LayerNorm (RMSNorm read 0.01-0.03 lower with it): a weight and bias
+    // given, the usual call, take an output pass without null tests and fills a pack. (xhat as
+    // one FMA, x * r - shift * r, was tried and dropped: on a constant row shift * r rounds
+    // to a y of 0.117 where 0 is exact, bf16 rows of 9984, NOTES v43; v98 takes that form
+    // only on rows whose one pass it trusts, which constant rows are not.)
+    auto out_passes = [&](auto xhat) {  // xhat(v): x - mean times r
+      auto out_pack = [&](int p, auto affine) {
+        const int col = pack_col<VEC, TPR>(p, lane);
+        A wv[VEC], bv[VEC], out[VEC];
+        if constexpr (decltype(affine)::value) {
+          unpack_words(load_raw<VEC>(weight + col), wv);
+          unpack_words(load_raw<VEC>(bias + col), bv);
         } else {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
+          load_param<VEC>(weight, col, A(1), wv);
+          load_param<VEC>(bias, col, A(0), bv);
         }
-      });
-      mu = group_sum<TPR>(s, red) / A(limit > 0 ? limit : 1);
+        unpack_words(read_slot(mine + p * kBlock), v);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) out[k] = xhat(v[k]) * wv[k] + bv[k];
+        store_pack<T>(yrow + col, out);
+      };
+      if (CUNORM_FWD_AFFINE_CASES && kLean && weight && bias)
+        each_pack([&](int p) { out_pack(p, Flag<true>{}); });
+      else
+        each_pack([&](int p) { out_pack(p, Flag<false>{}); });
+    };
+    auto write_stats = [&](A mean_value, A r) {
+      if (lane == 0 && row_ok && rstd) {  // inference callers may skip the statistics
+        if (!RMS) mean[row] = mean_value;
+        rstd[row] = r;
+      }
+    };
+    A mu = A(0), q = A(0), r;
+    bool two_passes = true;
+    if constexpr (kOnePass) {  // v98
+      // the shifted sums of d = x - centre and d^2, whether they are trusted, mu (the mean of
+      // d) and r; centre 0 first (Flag<true>: no subtraction), then, for a row not trusted,
+      // the first pass's mean, which centres d to within rounding and a constant row exactly
+      auto one_pass = [&](A centre, auto from_zero) {
+        A s = A(0), ss = A(0);
+        each_pack([&](int p) {
+          unpack_words(read_slot(mine + p * kBlock), v);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) {
+            const A d = decltype(from_zero)::value ? v[k] : v[k] - centre;
+            s += d;
+            ss += d * d;
+          }
+        });
+        const A count = A(limit > 0 ? limit : 1);
+        // uniform over the rows that share barriers (group_sum2_any), as the branch needs
+        const bool distrusted = group_sum2_any<TPR>(s, ss, red, [count](A a, A b) {
+          const A m = a / count;
+          return !(m * m <= A(kOnePassTrust) * (b / count - m * m));  // NaN and inf rows too
+        });
+        mu = s / count;
+        r = rsqrt_acc(ss / count - mu * mu + eps);
+        return !distrusted;
+      };
+      two_passes = false;
+      if (!one_pass(A(0), Flag<true>{})) {
+        if (CUNORM_FWD_SMEM_ONE_PASS_RETRY) {
+          pivot = mu;
+          one_pass(pivot, Flag<false>{});  // trusted but for rows of NaN or inf
+        } else {  // v26's two passes about the first element
+          pivot = cvt<A>(xrow[0]);
+          mu = A(0);
+          two_passes = true;
+        }
+      }
+    }
+    if (two_passes) {
+      if constexpr (!RMS) {
+        A s = A(0);
+        each_pack([&](int p) {
+          unpack_words(read_slot(mine + p * kBlock), v);
+          if constexpr (kPackSum) {
+            A ps = A(0);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) ps += v[k];
+            s += ps - A(VEC) * pivot;
+          } else {
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) s += v[k] - pivot;
+          }
+        });
+        mu = group_sum<TPR>(s, red) / A(limit > 0 ? limit : 1);
+      }
     }
     const A shift = pivot + mu;
     // Half-precision x only: for float32 x the shift's rounding is the input's own precision at
     // that magnitude (v31: rows offset by 1e4, N = 4096: max |error| 5.8e-7 -> 4.9e-4).
     constexpr bool kShiftOnce = CUNORM_FWD_SHIFT_ONCE && sizeof(T) < sizeof(A);
     auto centred = [&](A value) { return kShiftOnce ? value - shift : value - pivot - mu; };
-    each_pack([&](int p) {
-      unpack_words(read_slot(mine + p * kBlock), v);
+    if (two_passes) {
+      each_pack([&](int p) {
+        unpack_words(read_slot(mine + p * kBlock), v);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const A d = centred(v[k]);
-        q += d * d;
-      }
-    });
-    q = group_sum<TPR>(q, red);
-    const A r = rsqrt_acc(q / A(N) + eps);
-    if (lane == 0 && row_ok && rstd) {
-      if (!RMS) mean[row] = pivot + mu;
-      rstd[row] = r;
+        for (int k = 0; k < VEC; ++k) {
+          const A d = centred(v[k]);
+          q += d * d;
+        }
+      });
+      q = group_sum<TPR>(q, red);
+      r = rsqrt_acc(q / A(N) + eps);
     }
-    T* yrow = y + safe_row * N;
-    // v43, half-precision LayerNorm (RMSNorm read 0.01-0.03 lower with it): a weight and bias
-    // given, the usual call, take an output pass without null tests and fills a pack. (xhat as
-    // one FMA, x * r - shift * r, was tried and dropped: on a constant row shift * r rounds
-    // to a y of 0.117 where 0 is exact, bf16 rows of 9984, NOTES v43.)
-    auto out_pack = [&](int p, auto affine) {
-      const int col = pack_col<VEC, TPR>(p, lane);
-      A wv[VEC], bv[VEC], out[VEC];
-      if constexpr (decltype(affine)::value) {
-        unpack_words(load_raw<VEC>(weight + col), wv);
-        unpack_words(load_raw<VEC>(bias + col), bv);
-      } else {
-        load_param<VEC>(weight, col, A(1), wv);
-        load_param<VEC>(bias, col, A(0), bv);
-      }
-      unpack_words(read_slot(mine + p * kBlock), v);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        out[k] = centred(v[k]) * r * wv[k] + bv[k];
-      }
-      store_pack<T>(yrow + col, out);
-    };
-    if (CUNORM_FWD_AFFINE_CASES && kLean && weight && bias)
-      each_pack([&](int p) { out_pack(p, Flag<true>{}); });
-    else
-      each_pack([&](int p) { out_pack(p, Flag<false>{}); });
+    write_stats(pivot + mu, r);
+    out_passes([&](A value) { return centred(value) * r; });
   }
 }
 

@@ -141,6 +141,14 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 #ifndef CUNORM_CLUSTER_FWD_ONE_PASS
 #define CUNORM_CLUSTER_FWD_ONE_PASS 1
 #endif
+// v97: the one pass sums x itself, as the fused FP8 forward's (v95), and its y takes the mean
+// off inside a multiply-add, fma(x, r, -mean r) * w + b: per element a subtraction fewer in
+// the sums and two in y, and no pivot loaded a row. The trust test then reads mean^2 <= 64
+// var: rows further than 8 sigma from zero, and constant rows, take the two passes about their
+// first element, loaded then, and y as (x - mean) * r. 1: v50's pivot for every row.
+#ifndef CUNORM_CLUSTER_FWD_PIVOT
+#define CUNORM_CLUSTER_FWD_PIVOT 0
+#endif
 
 // v90: the half-precision cluster forward publishes row j + 1's block sums before it waits
 // for row j's exchange (cluster_publish / cluster_collect: the cluster barrier's arrive and
@@ -188,6 +196,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   constexpr int kStage = ClusterFwdStage<T, TPB, RMS>::rows, kSet = PACKS * TPB;
   constexpr bool kOnePass = !RMS && sizeof(T) == 2 && CUNORM_CLUSTER_FWD_ONE_PASS;
   constexpr bool kPipe = ClusterFwdStage<T, TPB, RMS>::pipe;
+  constexpr bool kPivot = !RMS && (!kOnePass || CUNORM_CLUSTER_FWD_PIVOT);  // else pivots stay 0
   // [ClusterFwdStage::buffers][this block's slice] packs
   extern __shared__ __align__(16) unsigned char stage_smem[];
   Pack<T, VEC>* const staged = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
@@ -200,7 +209,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       if (r >= M) return;
       const T* xr = x + xmap.offset(r);
       stage_tile<VEC, PACKS, TPB, TPB>(staged + buf * kSet, xr + c0, limit, threadIdx.x);
-      if constexpr (!RMS) pivot = cvt<A>(xr[0]);
+      if constexpr (kPivot) pivot = cvt<A>(xr[0]);
     }
   };
   if constexpr (kStage > 0 && !kPipe) {  // v90 stages its own rows (below)
@@ -214,8 +223,10 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   }
   int buf = 0;
   // y of one row from its slice and statistics (the mean as pivot + mu; both 0 for RMSNorm),
-  // and the row's mean and rstd from one thread of the cluster
-  auto write_y = [&](i64 row, A pivot, A mu, A r, const Pack<T, VEC>(&raw)[PACKS]) {
+  // and the row's mean and rstd from one thread of the cluster; `in_fma` (v97: one-pass
+  // rows, pivot 0): the mean taken off inside a multiply-add
+  auto write_y = [&](i64 row, A pivot, A mu, A r, const Pack<T, VEC>(&raw)[PACKS], auto in_fma) {
+    const A centre_r = -mu * r;
     if (threadIdx.x == 0 && rank == 0 && rstd) {  // inference callers may skip them
       if (!RMS) mean[row] = pivot + mu;
       rstd[row] = r;
@@ -226,7 +237,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       load_param<VEC>(weight, c0 + col, A(1), wv);
       load_param<VEC>(bias, c0 + col, A(0), bv);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) out[k] = (v[k] - pivot - mu) * r * wv[k] + bv[k];
+      for (int k = 0; k < VEC; ++k)
+        out[k] = (decltype(in_fma)::value ? fmaf(v[k], r, centre_r) : (v[k] - pivot - mu) * r) * wv[k] + bv[k];
       // whole 16-byte stores: bf16 +0.01-0.03, float32 LayerNorm +0.02-0.05 of copy; float32
       // RMSNorm lost 0.03-0.04 with them (NOTES v47) and keeps the plain store
       if constexpr (RMS && sizeof(T) == 4) store_pack<T>(yrow + col, out);
@@ -330,16 +342,26 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       Pack<T, VEC> raw[PACKS];
       read_row(buf, raw);
       A mu = A(0), var;
+      bool one_pass = true;
       if constexpr (RMS) {
         var = tot[0] / A(N);
       } else {
         mu = tot[0] / A(N);
         var = tot[K - 1] / A(N) - mu * mu;
         // as v50's loop below: rows whose pivot lies far from their mean take two passes
-        if (!(mu * mu <= A(kOnePassTrust) * var)) two_pass(raw, pv[0], mu, var);
+        // (uniform over the cluster; the vote lets the compiler see it uniform over the warp,
+        // as group_sum2_any's: 8 bytes spilled without it)
+        one_pass = !warp_any(!(mu * mu <= A(kOnePassTrust) * var));
+        if (!one_pass) {
+          // v97: the row's first element as the pivot after all (a constant row's y exactly its
+          // bias), loaded by the rare rows that take two passes
+          if constexpr (!kPivot) pv[0] = cvt<A>(x[xmap.offset(row)]);
+          two_pass(raw, pv[0], mu, var);
+        }
       }
       if (more) cluster_publish(next, slots[exchange]);
-      write_y(row, pv[0], mu, rsqrt_acc(var + eps), raw);
+      if (one_pass) write_y(row, pv[0], mu, rsqrt_acc(var + eps), raw, Flag<!RMS && !kPivot>());
+      else write_y(row, pv[0], mu, rsqrt_acc(var + eps), raw, Flag<false>());
 #pragma unroll
       for (int k = 0; k + 1 < kBufs; ++k) pv[k] = pv[k + 1];
       buf = after;
@@ -368,7 +390,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
         const int col = pack_col<VEC, TPB>(p, threadIdx.x);
         if (col < limit) raw[p] = load_raw<VEC>(xrow + c0 + col);
       }
-      if constexpr (!RMS) pivot = cvt<A>(xrow[0]);
+      if constexpr (kPivot) pivot = cvt<A>(xrow[0]);
     }
     if constexpr (kOnePass) {
       A sums[2] = {A(0), A(0)};  // of d = x - pivot and d^2
@@ -388,13 +410,14 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       // far from their mean, and constant rows, take the two passes below (nothing of this
       // pass is kept for them)
       if (mu * mu <= A(kOnePassTrust) * var) {
-        write_y(row, pivot, mu, rsqrt_acc(var + eps), raw);
+        write_y(row, pivot, mu, rsqrt_acc(var + eps), raw, Flag<!kPivot>());
         continue;
       }
     }
     A mu = A(0), var;  // mu: the row's mean less the pivot
+    if constexpr (kOnePass && !kPivot) pivot = cvt<A>(x[xmap.offset(row)]);  // as in v90's loop above
     two_pass(raw, pivot, mu, var);
-    write_y(row, pivot, mu, rsqrt_acc(var + eps), raw);
+    write_y(row, pivot, mu, rsqrt_acc(var + eps), raw, Flag<false>());
   }
   if constexpr (kStage > 0) copies_wait<0>();  // no copy outlives the block's shared memory
   cluster_barrier();  // no block leaves while another may still read its slots

@@ -118,6 +118,14 @@ __device__ __forceinline__ void block_amax(float v, float* smem, unsigned* amax)
 #ifndef CUNORM_FUSED_ONE_PASS
 #define CUNORM_FUSED_ONE_PASS 1
 #endif
+// v95: the one pass sums x itself, not x - pivot: a subtraction an element and the row's
+// dependent load of its first element fewer, in a kernel short of issue slots. The trust
+// test (row_norm.cuh kOnePassTrust) then reads mean^2 <= 64 var, so rows further than 8
+// sigma from zero take the two passes, as rows far from their pivot did. 1: the first
+// element as the pivot (v60).
+#ifndef CUNORM_FUSED_ONE_PASS_PIVOT
+#define CUNORM_FUSED_ONE_PASS_PIVOT 0
+#endif
 
 // v76: bf16 packs widened a 32-bit word at a time (common.cuh unpack_words): one instruction
 // a value instead of ~1.5. The FP8 LayerNorm forward is short of issue slots (NOTES v60).
@@ -185,7 +193,8 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
     }
     A pivot = A(0), mu, var;
     A centre = A(0);  // what v still holds of its mean (one pass: the output loop takes it off)
-    if constexpr (!RMS) pivot = cvt<A>(xrow[0]) + (rrow ? cvt<A>(rrow[0]) : A(0));
+    if constexpr (!RMS && (!kOnePass || CUNORM_FUSED_ONE_PASS_PIVOT))
+      pivot = cvt<A>(xrow[0]) + (rrow ? cvt<A>(rrow[0]) : A(0));
     if (kOnePass && one_pass_tile<VEC, PACKS, TPR>(v, limit, lane, pivot, smem, mu, var)) {
       centre = mu;
     } else {  // (after a one pass it does not trust, v holds x - pivot)

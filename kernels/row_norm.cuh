@@ -729,6 +729,16 @@ struct WideWeightSlots {
 #ifndef CUNORM_WIDE_CLUSTER_PIPE
 #define CUNORM_WIDE_CLUSTER_PIPE 1
 #endif
+// v94: clusters whose rings hold two rows (half-precision LayerNorm's) add a row's dW / dB in
+// a pass of their own between the row's publish and its collect, where the warps otherwise
+// wait at the cluster barrier (13.6-17.2% of samples at bf16 LayerNorm 65536 / 131072,
+// results/source-counters-wide-cluster-h200-v93.txt), and leave them out of the dx pass: x
+// and dy read from shared memory once more a row, same sums in the same order. Float32
+// clusters, whose dy is not staged, lost 0.06-0.10 with it (dy loaded a third time, 4-20
+// bytes spilled; results/sweep-wide-cluster-window2-v94-h200.txt). 0: v68's loop.
+#ifndef CUNORM_WIDE_CLUSTER_WINDOW
+#define CUNORM_WIDE_CLUSTER_WINDOW 1
+#endif
 template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool OPEN_SUMS = false, bool CLUSTER = false,
           typename Exchange>
 __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const RowMap& dymap, const T* __restrict__ x,
@@ -804,8 +814,9 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
       else group_sum2<TPB>(c1, c2, smem);
     }
   };
-  // dx of the row in buf from the row's sums, and its dW / dB
-  auto write_dx = [&](int buf, const T* dyrow, const RowStats<A>& st, i64 row, A c1, A c2) {
+  // dx of the row in buf from the row's sums, and its dW / dB unless they were added
+  // already (Flag<false>: v94's window)
+  auto write_dx = [&](int buf, const T* dyrow, const RowStats<A>& st, i64 row, A c1, A c2, auto add_dw) {
     const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {  // dx as dx_tile computes it
@@ -817,10 +828,30 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
       for (int k = 0; k < VEC; ++k) {
         const A xhat = (xv[k] - st.mean) * st.rstd;
         out[k] = st.rstd * (wv[k] * g[k] - m1 - xhat * m2);
+        if constexpr (decltype(add_dw)::value) {
+          dw_acc[p][k] += g[k] * xhat;
+          if constexpr (!RMS) db_acc[p][k] += g[k];
+        }
+      }
+      store_pack_whole<T>(dx + row * N + c0 + col, out);
+    }
+  };
+  // dW / dB of the row in buf alone (v94: between the row's publish and its collect)
+  auto add_dw_db = [&](int buf, const RowStats<A>& st) {
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {
+      const int col = pack_col<VEC, TPB>(p, lane);
+      if (col >= limit) continue;
+      A xv[VEC], g[VEC];
+      constexpr bool kWords = CUNORM_WIDE_BF16_WORDS;
+      widen<kWords>(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
+      widen<kWords>(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const A xhat = (xv[k] - st.mean) * st.rstd;
         dw_acc[p][k] += g[k] * xhat;
         if constexpr (!RMS) db_acc[p][k] += g[k];
       }
-      store_pack_whole<T>(dx + row * N + c0 + col, out);
     }
   };
   auto dy_row = [&](i64 row) { return kStageDy ? nullptr : dy + dymap.offset(row) + c0; };
@@ -850,7 +881,20 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
       A c1, c2;
       exchange.collect(c1, c2);
       if (more) exchange.publish(next1, next2);
-      write_dx(buf, dy_row(row), st, row, c1, c2);
+      write_dx(buf, dy_row(row), st, row, c1, c2, Flag<true>{});
+      ring.advance();
+    }
+  } else if constexpr (CLUSTER && kStageDy && CUNORM_WIDE_CLUSTER_WINDOW && !OPEN_SUMS) {  // v94
+    for (i64 row = first; row < M; row += step) {  // cluster-uniform
+      ring.refill_and_wait([&](int ahead, int b) { stage_row(row + ahead * step, b); });
+      const int buf = ring.buf;
+      const RowStats<A> st = staged_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, row, M);
+      A c1, c2;
+      block_sums(buf, nullptr, st, c1, c2);
+      exchange.publish(c1, c2);
+      add_dw_db(buf, st);  // while the cluster's other blocks reach the exchange
+      exchange.collect(c1, c2);
+      write_dx(buf, nullptr, st, row, c1, c2, Flag<false>{});
       ring.advance();
     }
   } else {
@@ -862,7 +906,7 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
       A c1, c2;
       block_sums(buf, dyrow, st, c1, c2);
       exchange(c1, c2);
-      write_dx(buf, dyrow, st, row, c1, c2);
+      write_dx(buf, dyrow, st, row, c1, c2, Flag<true>{});
       ring.advance();
     }
   }

@@ -125,3 +125,21 @@ def column_backward_edge(op, rng, n, dtype):
                                        0, 0)
         assert (plan.column_blocks > 0) == column, (rows, n, plan)
         check(op, rng, (rows, n), dtype)
+
+
+def check_layer_norm_rows(rng, hx):
+    """LayerNorm of the host rows hx with a weight and bias drawn here, y / mean / rstd against
+    the float64 reference (mean within 50x the statistics' tolerance: rows far from zero);
+    returns the weight."""
+    import cupy
+
+    n, dtype = hx.shape[-1], hx.dtype
+    hw = (1 + 0.1 * rng.standard_normal(n)).astype(dtype)
+    hb = (0.1 * rng.standard_normal(n)).astype(dtype)
+    y, mean, rstd = cunorm.layer_norm(cupy.asarray(hx), cupy.asarray(hw), cupy.asarray(hb), return_stats=True)
+    ry, rmean, rrstd = reference.layer_norm(hx, hw, hb, return_stats=True)
+    st = stats_tol(dtype)
+    assert_close("rstd", rstd, rrstd, st, st)
+    assert_close("mean", mean, rmean, st, st * 50)
+    assert_close("y", y, ry, *tol(dtype))
+    return hw

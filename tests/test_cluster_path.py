@@ -12,7 +12,7 @@ import pytest
 from cunorm import _config
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from norm_cases import check
+from norm_cases import check, check_layer_norm_rows
 
 
 def _clear():
@@ -116,42 +116,23 @@ def test_cluster_forward_staged_rows(rng, clusters, op, dtype, n):
     check(op, rng, (rows, n), dtype)
 
 
-def _check_layer_norm_rows(rng, hx):
-    """LayerNorm of the host rows hx with a weight and bias drawn here, y / mean / rstd against
-    the float64 reference (mean within 50x the statistics' tolerance: rows far from zero);
-    returns the weight."""
-    import cupy
-
-    import cunorm
-    from cunorm import reference
-    from tolerances import assert_close, stats_tol, tol
-
-    n, dtype = hx.shape[-1], hx.dtype
-    hw = (1 + 0.1 * rng.standard_normal(n)).astype(dtype)
-    hb = (0.1 * rng.standard_normal(n)).astype(dtype)
-    y, mean, rstd = cunorm.layer_norm(cupy.asarray(hx), cupy.asarray(hw), cupy.asarray(hb), return_stats=True)
-    ry, rmean, rrstd = reference.layer_norm(hx, hw, hb, return_stats=True)
-    st = stats_tol(dtype)
-    assert_close("rstd", rstd, rrstd, st, st)
-    assert_close("mean", mean, rmean, st, st * 50)
-    assert_close("y", y, ry, *tol(dtype))
-    return hw
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
 def test_cluster_forward_one_pass_falls_back(rng, clusters, dtype):
-    """Half-precision LayerNorm cluster rows take their statistics in one pass about the
-    row's first element (v50) unless that pivot lies far from the mean: an outlier first
-    element (one pass would lose ~20 bits of the variance to cancellation), a constant row,
-    rows at an offset, and ordinary rows, in one batch, against the float64 reference."""
+    """Half-precision LayerNorm cluster rows take their statistics in one pass over x (v97;
+    about the row's first element before, v50) unless the row's mean lies far from zero
+    (mean^2 > 64 var): an outlier first element (one pass), constant rows and a +50 offset
+    (two passes, about the row's first element), a +7 offset (mean^2 / var = 49: one pass at
+    the edge of its trust), and an ordinary row, in one batch, against the float64
+    reference."""
     n = 65536
     hx = rng.standard_normal((6, n)).astype(numpy.float32)
-    hx[0, 0] = 1000.0 if dtype == BFLOAT16 else 600.0  # the pivot ~1e3 sigma from the mean
+    hx[0, 0] = 1000.0 if dtype == BFLOAT16 else 600.0  # ~1e3 sigma from the mean
     hx[1] = 3.0  # constant: var 0
-    hx[2] += 50.0  # an offset the pivot absorbs: one pass
-    hx[3, 0] = 6.0  # 6 sigma: (mean - pivot)^2 / var = 36, one pass
-    _check_layer_norm_rows(rng, hx.astype(dtype))
+    hx[2] += 50.0
+    hx[3] += 7.0
+    hx[5] = 1001.0  # constant, with fp16's 11 bits its sum over 65536 rounds: two passes about x[0]
+    check_layer_norm_rows(rng, hx.astype(dtype))
 
 
 @pytest.mark.gpu
@@ -161,8 +142,9 @@ def test_cluster_forward_pipelined_walk_falls_back_mid_walk(rng, clusters, dtype
     """v90: each half-precision cluster publishes its next row's sums before it collects the
     current row's, so a row that needs the two-pass statistics runs its extra exchange
     between the two; 257 rows of 65536 make every cluster walk several rows with such rows
-    among them (every fifth an outlier first element, every eleventh constant), and 1 / 7
-    rows leave most clusters without a row or with one."""
+    among them (every other one at +50, every eleventh constant; every fifth has an outlier
+    first element, two passes before v97), and 1 / 7 rows leave most clusters without a row
+    or with one."""
     import cupy
 
     import cunorm
@@ -178,7 +160,7 @@ def test_cluster_forward_pipelined_walk_falls_back_mid_walk(rng, clusters, dtype
     hx[3::11] = 3.0
     hx[1::2] += 50.0
     hx = hx.astype(dtype)
-    hw = _check_layer_norm_rows(rng, hx)
+    hw = check_layer_norm_rows(rng, hx)
     ys = cunorm.rms_norm(cupy.asarray(hx), cupy.asarray(hw))
     assert_close("rms y", ys, reference.rms_norm(hx, hw), *tol(dtype))
 

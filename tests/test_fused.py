@@ -241,21 +241,22 @@ def test_fused_kernel_fp8_blocks_walk_rows(rng, op):
 @pytest.mark.parametrize("n", [512, 1024, 2048, 4096, 8192])  # warp rows, two rows a block, a row a block
 @pytest.mark.parametrize("fp8", [E4M3, E5M2], ids=["e4m3", "e5m2"])
 def test_fused_kernel_layer_norm_one_pass_falls_back(rng, n, fp8):
-    # Half-precision LayerNorm rows with FP8 out take their statistics in one pass about the
-    # row's first element (v60) unless that pivot lies far from the mean; then the row, and
-    # every row that shares its warp or block barriers, take the two passes. An outlier first
-    # element next to an ordinary row, a constant row, an offset the pivot absorbs, and a
-    # 6-sigma first element (one pass), against the float64 reference. The outlier row's
-    # mean carries ~2^-24 of its sum of x - pivot (~1e6) either way: a wider absolute
-    # tolerance, as the cluster forward's test. Its (mean - pivot)^2 / var is about N, so one
-    # pass over it would stay within stats_tol up to N = 2048 (a float32 emulation: 0.05-0.3
-    # of it) and exceed it at 4096-8192 (1.0-2.0): the short rows check the shared-barrier
-    # fallback runs and agrees, the long ones that it is taken.
+    # Half-precision LayerNorm rows with FP8 out take their statistics in one pass over x
+    # (v95; about the row's first element before, v60) unless the row's mean lies far from
+    # zero (mean^2 > 64 var); then the row, and every row that shares its warp or block
+    # barriers, take the two passes. An outlier first element next to an ordinary row (one
+    # pass now: its mean^2 / var is ~1e-3), a constant row, a +50 offset (two passes), a
+    # 6-sigma first element, and a +7 offset (mean^2 / var = 49, one pass at the edge of its
+    # trust), against the float64 reference. The outlier row's mean kept the pivot's wider
+    # absolute tolerance (~2^-24 of a sum of x - pivot near 1e6), as the cluster forward's
+    # test; over x its sum is ~1e3. At every N the +50 row sends the rows sharing its
+    # barriers (all seven in a block, or its warp's) through the fallback.
     hx = rng.standard_normal((7, n)).astype(numpy.float32)
-    hx[1, 0] = 1000.0  # the pivot ~1e3 sigma from the mean
+    hx[1, 0] = 1000.0  # ~1e3 sigma from the mean
     hx[2] = 3.0  # constant: var 0
     hx[3] += 50.0
-    hx[4, 0] = 6.0  # (mean - pivot)^2 / var = 36
+    hx[4, 0] = 6.0
+    hx[5] += 7.0
     hx = hx.astype(BFLOAT16)
     _check_fused("layer_norm", rng, hx.shape, BFLOAT16, out_dtype=fp8, scale=8.0, expect_fused=True, hx=hx,
                  mean_atol=50 * stats_tol(BFLOAT16))
