@@ -35,9 +35,9 @@ import functools
 from cunorm import _bench, _compile, _config, _launch
 from cunorm.ops import _row_norm
 from cunorm._checks import BFLOAT16
-from _sweep_cli import best_table, rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
+from _sweep_cli import best_table, chosen, rebuild_row_norms, row_norm_cases  # benchmarks/ is the script's directory
 from sweep_bwd_stage import _same
-from sweep_store16 import _forward
+from sweep_bwd_stage import _forward
 
 # name: (rows staged ahead (None: the policy), persistent grid without staging, more options)
 # (the first run, results/sweep-cluster-fwd-stage-h200.txt, forced one and two rows on every
@@ -100,7 +100,7 @@ def _max_diff(a: list, b: list) -> float:
 
 def sweep(log=print, names=None) -> list[dict]:
     """The variants in ``names`` (default all), the first of them the bits' reference."""
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    variants = chosen(VARIANTS, names)
     default_options, default_rows = _compile.COMPILE_OPTIONS, _config.CLUSTER_FWD_STAGE_ROWS
     rows, reference = [], {}
     copy = _bench.copy_gbps()
