@@ -16,6 +16,12 @@ def row_norm_cases(row_lengths):
     return itertools.product(("layer_norm", "rms_norm"), (BFLOAT16, numpy.dtype(numpy.float32)), row_lengths)
 
 
+def chosen(variants: dict, names=None) -> dict:
+    """The variants ``--variants`` names (``names``, main's list), in the sweep's order; all of
+    them without it."""
+    return {k: v for k, v in variants.items() if names is None or k in names}
+
+
 def rebuild_row_norms(options) -> None:
     """Compile the row-norm and fused kernels anew with these NVRTC options: drops the loaded
     modules and every cache that holds one of their kernel pointers (a stale one would time
@@ -80,9 +86,11 @@ def backward_sweep(variants: dict, rounds: int, use, default, cases, log=print, 
     return pass_sweep(variants, rounds, use, default, cases, ("bwd",), log, runs)
 
 
-def pass_sweep(variants: dict, rounds: int, use, default, cases, passes, log=print, runs=None) -> list[dict]:
+def pass_sweep(variants: dict, rounds: int, use, default, cases, passes, log=print, runs=None, extra=None,
+               extra_keys=()) -> list[dict]:
     """backward_sweep over the benchmark's ``passes`` ("fwd", "bwd"): a row's
-    ``<pass>_of_copy`` for each."""
+    ``<pass>_of_copy`` for each. ``extra(name, round, copy, log)`` (optional) adds its rows each
+    round (fused_rows), their ``extra_keys`` in the table."""
     from cunorm import _bench
 
     rows = []
@@ -96,7 +104,9 @@ def pass_sweep(variants: dict, rounds: int, use, default, cases, passes, log=pri
             log(f"{name:16s} {op:10s} {dtype.name:8s} N={n:<6d} "
                 + " ".join(f"{p} {row[p + '_of_copy']:.3f}" for p in passes) + " of copy")
             rows.append(row)
-    log(best_table(rows, variants, tuple(f"{p}_of_copy" for p in passes)))
+        if extra is not None:
+            rows += extra(name, round_, copy, log)
+    log(best_table(rows, variants, tuple(f"{p}_of_copy" for p in passes) + tuple(extra_keys)))
     return rows
 
 

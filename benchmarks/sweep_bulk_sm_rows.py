@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from sweep_bwd_depth import _use as use_depth  # benchmarks/ is the script's directory
+from _sweep_cli import chosen  # benchmarks/ is the script's directory
+from sweep_bwd_depth import _use as use_depth
 from sweep_bwd_stage import bits_sweep
 
 # name: (CUNORM_BWD_BULK, ring depth; None: StagePolicy / _config.bwd_stage_depth)
@@ -36,7 +37,7 @@ def _use(variant, base=_compile.COMPILE_OPTIONS) -> None:
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    variants = chosen(VARIANTS, names)
     cases = CASES if any(depth for _, depth in variants.values()) else POLICY_DEPTH_CASES
     return bits_sweep(variants, ROUNDS, _use, VARIANTS["cp-async"], cases, (), ("bwd_of_copy",), log)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import chosen, rebuild_row_norms  # benchmarks/ is the script's directory
 from sweep_bwd_stage import bits_sweep
 
 # name: rows in the ring (None: StagePolicy / _config.bwd_stage_depth)
@@ -28,7 +28,7 @@ def _use(depth: int | None, base=_compile.COMPILE_OPTIONS) -> None:
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    variants = chosen(VARIANTS, names)
     return bits_sweep(variants, ROUNDS, _use, None, CASES, FUSED_ROW_LENGTHS,
                       ("bwd_of_copy", "fused_residual_bwd_of_copy"), log)
 

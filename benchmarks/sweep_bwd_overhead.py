@@ -22,7 +22,7 @@ import numpy
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import adding_options  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, chosen  # benchmarks/ is the script's directory
 from sweep_bwd_stage import bits_sweep
 
 SWITCHES = ("CUNORM_BWD_STAGED_WORDS", "CUNORM_BWD_WEIGHT_SMEM", "CUNORM_NARROW_SECOND_SUM",
@@ -56,7 +56,7 @@ FUSED_ROW_LENGTHS = (2048, 4096, 8192)
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    variants = chosen(VARIANTS, names)
     return bits_sweep(variants, ROUNDS, adding_options(_compile.COMPILE_OPTIONS), (), CASES,
                       FUSED_ROW_LENGTHS, ("fwd_of_copy", "bwd_of_copy", "fused_residual_bwd_of_copy"), log)
 

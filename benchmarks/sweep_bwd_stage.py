@@ -142,10 +142,12 @@ def fused_bwd_row(variant: str, round_: int, op: str, n: int, copy: float, refer
     return row
 
 
-def bits_sweep(variants: dict, rounds: int, use, default, cases, fused_lengths, keys, log=print) -> list[dict]:
+def bits_sweep(variants: dict, rounds: int, use, default, cases, fused_lengths, keys, log=print,
+               extra=None) -> list[dict]:
     """``alternate`` over variants whose outputs must agree bit for bit: each (op, dtype, N)
     of ``cases`` through fwd_bwd_bits_row, then both ops' fused residual backward at each of
-    ``fused_lengths`` through fused_bwd_row; the best rounds' table of ``keys`` logged last."""
+    ``fused_lengths`` through fused_bwd_row, then (optional) ``extra(name, round, copy, log)``'s
+    rows, not bit-checked; the best rounds' table of ``keys`` logged last."""
     rows, reference = [], {}
     for round_, name, copy in alternate(variants, rounds, use, default, log):
         for op, dtype, n in cases:
@@ -153,6 +155,8 @@ def bits_sweep(variants: dict, rounds: int, use, default, cases, fused_lengths, 
         for op in ("layer_norm", "rms_norm"):
             for n in fused_lengths:
                 rows.append(fused_bwd_row(name, round_, op, n, copy, reference, log))
+        if extra is not None:
+            rows += extra(name, round_, copy, log)
     log(best_table(rows, variants, keys))
     return rows
 

@@ -13,7 +13,7 @@ import numpy
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import adding_options, pass_sweep  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, chosen, pass_sweep  # benchmarks/ is the script's directory
 
 VARIANTS = {"pivot": ("-DCUNORM_CLUSTER_FWD_PIVOT=1",), "no_pivot": ()}
 ROUNDS = 2
@@ -23,7 +23,7 @@ CASES = [("layer_norm", BFLOAT16, n) for n in (32768, 65536, 131072, 262144)] + 
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    variants = chosen(VARIANTS, names)
     return pass_sweep(variants, ROUNDS, adding_options(_compile.COMPILE_OPTIONS), VARIANTS["no_pivot"], CASES,
                       ("fwd",), log)
 

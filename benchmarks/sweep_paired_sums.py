@@ -15,7 +15,7 @@ import numpy
 
 from cunorm import _bench, _bench_fused, _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import adding_options, alternate, best_table  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, alternate, best_table, chosen  # benchmarks/ is the script's directory
 from sweep_bwd_stage import bits_sweep
 
 VARIANTS = {"two_butterflies": ("-DCUNORM_PAIRED_SUM2=0",), "paired": ()}
@@ -59,7 +59,7 @@ def _fp8_rows(variants: dict, use, log) -> list[dict]:
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    variants = chosen(VARIANTS, names)
     use = adding_options(_compile.COMPILE_OPTIONS)
     rows = bits_sweep(variants, ROUNDS, use, (), CASES, FUSED_ROW_LENGTHS,
                       ("fwd_of_copy", "bwd_of_copy", "fused_residual_bwd_of_copy"), log)

@@ -18,7 +18,7 @@ import numpy
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import adding_options  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, chosen  # benchmarks/ is the script's directory
 from sweep_bwd_stage import bits_sweep
 
 VARIANTS = {"v84": ("-DCUNORM_BWD_SHARED_STATS=0", "-DCUNORM_BWD_BULK=0"), "v85": ("-DCUNORM_BWD_BULK=0",), "v86": ()}
@@ -29,7 +29,7 @@ FUSED_ROW_LENGTHS = (2048, 4096, 8192)
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    variants = chosen(VARIANTS, names)
     return bits_sweep(variants, ROUNDS, adding_options(_compile.COMPILE_OPTIONS), (), CASES, FUSED_ROW_LENGTHS,
                       ("fwd_of_copy", "bwd_of_copy", "fused_residual_bwd_of_copy"), log)
 

@@ -16,7 +16,7 @@ import numpy
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import adding_options, alternate, best_table, fused_rows  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, chosen, fused_rows, pass_sweep  # benchmarks/ is the script's directory
 
 VARIANTS = {
     "v97": ("-DCUNORM_FWD_SMEM_ONE_PASS=0", "-DCUNORM_UNIFORM_ANY=0"),
@@ -29,20 +29,8 @@ CASES = [("layer_norm", BFLOAT16, n) for n in (512, 1024, 2048, 4096, 8192, 1638
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    from cunorm import _bench
-
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
-    rows = []
-    for round_, name, copy in alternate(variants, ROUNDS, adding_options(_compile.COMPILE_OPTIONS), VARIANTS["v98"],
-                                        log):
-        for op, dtype, n in CASES:
-            r = _bench.bench_row_norm(op, dtype, n)
-            rows.append({"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n,
-                         "fwd_of_copy": round(r["fwd_GBps"] / copy, 3)})
-            log(f"{name:10s} {op:10s} {dtype.name:8s} N={n:<6d} fwd {rows[-1]['fwd_of_copy']:.3f} of copy")
-        rows += fused_rows(name, round_, copy, log)
-    log(best_table(rows, variants, ("fwd_of_copy", "fp8_of_copy")))
-    return rows
+    return pass_sweep(chosen(VARIANTS, names), ROUNDS, adding_options(_compile.COMPILE_OPTIONS), VARIANTS["v98"], CASES,
+                      ("fwd",), log, extra=fused_rows, extra_keys=("fp8_of_copy",))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import numpy
 
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import backward_sweep  # benchmarks/ is the script's directory
+from _sweep_cli import backward_sweep, chosen  # benchmarks/ is the script's directory
 
 # name: (USE_WIDE_BACKWARD, WIDE_DEPTH)
 VARIANTS = {"before": (False, None), "v63_wide_depth2": (True, 2), "v63_wide_depth3": (True, 3)}
@@ -42,7 +42,7 @@ def _use(choice) -> None:
 def sweep(log=print, names=None) -> list[dict]:
     ops, dtypes, lengths = CASES[os.environ.get("WIDE_SWEEP", "v63")]
     cases = [(op, dtype, n) for op in ops for dtype in dtypes for n in lengths]
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    variants = chosen(VARIANTS, names)
     return backward_sweep(variants, ROUNDS, _use, (True, None), cases, log)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import backward_sweep, rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, backward_sweep  # benchmarks/ is the script's directory
 
 # name: extra NVRTC options
 VARIANTS = {"v68": (), "v69_words": ("-DCUNORM_WIDE_BF16_WORDS=1",)}
@@ -18,8 +18,7 @@ CASES = [("layer_norm", BFLOAT16, n) for n in (16384, 32768)] + \
 
 
 def sweep(log=print) -> list[dict]:
-    base = _compile.COMPILE_OPTIONS
-    return backward_sweep(VARIANTS, ROUNDS, lambda extra: rebuild_row_norms((*base, *extra)), (), CASES, log)
+    return backward_sweep(VARIANTS, ROUNDS, adding_options(_compile.COMPILE_OPTIONS), (), CASES, log)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import numpy
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import backward_sweep, rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, backward_sweep  # benchmarks/ is the script's directory
 
 # name: extra NVRTC options
 VARIANTS = {"four_barriers": ("-DCUNORM_WIDE_CLUSTER_OPEN_SUMS=0",), "v78_open_sums": ("-DCUNORM_WIDE_CLUSTER_OPEN_SUMS=1",)}
@@ -21,8 +21,7 @@ CASES = [(op, dtype, n) for op in ("layer_norm", "rms_norm") for dtype in (BFLOA
 
 
 def sweep(log=print) -> list[dict]:
-    base = _compile.COMPILE_OPTIONS
-    return backward_sweep(VARIANTS, ROUNDS, lambda extra: rebuild_row_norms((*base, *extra)), (), CASES, log)
+    return backward_sweep(VARIANTS, ROUNDS, adding_options(_compile.COMPILE_OPTIONS), (), CASES, log)
 
 
 if __name__ == "__main__":

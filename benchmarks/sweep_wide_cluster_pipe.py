@@ -18,7 +18,7 @@ import numpy
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import chosen, rebuild_row_norms  # benchmarks/ is the script's directory
 from sweep_bwd_stage import bits_sweep
 
 # name: (wide ring depth, None: _config.wide_bwd_depth; NVRTC options added to the defaults)
@@ -36,7 +36,7 @@ def _use(variant, base=_compile.COMPILE_OPTIONS) -> None:
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    variants = chosen(VARIANTS, names)
     return bits_sweep(variants, ROUNDS, _use, VARIANTS["pipe"], CASES, (), ("bwd_of_copy",), log)
 
 

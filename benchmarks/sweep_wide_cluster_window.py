@@ -16,7 +16,7 @@ import numpy
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import adding_options  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, chosen  # benchmarks/ is the script's directory
 from sweep_bwd_stage import bits_sweep
 
 VARIANTS = {"v68": ("-DCUNORM_WIDE_CLUSTER_WINDOW=0",), "window": ()}
@@ -26,7 +26,7 @@ CASES = [("layer_norm", BFLOAT16, n) for n in (32768, 65536, 131072)] + \
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
+    variants = chosen(VARIANTS, names)
     return bits_sweep(variants, ROUNDS, adding_options(_compile.COMPILE_OPTIONS), VARIANTS["window"], CASES, (),
                       ("bwd_of_copy",), log)
 

@@ -16,7 +16,7 @@ import numpy
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import backward_sweep, rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, backward_sweep  # benchmarks/ is the script's directory
 
 # name: extra NVRTC options
 VARIANTS = {"weight_loaded": ("-DCUNORM_WIDE_WEIGHT_SMEM=0",), "v81_weight_slots": ()}
@@ -26,8 +26,7 @@ CASES = [(op, dt, n) for op in ("layer_norm", "rms_norm") for dt in (BFLOAT16, n
 
 
 def sweep(log=print) -> list[dict]:
-    base = _compile.COMPILE_OPTIONS
-    return backward_sweep(VARIANTS, ROUNDS, lambda extra: rebuild_row_norms((*base, *extra)), (), CASES, log)
+    return backward_sweep(VARIANTS, ROUNDS, adding_options(_compile.COMPILE_OPTIONS), (), CASES, log)
 
 
 if __name__ == "__main__":

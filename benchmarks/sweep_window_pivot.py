@@ -19,8 +19,8 @@ import numpy
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import adding_options, alternate, best_table, fused_rows  # benchmarks/ is the script's directory
-from sweep_bwd_stage import fwd_bwd_bits_row
+from _sweep_cli import adding_options, chosen, fused_rows  # benchmarks/ is the script's directory
+from sweep_bwd_stage import bits_sweep
 
 VARIANTS = {"before": ("-DCUNORM_WIDE_WINDOW=0", "-DCUNORM_FUSED_ONE_PASS_PIVOT=1"), "after": ()}
 ROUNDS = 2
@@ -29,15 +29,8 @@ CASES = [("layer_norm", BFLOAT16, n) for n in (9216, 12288, 16384)] + \
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    variants = {k: v for k, v in VARIANTS.items() if names is None or k in names}
-    rows, reference = [], {}
-    use = adding_options(_compile.COMPILE_OPTIONS)
-    for round_, name, copy in alternate(variants, ROUNDS, use, VARIANTS["after"], log):
-        for op, dtype, n in CASES:
-            rows.append(fwd_bwd_bits_row(name, round_, op, dtype, n, copy, reference, log))
-        rows += fused_rows(name, round_, copy, log)
-    log(best_table(rows, variants, ("bwd_of_copy", "fp8_of_copy")))
-    return rows
+    return bits_sweep(chosen(VARIANTS, names), ROUNDS, adding_options(_compile.COMPILE_OPTIONS), VARIANTS["after"], CASES,
+                      (), ("bwd_of_copy", "fp8_of_copy"), log, extra=fused_rows)
 
 
 if __name__ == "__main__":
