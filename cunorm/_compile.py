@@ -87,7 +87,8 @@ def drop_modules() -> None:
 
     _modules.clear()
     _launch._smem_allowed.clear()
-    for cache in (_launch.blocks_per_sm, _launch.max_active_clusters, _launch.static_smem):
+    for cache in (_launch.blocks_per_sm, _launch.max_active_clusters, _launch.static_smem,
+                  _launch.allow_nonportable_clusters):
         cache.cache_clear()
 
 

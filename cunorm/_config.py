@@ -399,6 +399,8 @@ def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_opti
     """Rows the wide backward's ring holds for this tile on a GPU whose blocks may opt in to
     ``smem_optin`` bytes of shared memory (None: not even two rows fit)."""
     depth = 3 if rms and itemsize == 2 and n >= WIDE_BWD_RMS_DEEP_FROM else 2
+    if tile == WIDE_CLUSTER_BWD_NARROW.get(itemsize):
+        depth = WIDE_CLUSTER_BWD_NARROW_DEPTH
     while depth >= min(WIDE_BWD_DEPTHS) and depth * wide_bwd_row_bytes(tile, itemsize) + WIDE_BWD_STATIC_SMEM > smem_optin:
         depth -= 1
     return depth if depth >= min(WIDE_BWD_DEPTHS) else None
@@ -423,23 +425,81 @@ def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_opti
 WIDE_CLUSTER_BWD_SIZES = (2, 3, 4, 5, 6, 7, 8)
 
 
-def wide_cluster_bwd_tile(itemsize: int) -> TileConfig | None:
-    """The wide tile a cluster block holds (None: float64)."""
-    return {2: WIDE_BWD_TILE, 4: WIDE_BWD_TILE_FP32}.get(itemsize)
+# The shortest row the wide clusters take, before the single wide block (norm_bwd_wide),
+# {(element size, RMSNorm): length}: half precision past the wide block's 16384 columns
+# (RMSNorm's keeps one block to 32768, v66). v99: float32 in two narrow blocks from 12288
+# (LayerNorm) / 16384 (RMSNorm). H200, two rounds (results/sweep-wide-cluster-narrow2-v99-
+# h200.txt), backward of copy at N = 9216 / 12288 / 16384, one wide block -> two narrow:
+# LayerNorm 0.636 / 0.719 / 0.718 -> 0.602 / 0.775 / 0.879, RMSNorm 0.812 / 0.859 / 0.825 ->
+# 0.666 / 0.820 / 0.910; the lengths between those measured are not.
+WIDE_CLUSTER_BWD_FROM = {(2, False): 16385, (2, True): 32769, (4, False): 12288, (4, True): 16384}
+# v99: float32 rows up to WIDE_CLUSTER_BWD_NARROW_TO elements in clusters of blocks of 8192
+# columns (two packs of 4 a thread), where a row's x and dy both fit the ring (32 KiB each, as
+# half precision's 16384 columns) and a thread holds 16 dW / dB accumulators instead of 32;
+# v68's float32 blocks of 16384 columns load dy from global memory in both passes and spill
+# 8-20 bytes (LayerNorm). Twice the blocks a row. {element size: narrow tile}; an element
+# size left out keeps v68's blocks for every row.
+WIDE_CLUSTER_BWD_NARROW = {4: TileConfig(4, 2, 1024)}
+WIDE_CLUSTER_BWD_NARROW_TO = 65536
+# v100: narrow blocks in non-portable clusters of 9-16 (sm_90 runs 16 where the driver allows
+# it, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED) for rows to 16 * 8192 = 131072;
+# the host falls back to v93's blocks of 16384 where the driver says no cluster of that size
+# runs. H200, two rounds (results/sweep-wide-cluster-nonportable-v100-h200.txt), backward of
+# copy at float32 N = 73728 / 98304 / 131072 against v93's 5-8 blocks of 16384: LayerNorm
+# 0.521 / 0.517 / 0.583 -> 0.627 / 0.653 / 0.802, RMSNorm 0.659 / 0.679 / 0.719 -> 0.712 /
+# 0.735 / 0.841. 0: portable sizes only (rows past WIDE_CLUSTER_BWD_NARROW_TO: v93's blocks).
+WIDE_CLUSTER_BWD_NONPORTABLE_TO = 131072
+WIDE_CLUSTER_BWD_NONPORTABLE_SIZES = tuple(range(9, 17))
+# v99: rows in the narrow blocks' ring. Three fit beside the float32 weight slots (226 KiB)
+# and take v91's pipelined loop. H200, two rounds (results/sweep-wide-cluster-narrow-v99-
+# h200.txt), backward of copy at float32 N = 24576 / 32768 / 65536 against v93's blocks of
+# 16384: LayerNorm 0.585 / 0.698 / 0.607 -> 0.838 / 0.832 / 0.834 (two rows: 0.73 / 0.71 /
+# 0.72), RMSNorm 0.746 / 0.799 / 0.747 -> 0.879 / 0.879 / 0.876 (two rows: 0.78-0.82). Half
+# precision in blocks of 8192 columns lost (bf16 LayerNorm 32768 / 65536 0.58 / 0.54 ->
+# 0.47-0.48, RMSNorm 65536 0.58 -> 0.48-0.55), so it keeps v68's.
+WIDE_CLUSTER_BWD_NARROW_DEPTH = 3
+
+
+def wide_cluster_bwd_tiles(itemsize: int) -> tuple[TileConfig, ...]:
+    """The tiles a wide cluster block may hold for this element size, narrowest first."""
+    wide = {2: WIDE_BWD_TILE, 4: WIDE_BWD_TILE_FP32}.get(itemsize)
+    narrow = WIDE_CLUSTER_BWD_NARROW.get(itemsize)
+    return tuple(t for t in (narrow, wide) if t is not None)
+
+
+def wide_cluster_bwd_tile(itemsize: int, n: int, nonportable: bool = False) -> TileConfig | None:
+    """The wide tile a cluster block holds for rows of ``n`` elements (None: float64);
+    ``nonportable``: clusters of 9-16 blocks may run (v100)."""
+    tiles = wide_cluster_bwd_tiles(itemsize)
+    if not tiles:
+        return None
+    narrow_to = max(WIDE_CLUSTER_BWD_NARROW_TO, WIDE_CLUSTER_BWD_NONPORTABLE_TO if nonportable else 0)
+    return tiles[0] if n <= narrow_to else tiles[-1]
 
 
 def wide_cluster_bwd_configs(itemsize: int) -> list[ClusterConfig]:
     """Every cluster the wide cluster backward may take for this element size."""
-    t = wide_cluster_bwd_tile(itemsize)
-    return [] if t is None else [ClusterConfig(t.vec, t.packs, t.tpr, c) for c in WIDE_CLUSTER_BWD_SIZES]
+    tiles = wide_cluster_bwd_tiles(itemsize)
+    extra = WIDE_CLUSTER_BWD_NONPORTABLE_SIZES if WIDE_CLUSTER_BWD_NONPORTABLE_TO and len(tiles) > 1 else ()
+    return [ClusterConfig(t.vec, t.packs, t.tpr, c) for t in tiles for c in WIDE_CLUSTER_BWD_SIZES] + \
+        [ClusterConfig(tiles[0].vec, tiles[0].packs, tiles[0].tpr, c) for c in extra]
 
 
-def wide_cluster_bwd_config(n: int, vec: int, itemsize: int) -> ClusterConfig | None:
+def wide_cluster_bwd_from(itemsize: int, rms: bool) -> int:
+    """The shortest row the wide clusters take (shorter rows: the single wide block)."""
+    return WIDE_CLUSTER_BWD_FROM.get((itemsize, rms), 0)
+
+
+def wide_cluster_bwd_config(n: int, vec: int, itemsize: int, rms: bool = False,
+                            nonportable: bool = False) -> ClusterConfig | None:
     """The fewest wide blocks that hold a row of ``n`` elements in ``vec``-packs, or None
-    (one block holds it, or eight do not)."""
-    t = wide_cluster_bwd_tile(itemsize)
-    blocks = -(-n // t.tile) if t is not None and t.vec == vec else 0
-    return ClusterConfig(t.vec, t.packs, t.tpr, blocks) if blocks in WIDE_CLUSTER_BWD_SIZES else None
+    (the single wide block takes it, or eight blocks, or with ``nonportable`` sixteen
+    narrow ones, do not hold it)."""
+    t = wide_cluster_bwd_tile(itemsize, n, nonportable)
+    blocks = -(-n // t.tile) if t is not None and t.vec == vec and n >= wide_cluster_bwd_from(itemsize, rms) else 0
+    narrow = t is not None and t == WIDE_CLUSTER_BWD_NARROW.get(itemsize)
+    sizes = WIDE_CLUSTER_BWD_SIZES + (WIDE_CLUSTER_BWD_NONPORTABLE_SIZES if nonportable and narrow else ())
+    return ClusterConfig(t.vec, t.packs, t.tpr, blocks) if blocks in sizes else None
 
 
 # Half-precision backward rows past the full-row tile (N > 8192) on sm_90, v46: a cluster of

@@ -198,6 +198,22 @@ def max_active_clusters(function_ptr: int, block: int, smem: int, cluster: int) 
     return count.value
 
 
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+
+
+@functools.lru_cache(maxsize=None)
+def allow_nonportable_clusters(function_ptr: int) -> bool:
+    """Lets a kernel whose compile-time clusters pass the portable eight blocks launch (sm_90
+    runs up to 16 where the GPU's partitions hold them); False where the driver refuses."""
+    from cupy_backends.cuda.api import driver
+
+    try:
+        driver.funcSetAttribute(function_ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+    except driver.CUDADriverError:
+        return False
+    return True
+
+
 # function pointer -> the most dynamic shared memory allowed so far (clear it with the
 # compiled modules, as the sweeps do: a reloaded kernel may reuse a pointer)
 _smem_allowed: dict = {}

@@ -118,39 +118,6 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
       }
     };
     A v[VEC];
-    T* yrow = y + safe_row * N;
-    // v43, half-precision LayerNorm (RMSNorm read 0.01-0.03 lower with it): a weight and bias
-    // given, the usual call, take an output pass without null tests and fills a pack. (xhat as
-    // one FMA, x * r - shift * r, was tried and dropped: on a constant row shift * r rounds
-    // to a y of 0.117 where 0 is exact, bf16 rows of 9984, NOTES v43; v98 takes that form
-    // only on rows whose one pass it trusts, which constant rows are not.)
-    auto out_passes = [&](auto xhat) {  // xhat(v): x - mean times r
-      auto out_pack = [&](int p, auto affine) {
-        const int col = pack_col<VEC, TPR>(p, lane);
-        A wv[VEC], bv[VEC], out[VEC];
-        if constexpr (decltype(affine)::value) {
-          unpack_words(load_raw<VEC>(weight + col), wv);
-          unpack_words(load_raw<VEC>(bias + col), bv);
-        } else {
-          load_param<VEC>(weight, col, A(1), wv);
-          load_param<VEC>(bias, col, A(0), bv);
-        }
-        unpack_words(read_slot(mine + p * kBlock), v);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) out[k] = xhat(v[k]) * wv[k] + bv[k];
-        store_pack<T>(yrow + col, out);
-      };
-      if (CUNORM_FWD_AFFINE_CASES && kLean && weight && bias)
-        each_pack([&](int p) { out_pack(p, Flag<true>{}); });
-      else
-        each_pack([&](int p) { out_pack(p, Flag<false>{}); });
-    };
-    auto write_stats = [&](A mean_value, A r) {
-      if (lane == 0 && row_ok && rstd) {  // inference callers may skip the statistics
-        if (!RMS) mean[row] = mean_value;
-        rstd[row] = r;
-      }
-    };
     A mu = A(0), q = A(0), r;
     bool two_passes = true;
     if constexpr (kOnePass) {  // v98
@@ -169,11 +136,8 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
           }
         });
         const A count = A(limit > 0 ? limit : 1);
-        // uniform over the rows that share barriers (group_sum2_any), as the branch needs
-        const bool distrusted = group_sum2_any<TPR>(s, ss, red, [count](A a, A b) {
-          const A m = a / count;
-          return !(m * m <= A(kOnePassTrust) * (b / count - m * m));  // NaN and inf rows too
-        });
+        // uniform over the rows that share barriers, as the branch needs
+        const bool distrusted = one_pass_distrusted<TPR>(s, ss, count, red);
         mu = s / count;
         r = rsqrt_acc(ss / count - mu * mu + eps);
         return !distrusted;
@@ -225,8 +189,36 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
       q = group_sum<TPR>(q, red);
       r = rsqrt_acc(q / A(N) + eps);
     }
-    write_stats(pivot + mu, r);
-    out_passes([&](A value) { return centred(value) * r; });
+    if (lane == 0 && row_ok && rstd) {  // inference callers may skip the statistics
+      if (!RMS) mean[row] = pivot + mu;
+      rstd[row] = r;
+    }
+    T* yrow = y + safe_row * N;
+    // v43, half-precision LayerNorm (RMSNorm read 0.01-0.03 lower with it): a weight and bias
+    // given, the usual call, take an output pass without null tests and fills a pack. (xhat as
+    // one FMA, x * r - shift * r, was tried and dropped: on a constant row shift * r rounds
+    // to a y of 0.117 where 0 is exact, bf16 rows of 9984, NOTES v43.)
+    auto out_pack = [&](int p, auto affine) {
+      const int col = pack_col<VEC, TPR>(p, lane);
+      A wv[VEC], bv[VEC], out[VEC];
+      if constexpr (decltype(affine)::value) {
+        unpack_words(load_raw<VEC>(weight + col), wv);
+        unpack_words(load_raw<VEC>(bias + col), bv);
+      } else {
+        load_param<VEC>(weight, col, A(1), wv);
+        load_param<VEC>(bias, col, A(0), bv);
+      }
+      unpack_words(read_slot(mine + p * kBlock), v);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        out[k] = centred(v[k]) * r * wv[k] + bv[k];
+      }
+      store_pack<T>(yrow + col, out);
+    };
+    if (CUNORM_FWD_AFFINE_CASES && kLean && weight && bias)
+      each_pack([&](int p) { out_pack(p, Flag<true>{}); });
+    else
+      each_pack([&](int p) { out_pack(p, Flag<false>{}); });
   }
 }
 

@@ -351,7 +351,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
         // as v50's loop below: rows whose pivot lies far from their mean take two passes
         // (uniform over the cluster; the vote lets the compiler see it uniform over the warp,
         // as group_sum2_any's: 8 bytes spilled without it)
-        one_pass = !warp_any(!(mu * mu <= A(kOnePassTrust) * var));
+        one_pass = !warp_any(!one_pass_trusted(mu, var));
         if (!one_pass) {
           // v97: the row's first element as the pivot after all (a constant row's y exactly its
           // bias), loaded by the rare rows that take two passes
@@ -409,7 +409,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       // uniform over the cluster (every block holds the same bits): rows whose pivot lies
       // far from their mean, and constant rows, take the two passes below (nothing of this
       // pass is kept for them)
-      if (mu * mu <= A(kOnePassTrust) * var) {
+      if (one_pass_trusted(mu, var)) {
         write_y(row, pivot, mu, rsqrt_acc(var + eps), raw, Flag<!kPivot>());
         continue;
       }

@@ -276,6 +276,24 @@ __device__ __forceinline__ A centre_tile(A (&v)[PACKS][VEC], int limit, int lane
 // worst), against bf16's 4e-3 spacing.
 constexpr int kOnePassTrust = 64;
 
+// Whether one pass's statistics serve a row of this mean (of d) and var (false for NaN and
+// inf rows too).
+template <typename A>
+__device__ __forceinline__ bool one_pass_trusted(A mu, A var) {
+  return mu * mu <= A(kOnePassTrust) * var;
+}
+
+// A one pass's sums s of d and ss of d^2 over `count` values, summed over the row group in
+// place (group_sum2_any): true where this group or one it shares barriers with does not
+// trust them.
+template <int TPR, typename A>
+__device__ __forceinline__ bool one_pass_distrusted(A& s, A& ss, A count, A* smem) {
+  return group_sum2_any<TPR>(s, ss, smem, [count](A a, A b) {
+    const A m = a / count;
+    return !one_pass_trusted(m, b / count - m * m);
+  });
+}
+
 // This thread's sums of d = v - pivot and of d^2 over its packs inside the row; v becomes d.
 template <int VEC, int PACKS, int TPR, typename A>
 __device__ __forceinline__ void shifted_sums(A (&v)[PACKS][VEC], int limit, int lane, A pivot, A& s, A& ss) {
@@ -303,10 +321,7 @@ __device__ __forceinline__ bool one_pass_tile(A (&v)[PACKS][VEC], int limit, int
   A s, ss;
   shifted_sums<VEC, PACKS, TPR>(v, limit, lane, pivot, s, ss);
   const A count = A(limit > 0 ? limit : 1);
-  const bool distrusted = group_sum2_any<TPR>(s, ss, smem, [count](A a, A b) {
-    const A m = a / count;
-    return !(m * m <= A(kOnePassTrust) * (b / count - m * m));  // NaN and inf rows too
-  });
+  const bool distrusted = one_pass_distrusted<TPR>(s, ss, count, smem);
   mu = s / count;
   var = ss / count - mu * mu;
   return !distrusted;
@@ -780,13 +795,18 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
     stage_stats<RMS, TPB, TPB>(stats, buf, mean, rstd, r, M);
     copies_commit();
   };
-  // This thread's pack p of the row in buf: x, dy and the weight, widened (zeros past N).
-  auto read_pack = [&](int buf, const T* dyrow, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
+  constexpr bool kWords = CUNORM_WIDE_BF16_WORDS;
+  // This thread's pack p of the row in buf: x and dy (read_x_dy), and the weight (read_pack),
+  // widened (zeros past N).
+  auto read_x_dy = [&](int buf, const T* dyrow, int p, A (&xv)[VEC], A (&g)[VEC]) {
     const int col = pack_col<VEC, TPB>(p, lane);
-    constexpr bool kWords = CUNORM_WIDE_BF16_WORDS;
     widen<kWords>(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
     if constexpr (kStageDy) widen<kWords>(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
     else load_param<VEC, kWords>(col < limit ? dyrow : nullptr, col, A(0), g);
+  };
+  auto read_pack = [&](int buf, const T* dyrow, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
+    const int col = pack_col<VEC, TPB>(p, lane);
+    read_x_dy(buf, dyrow, p, xv, g);
     if constexpr (kWeightSlots) unstage_weight<VEC, TPB>(wslots, p, wv);
     else load_param<VEC, kWords>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
   };
@@ -843,9 +863,7 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
       const int col = pack_col<VEC, TPB>(p, lane);
       if (col >= limit) continue;
       A xv[VEC], g[VEC];
-      constexpr bool kWords = CUNORM_WIDE_BF16_WORDS;
-      widen<kWords>(read_slot(tiles + kSets * buf * kSet + p * TPB + threadIdx.x), xv);
-      widen<kWords>(read_slot(tiles + (kSets * buf + 1) * kSet + p * TPB + threadIdx.x), g);
+      read_x_dy(buf, nullptr, p, xv, g);  // dy staged: v94's window serves staged rows only
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const A xhat = (xv[k] - st.mean) * st.rstd;

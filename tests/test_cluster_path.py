@@ -221,11 +221,15 @@ def wide_clusters(monkeypatch):
 
 # Rows past one wide block (v68): half precision and float32 of 16385-65536 elements in
 # clusters of 2-4 blocks of 16384 columns (half-precision RMSNorm to 32768 on one block,
-# v66). 20000 / 40000 / 50000 leave most of the last block's columns empty; 49152 fills three.
+# v66), float32 in 2-8 blocks of 8192 (v99: LayerNorm from 12288, RMSNorm from 16384). 20000 /
+# 40000 / 50000 leave most of the last block's columns empty; 49152 fills three; float32
+# 12292's second block holds half a tile and one pack, 16392's third block two packs.
 WIDE_CLUSTER_CASES = [("layer_norm", BFLOAT16, n) for n in (16392, 20000, 32768, 40000, 49152, 50000, 65536)] + \
                      [("layer_norm", numpy.dtype(numpy.float16), 40000)] + \
                      [(op, numpy.dtype(numpy.float32), n) for op in ("layer_norm", "rms_norm")
                       for n in (20000, 65536)] + \
+                     [("layer_norm", numpy.dtype(numpy.float32), n) for n in (12288, 12292, 16392, 40000, 57344)] + \
+                     [("rms_norm", numpy.dtype(numpy.float32), 16384)] + \
                      [("rms_norm", BFLOAT16, n) for n in (40000, 65536)]
 
 
@@ -240,13 +244,15 @@ def test_wide_cluster_backward(rng, wide_clusters, op, dtype, n, rows):
 def _assert_wide_cluster_plan(op, dtype, n, rows):
     """The backward plan of rows x n is the wide cluster's; returns its cluster config."""
     rms, itemsize = op == "rms_norm", dtype.itemsize
-    cfg = _config.wide_cluster_bwd_config(n, 16 // itemsize, itemsize)
-    tile = _config.wide_cluster_bwd_tile(itemsize)
+    t = dtype.name
+    cfg, tile, depth = _row_norm._wide_cluster_plan(t, t, itemsize, n, 16 // itemsize, rms, 0)
+    assert cfg in (_config.wide_cluster_bwd_config(n, 16 // itemsize, itemsize, rms, nonportable)
+                   for nonportable in (False, True))
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
     assert plan.split is None and plan.grid_rows is None and plan.block == 1024 and \
         plan.blocks == plan.groups * cfg.cluster, "the wide cluster backward"
     optin = _row_norm.smem_limits(0)[0]
-    depth = _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, optin)
+    assert depth == _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, optin)
     assert plan.smem == _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, True), \
         "each block's ring, and its weight where it fits"
     return cfg
@@ -267,6 +273,32 @@ WIDE_CLUSTER_8_CASES = [("layer_norm", BFLOAT16, n) for n in (65544, 100000, 131
 def test_wide_cluster_backward_past_four_blocks(rng, wide_clusters, op, dtype, n, rows):
     assert _assert_wide_cluster_plan(op, dtype, n, rows).cluster > 4
     check(op, rng, (rows, n), dtype)
+
+
+# v100: float32 rows of 65537-131072 in non-portable clusters of 9-16 narrow blocks where the
+# driver runs them (73728: nine full blocks; 100000: thirteen, the last part empty)
+NONPORTABLE_CASES = [("layer_norm", numpy.dtype(numpy.float32), n) for n in (73728, 100000, 131072)] + \
+                    [("rms_norm", numpy.dtype(numpy.float32), 131072)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op,dtype,n", NONPORTABLE_CASES, ids=[f"{o}-{d.name}-{n}" for o, d, n in NONPORTABLE_CASES])
+@pytest.mark.parametrize("rows", [3, 150])
+def test_wide_cluster_backward_past_eight_blocks(rng, wide_clusters, op, dtype, n, rows):
+    cfg = _assert_wide_cluster_plan(op, dtype, n, rows)
+    if cfg.cluster <= 8:
+        pytest.skip("this GPU or driver runs no cluster of more than eight blocks of this kernel")
+    assert cfg.block_columns == 8192
+    check(op, rng, (rows, n), dtype)
+
+
+@pytest.mark.gpu
+def test_wide_cluster_backward_without_nonportable_clusters(rng, wide_clusters, monkeypatch):
+    # where the driver refuses clusters past eight blocks, v93's blocks of 16384 columns serve
+    monkeypatch.setattr(_row_norm, "allow_nonportable_clusters", lambda ptr: False)
+    cfg = _assert_wide_cluster_plan("layer_norm", numpy.dtype(numpy.float32), 100000, 150)
+    assert cfg == _config.ClusterConfig(4, 4, 1024, 7)
+    check("layer_norm", rng, (150, 100000), numpy.float32)
 
 
 @pytest.mark.gpu
@@ -302,7 +334,19 @@ def test_wide_cluster_configs():
     assert [cfg(n, 8, 2).cluster for n in (65544, 81920, 81928, 131072)] == [5, 5, 6, 8]
     assert cfg(131080, 8, 2) is None, "past eight blocks: the grid rows"
     assert cfg(131072, 4, 4) == _config.ClusterConfig(4, 4, 1024, 8)
-    assert cfg(40000, 4, 4) == _config.ClusterConfig(4, 4, 1024, 3)
+    assert cfg(65537, 4, 4) == _config.ClusterConfig(4, 4, 1024, 5), "past the narrow float32 blocks"
+    # v100: non-portable clusters of narrow float32 blocks, where the host finds they run
+    assert cfg(65537, 4, 4, False, True) == _config.ClusterConfig(4, 2, 1024, 9)
+    assert cfg(131072, 4, 4, True, True) == _config.ClusterConfig(4, 2, 1024, 16)
+    assert cfg(131073, 4, 4, False, True) is None and cfg(65537, 8, 2, False, True).block_columns == 16384
+    # v99: float32 rows to 65536 in blocks of 8192 columns, from 12288 (LayerNorm) / 16384
+    # (RMSNorm) on; shorter rows take the single wide block
+    assert cfg(12287, 4, 4) is None and cfg(16383, 4, 4, True) is None, "the single wide block"
+    assert cfg(12288, 4, 4) == cfg(16384, 4, 4, True) == _config.ClusterConfig(4, 2, 1024, 2)
+    assert [cfg(n, 4, 4).cluster for n in (16385, 40000, 65536)] == [3, 5, 8]
+    assert cfg(16384, 8, 2) is None and cfg(32768, 8, 2, True) is None, "half precision's single wide block"
+    assert cfg(32776, 8, 2, True) == _config.ClusterConfig(8, 2, 1024, 3)
+    assert cfg(40000, 4, 4) == _config.ClusterConfig(4, 2, 1024, 5)
     assert cfg(40000, 4, 2) is None, "narrower packs"
     assert cfg(40000, 2, 8) is None, "float64"
     for n in range(16385, 131073, 397):  # every block holds part of the row (the kernel relies on it)
@@ -313,7 +357,7 @@ def test_wide_cluster_configs():
     for itemsize, t in ((2, "bfloat16"), (4, "float32")):
         for rms in (False, True):
             for c in _config.wide_cluster_bwd_configs(itemsize):
-                assert c.cluster <= 8, "portable cluster sizes only"
+                assert c.cluster <= 8 or c.block_columns == 8192, "non-portable sizes: v100's narrow blocks only"
                 for depth in _config.WIDE_BWD_DEPTHS:
                     assert _row_norm._wide_cluster_name(t, t, rms, depth, c) in names
 

@@ -206,17 +206,19 @@ def test_wide_weight_slots_match_the_host(nvrtc_ready, optin):
     WideWeightSlots (kernels/row_norm.cuh) says so, and the host sizes the dynamic shared
     memory by _config.wide_bwd_weight_bytes: were the kernel to use slots the host did not
     allocate, it would write past its shared memory. NVRTC checks the two agree for every
-    wide tile and ring depth, compiled with each GPU's opt-in."""
+    wide tile (a single block's and a cluster block's, v99's float32 8192 columns among
+    them) and ring depth, compiled with each GPU's opt-in."""
     checks = []
     for itemsize, ctype in ((2, "__nv_bfloat16"), (4, "float")):
         for rms in (False, True):
-            for tile in _config.wide_bwd_tiles(itemsize, rms):
+            tiles = [(t, False) for t in _config.wide_bwd_tiles(itemsize, rms)] + \
+                [(t, True) for t in _config.wide_cluster_bwd_tiles(itemsize)]
+            for tile, cluster in tiles:
                 for depth in _config.WIDE_BWD_DEPTHS:
-                    for cluster in (False, True):
-                        host = _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, cluster) > 0
-                        flags = f"{str(rms).lower()}, {depth}, {tile.tile}, {str(cluster).lower()}"
-                        checks.append(f"static_assert(cunorm::WideWeightSlots<{ctype}, {flags}>::value == "
-                                      f"{str(host).lower()}, \"{ctype} {flags}\");")
+                    host = _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, cluster) > 0
+                    flags = f"{str(rms).lower()}, {depth}, {tile.tile}, {str(cluster).lower()}"
+                    checks.append(f"static_assert(cunorm::WideWeightSlots<{ctype}, {flags}>::value == "
+                                  f"{str(host).lower()}, \"{ctype} {flags}\");")
     _static_asserts_hold(checks, "WideWeightSlots and _config.wide_bwd_weight_bytes disagree",
                          (f"-DCUNORM_SMEM_OPTIN={optin}",))
     assert len(checks) >= 16

@@ -138,6 +138,12 @@ def test_wide_backward_rows_and_depths():
     assert weight(t16, 2, 2, h200_optin, False, True) == 65536, "half-precision LayerNorm's clusters"
     assert weight(t16, 2, 2, h200_optin, False) == 0, "half-precision LayerNorm's single block (v83)"
     assert weight(t16, 2, 3, h200_optin) == weight(long_rms, 2, 3, h200_optin) == weight(long_rms, 2, 2, h200_optin) == 0
+    # v99: the float32 clusters' narrow blocks hold three rows and the weight on the H200
+    narrow = _config.WIDE_CLUSTER_BWD_NARROW[4]
+    assert narrow.tile == 8192 and row_bytes(narrow, 4) == 65536, "x and dy"
+    assert [_config.wide_bwd_depth(narrow, rms, 8192, 4, h200_optin) for rms in (False, True)] == [3, 3]
+    assert weight(narrow, 4, 3, h200_optin, False, True) == 32768
+    assert _config.wide_bwd_smem(narrow, 4, 3, h200_optin, False, True) + _config.WIDE_BWD_STATIC_SMEM <= h200_optin
     assert weight(t16, 2, 2, a100_optin) == 0
     names = _row_norm.instantiations()
     for depth in _config.WIDE_BWD_DEPTHS:

@@ -22,7 +22,8 @@ from .. import _config
 from . import _grid_rows
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import (View, allow_smem, blocks_per_sm, launch, make_current, max_active_clusters, pick_vec,
+from .._launch import (View, allow_nonportable_clusters, allow_smem, blocks_per_sm, launch, make_current,
+                       max_active_clusters, pick_vec,
                        row_layout, scalar_bits, sm_count, smem_limits)
 
 KERNEL_FILE = "layer_norm.cu"
@@ -182,18 +183,34 @@ def _wide_cluster_name(t: str, w: str, rms: bool, depth: int, cfg: _config.Clust
     return f"norm_bwd_wide_cluster<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {cfg.block_columns}, {cfg.cluster}>"
 
 
-def _wide_cluster_plan(t: str, itemsize: int, n: int, vec: int, rms: bool, device: int):
+def _wide_cluster_plan(t: str, wn: str, itemsize: int, n: int, vec: int, rms: bool, device: int):
     """The wide cluster backward's (cluster config, its blocks' wide tile, ring depth) for
     this row, or None where it does not serve. The ring's depth is the wide block's for a
     full tile."""
     if not (USE_WIDE_CLUSTER_BACKWARD and USE_WIDE_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device)):
         return None
-    cfg = _config.wide_cluster_bwd_config(n, vec, itemsize)
-    if cfg is None:
-        return None
-    tile = _config.wide_cluster_bwd_tile(itemsize)
-    depth = _wide_depth(tile, rms, tile.tile, itemsize, device)
-    return None if depth is None else (cfg, tile, depth)
+    for nonportable in (True, False):  # v100's clusters of 9-16 blocks where the GPU runs them
+        cfg = _config.wide_cluster_bwd_config(n, vec, itemsize, rms, nonportable)
+        if cfg is None:
+            return None
+        tile = _config.wide_cluster_bwd_tile(itemsize, n, nonportable)
+        depth = _wide_depth(tile, rms, tile.tile, itemsize, device)
+        if depth is None:
+            return None
+        if cfg.cluster <= 8 or _nonportable_clusters_run(t, wn, itemsize, rms, depth, cfg, tile, device):
+            return cfg, tile, depth
+    return None
+
+
+def _nonportable_clusters_run(t: str, wn: str, itemsize: int, rms: bool, depth: int, cfg, tile, device: int) -> bool:
+    """Whether the driver allows and runs at least one cluster of this wide kernel past the
+    portable eight blocks (allowing it on the kernel first)."""
+    main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, cfg), device)
+    smem = _config.wide_bwd_smem(tile, itemsize, depth, smem_limits(device)[0], rms, True)
+    if not allow_nonportable_clusters(main):
+        return False
+    allow_smem(main, smem)
+    return (max_active_clusters(main, cfg.block, smem, cfg.cluster) or 0) >= 1
 
 
 def _staged_cluster_name(t: str, w: str, cfg: _config.ClusterConfig, rms: bool) -> str:
@@ -403,18 +420,20 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
         main = function_ptr(KERNEL_FILE, _tile_name("norm_bwd", t, wn, cfg, rms, FULL_ROW), device)
         smem = stage_bytes(cfg, itemsize, itemsize, rms)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
+    # the wide clusters first: from _config.wide_cluster_bwd_from on they take rows the single
+    # wide block also holds (where clusters exist)
+    wide_cluster = _wide_cluster_plan(t, wn, itemsize, n, vec, rms, device)
+    if wide_cluster is not None:
+        ccfg, tile, depth = wide_cluster
+        main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, ccfg), device)
+        smem = _config.wide_bwd_smem(tile, itemsize, depth, smem_limits(device)[0], rms, True)
+        return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block, smem), smem
     wide = _wide_plan(itemsize, n, vec, rms, device)
     if wide is not None:
         cfg, depth = wide
         main = function_ptr(KERNEL_FILE, _wide_name(t, wn, rms, depth, cfg), device)
         smem = _config.wide_bwd_smem(cfg, itemsize, depth, smem_limits(device)[0], rms, False)
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
-    wide_cluster = _wide_cluster_plan(t, itemsize, n, vec, rms, device)
-    if wide_cluster is not None:
-        ccfg, tile, depth = wide_cluster
-        main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, ccfg), device)
-        smem = _config.wide_bwd_smem(tile, itemsize, depth, smem_limits(device)[0], rms, True)
-        return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block, smem), smem
     scfg = _config.cluster_staged_bwd_config(n, vec, itemsize) \
         if USE_STAGED_CLUSTER_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device) else None
     if scfg is not None:
