@@ -44,6 +44,7 @@ DEFAULT = "narrow-d3"
 
 def _use(variant) -> None:
     narrow, depth, from_, wide_depth = variant
+    _config.WIDE_CLUSTER_BWD_NONPORTABLE_TO = 0  # as the sweeps ran, before v100
     _config.WIDE_CLUSTER_BWD_NARROW, _config.WIDE_CLUSTER_BWD_NARROW_DEPTH = narrow, depth
     _config.WIDE_CLUSTER_BWD_FROM, _row_norm.WIDE_DEPTH = from_, wide_depth
     rebuild_row_norms(_compile.COMPILE_OPTIONS)
