@@ -36,6 +36,19 @@ def rebuild_row_norms(options) -> None:
         cache.cache_clear()
 
 
+def rebuild_batch_norm(options) -> None:
+    """rebuild_row_norms for the BatchNorm kernels: these NVRTC options, the loaded modules
+    dropped and every BatchNorm cache that holds a kernel pointer or a plan sized by one
+    cleared (plan, _passes, _staged_kernel)."""
+    from cunorm import _compile
+    from cunorm.ops import _batch_norm
+
+    _compile.COMPILE_OPTIONS = tuple(options)
+    _compile.drop_modules()
+    for cache in (_batch_norm.plan, _batch_norm._passes, _batch_norm._staged_kernel):
+        cache.cache_clear()
+
+
 def adding_options(base: tuple):
     """A sweep's ``use`` for builds that add their NVRTC options (a variant's value) to
     ``base`` (the defaults): ``()``, alternate's default for it, rebuilds ``base`` itself."""

@@ -13,6 +13,7 @@ import numpy
 from cunorm import _bench, _compile
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
+from _sweep_cli import rebuild_batch_norm  # benchmarks/ is the script's directory
 
 SHAPES = ((32, 256, 56, 56), (128, 64, 112, 112), (64, 1024, 14, 14), (256, 2048, 7, 7))
 # (inflight bytes, blocks per SM, least loop trips a block)
@@ -20,12 +21,9 @@ SETTINGS = ((32, 8, 4), (16, 8, 4), (64, 8, 4), (32, 4, 4), (32, 16, 4), (32, 32
 
 
 def _use(inflight: int, blocks_per_sm: int, min_trips: int) -> None:
-    _compile.COMPILE_OPTIONS = (f"-DCUNORM_BN_INFLIGHT_BYTES={inflight}",)
-    _compile.drop_modules()
     _batch_norm.BLOCKS_PER_SM = _batch_norm.BLOCKS_PER_SM_CL = blocks_per_sm
     _batch_norm.MIN_TRIPS = min_trips
-    _batch_norm.plan.cache_clear()
-    _batch_norm._passes.cache_clear()
+    rebuild_batch_norm((f"-DCUNORM_BN_INFLIGHT_BYTES={inflight}",))
 
 
 def _case(shape, dtype, channels_last):
@@ -56,11 +54,8 @@ def sweep(log=print) -> list[dict]:
                             f"bwd {row['bwd_of_copy']:.3f}")
                         rows.append(row)
     finally:
-        _compile.COMPILE_OPTIONS = defaults[0]
-        _compile.drop_modules()
         _batch_norm.BLOCKS_PER_SM, _batch_norm.BLOCKS_PER_SM_CL, _batch_norm.MIN_TRIPS = defaults[1:]
-        _batch_norm.plan.cache_clear()
-        _batch_norm._passes.cache_clear()
+        rebuild_batch_norm(defaults[0])
     return rows
 
 

@@ -16,8 +16,7 @@ import numpy
 
 from cunorm import _bench, _compile
 from cunorm._checks import BFLOAT16
-from cunorm.ops import _batch_norm
-from _sweep_cli import chosen  # benchmarks/ is the script's directory
+from _sweep_cli import chosen, rebuild_batch_norm  # benchmarks/ is the script's directory
 
 SHAPES = ((32, 256, 56, 56), (128, 64, 112, 112), (64, 1024, 14, 14), (256, 2048, 7, 7))
 # name: NVRTC options added to the defaults
@@ -27,10 +26,7 @@ _BASE = _compile.COMPILE_OPTIONS
 
 
 def _use(options) -> None:
-    _compile.COMPILE_OPTIONS = (*_BASE, *options)
-    _compile.drop_modules()
-    _batch_norm.plan.cache_clear()
-    _batch_norm._passes.cache_clear()
+    rebuild_batch_norm((*_BASE, *options))
 
 
 def _calls(shape, dtype, channels_last):

@@ -14,6 +14,7 @@ import numpy
 from cunorm import _bench, _compile
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
+from _sweep_cli import rebuild_batch_norm  # benchmarks/ is the script's directory
 from sweep_bn_config import SHAPES, _case
 
 # name: (NVRTC defines, host BLOCK, host settings of _batch_norm)
@@ -68,14 +69,10 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
 
 
 def _use(options, block: int, settings: dict) -> None:
-    _compile.COMPILE_OPTIONS = tuple(options)
-    _compile.drop_modules()
     _batch_norm.BLOCK = block
     for k, v in settings.items():
         setattr(_batch_norm, k, v)
-    _batch_norm.plan.cache_clear()
-    _batch_norm._passes.cache_clear()
-    _batch_norm._staged_kernel.cache_clear()
+    rebuild_batch_norm(options)
 
 
 def _shapes() -> tuple:
