@@ -373,14 +373,35 @@ def wide_bwd_row_bytes(tile: TileConfig, itemsize: int) -> int:
 # v81: the wide block's weight in float slots of shared memory after the ring, where both fit
 # (kernels/row_norm.cuh WideWeightSlots, CUNORM_WIDE_WEIGHT_SMEM: keep the two alike).
 WIDE_BWD_WEIGHT_SMEM = True
+# v101: in the wide clusters, a half-precision weight of half-precision rows in its own type
+# (kernels/row_norm.cuh WideHalfSlots, CUNORM_WIDE_HALF_SLOTS: keep the two alike), and then
+# three rows in the ring for LayerNorm too. H200, two rounds (results/sweep-wide-half-slots-
+# v101-h200.txt, half slots in every wide block then), backward of copy, bf16: RMSNorm
+# clusters at 65536 / 131072 0.580 / 0.587 -> 0.637 / 0.639; LayerNorm 32768 / 65536 /
+# 131072 0.583 / 0.534 / 0.535 -> 0.596 / 0.543 / 0.545 with two rows, 0.656 / 0.558 / 0.565
+# with three; the single block's RMSNorm ring of three at 16384 0.777 -> 0.745, so it keeps
+# none.
+WIDE_BWD_HALF_SLOTS = True
+
+
+def half_slots(itemsize: int, w_itemsize: int, cluster: bool) -> bool:
+    """Whether the wide backward keeps the weight in its own half-precision type (v101)."""
+    return WIDE_BWD_HALF_SLOTS and cluster and itemsize == 2 and w_itemsize == 2
+
+
+def wide_bwd_slot_bytes(tile: TileConfig, itemsize: int, w_itemsize: int, cluster: bool) -> int:
+    """Bytes of the wide backward's weight slots: a float a column, or the weight's own two
+    bytes (half_slots)."""
+    return tile.tile * (2 if half_slots(itemsize, w_itemsize, cluster) else 4)
 
 
 def wide_bwd_weight_bytes(tile: TileConfig, itemsize: int, depth: int, smem_optin: int, rms: bool,
-                          cluster: bool) -> int:
-    """The wide backward's weight slots after its ring of ``depth`` rows: tile.tile floats
+                          cluster: bool, w_itemsize: int = 4) -> int:
+    """The wide backward's weight slots after its ring of ``depth`` rows (wide_bwd_slot_bytes)
     where ring, slots and the kernel's static buffers fit ``smem_optin``, else none (the
-    weight loaded in each pass). ``cluster``: a block of norm_bwd_wide_cluster."""
-    ring, slots = depth * wide_bwd_row_bytes(tile, itemsize), tile.tile * 4
+    weight loaded in each pass). ``cluster``: a block of norm_bwd_wide_cluster; ``w_itemsize``:
+    the weight's element size."""
+    ring, slots = depth * wide_bwd_row_bytes(tile, itemsize), wide_bwd_slot_bytes(tile, itemsize, w_itemsize, cluster)
     # v83: half-precision LayerNorm's single wide block keeps loading its weight: with the
     # slots it lost 0.04 of copy at 12288-16384 (H200, against main before v81), while its
     # clusters gained 0.02-0.03 (NOTES v83)
@@ -388,17 +409,22 @@ def wide_bwd_weight_bytes(tile: TileConfig, itemsize: int, depth: int, smem_opti
     return slots if WIDE_BWD_WEIGHT_SMEM and serves and ring + slots + WIDE_BWD_STATIC_SMEM <= smem_optin else 0
 
 
-def wide_bwd_smem(tile: TileConfig, itemsize: int, depth: int, smem_optin: int, rms: bool, cluster: bool) -> int:
+def wide_bwd_smem(tile: TileConfig, itemsize: int, depth: int, smem_optin: int, rms: bool, cluster: bool,
+                  w_itemsize: int = 4) -> int:
     """Dynamic shared memory of one wide backward block: its ring of ``depth`` rows and the
     weight's slots where they fit (wide_bwd_weight_bytes)."""
     return depth * wide_bwd_row_bytes(tile, itemsize) + \
-        wide_bwd_weight_bytes(tile, itemsize, depth, smem_optin, rms, cluster)
+        wide_bwd_weight_bytes(tile, itemsize, depth, smem_optin, rms, cluster, w_itemsize)
 
 
-def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_optin: int) -> int | None:
+def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_optin: int, cluster: bool = False,
+                   w_itemsize: int = 4) -> int | None:
     """Rows the wide backward's ring holds for this tile on a GPU whose blocks may opt in to
-    ``smem_optin`` bytes of shared memory (None: not even two rows fit)."""
+    ``smem_optin`` bytes of shared memory (None: not even two rows fit); ``cluster``: a block
+    of the wide clusters, whose weight is ``w_itemsize`` bytes an element."""
     depth = 3 if rms and itemsize == 2 and n >= WIDE_BWD_RMS_DEEP_FROM else 2
+    if half_slots(itemsize, w_itemsize, cluster):
+        depth = 3  # v101
     if tile == WIDE_CLUSTER_BWD_NARROW.get(itemsize):
         depth = WIDE_CLUSTER_BWD_NARROW_DEPTH
     while depth >= min(WIDE_BWD_DEPTHS) and depth * wide_bwd_row_bytes(tile, itemsize) + WIDE_BWD_STATIC_SMEM > smem_optin:
@@ -479,10 +505,11 @@ def wide_cluster_bwd_tile(itemsize: int, n: int, nonportable: bool = False) -> T
 
 def wide_cluster_bwd_configs(itemsize: int) -> list[ClusterConfig]:
     """Every cluster the wide cluster backward may take for this element size."""
-    tiles = wide_cluster_bwd_tiles(itemsize)
-    extra = WIDE_CLUSTER_BWD_NONPORTABLE_SIZES if WIDE_CLUSTER_BWD_NONPORTABLE_TO and len(tiles) > 1 else ()
-    return [ClusterConfig(t.vec, t.packs, t.tpr, c) for t in tiles for c in WIDE_CLUSTER_BWD_SIZES] + \
-        [ClusterConfig(tiles[0].vec, tiles[0].packs, tiles[0].tpr, c) for c in extra]
+    narrow = WIDE_CLUSTER_BWD_NARROW.get(itemsize)
+    nonportable = [(narrow, c) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES] \
+        if narrow is not None and WIDE_CLUSTER_BWD_NONPORTABLE_TO else []
+    return [ClusterConfig(t.vec, t.packs, t.tpr, c)
+            for t, c in [(t, c) for t in wide_cluster_bwd_tiles(itemsize) for c in WIDE_CLUSTER_BWD_SIZES] + nonportable]
 
 
 def wide_cluster_bwd_from(itemsize: int, rms: bool) -> int:

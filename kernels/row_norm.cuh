@@ -717,11 +717,26 @@ __device__ __forceinline__ void unstage_weight(const float4* slots, int p, float
 #ifndef CUNORM_WIDE_WEIGHT_SMEM
 #define CUNORM_WIDE_WEIGHT_SMEM 1
 #endif
-template <typename T, bool RMS, int DEPTH, int COLS, bool CLUSTER>
+// v101: in the clusters, a half-precision weight of half-precision rows keeps its own type
+// in the slots (COLS * 2 bytes, widened a word at a time as x and dy are), so a ring of three
+// 64 KiB rows fits beside them (192 + 32 KiB) where the float slots (64 KiB) do not: the
+// half-precision clusters' rings of three (v91's loop; LayerNorm's too, _config) keep their
+// weight on chip. The single wide block keeps float slots or none: half-precision RMSNorm's
+// ring of three lost 0.03 with half slots at 16384 (results/sweep-wide-half-slots-v101-
+// h200.txt). The host sizes the slots alike (_config.wide_bwd_slot_bytes). 0: float slots.
+#ifndef CUNORM_WIDE_HALF_SLOTS
+#define CUNORM_WIDE_HALF_SLOTS 1
+#endif
+template <typename T, typename W, bool CLUSTER>
+struct WideHalfSlots {
+  static constexpr bool value = CUNORM_WIDE_HALF_SLOTS && CLUSTER && sizeof(T) == 2 && sizeof(W) == 2;
+};
+template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool CLUSTER>
 struct WideWeightSlots {
   static constexpr int kRingBytes = DEPTH * (COLS * int(sizeof(T)) <= 32768 ? 2 : 1) * COLS * int(sizeof(T));
+  static constexpr int kSlotBytes = COLS * (WideHalfSlots<T, W, CLUSTER>::value ? 2 : 4);
   static constexpr bool kServes = sizeof(T) == 4 || RMS || CLUSTER;
-  static constexpr bool value = CUNORM_WIDE_WEIGHT_SMEM && kServes && WeightSlotsFit<kRingBytes, COLS * 4>::value;
+  static constexpr bool value = CUNORM_WIDE_WEIGHT_SMEM && kServes && WeightSlotsFit<kRingBytes, kSlotBytes>::value;
 };
 
 // The rows of norm_bwd_wide (layer_norm.cu, where its design is told): a 1024-thread block's
@@ -776,8 +791,10 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   __shared__ A stats[DEPTH * 2 * StatsSlots<TPB, TPB>::value];
   extern __shared__ __align__(16) unsigned char stage_smem[];  // [DEPTH][x, dy][PACKS][block] packs
   Pack<T, VEC>* const tiles = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
-  constexpr bool kWeightSlots = WideWeightSlots<T, RMS, DEPTH, COLS, CLUSTER>::value;
+  constexpr bool kWeightSlots = WideWeightSlots<T, W, RMS, DEPTH, COLS, CLUSTER>::value;
+  constexpr bool kHalfSlots = WideHalfSlots<T, W, CLUSTER>::value;
   float4* const wslots = reinterpret_cast<float4*>(tiles + DEPTH * kSets * kSet);  // after the ring
+  Pack<W, VEC>* const hslots = reinterpret_cast<Pack<W, VEC>*>(wslots);  // v101: the same place
   const int lane = threadIdx.x;
   const int limit = tile_limit(N, c0, i64(kSet) * VEC, true);  // c0 < N: see above
   const A inv_n = A(1) / A(N);
@@ -785,7 +802,17 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   zero_tile(dw_acc);
   zero_tile(db_acc);
   // a thread reads back only the slots it wrote: no barrier
-  if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPB, TPB>(wslots, weight, c0, N, lane);
+  if constexpr (kWeightSlots && kHalfSlots) {
+#pragma unroll
+    for (int p = 0; p < PACKS; ++p) {  // 1 past the row, as stage_weight: exact in W
+      const i64 col = c0 + pack_col<VEC, TPB>(p, lane);
+      A wv[VEC];
+      load_param<VEC>(col < N ? weight : nullptr, col, A(1), wv);
+      hslots[p * TPB + threadIdx.x] = convert_pack<W>(wv);
+    }
+  } else if constexpr (kWeightSlots) {
+    stage_weight<VEC, PACKS, TPB, TPB>(wslots, weight, c0, N, lane);
+  }
   auto stage_row = [&](i64 r, int buf) {  // rows past M stage zeros, never read
     const i64 safe = r < M ? r : 0;
     const int lim = r < M ? limit : 0;
@@ -807,7 +834,8 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   auto read_pack = [&](int buf, const T* dyrow, int p, A (&xv)[VEC], A (&g)[VEC], A (&wv)[VEC]) {
     const int col = pack_col<VEC, TPB>(p, lane);
     read_x_dy(buf, dyrow, p, xv, g);
-    if constexpr (kWeightSlots) unstage_weight<VEC, TPB>(wslots, p, wv);
+    if constexpr (kWeightSlots && kHalfSlots) widen<kWords>(read_slot(hslots + p * TPB + threadIdx.x), wv);
+    else if constexpr (kWeightSlots) unstage_weight<VEC, TPB>(wslots, p, wv);
     else load_param<VEC, kWords>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
   };
   // the block's sums of the row in buf, in xhat_sums_pass's order (packs outside the row

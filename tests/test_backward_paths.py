@@ -71,7 +71,7 @@ def _check_wide(rng, op, dtype, n, rows, tile):
     optin = _row_norm.smem_limits(0)[0]
     depth = _config.wide_bwd_depth(tile, rms, n, itemsize, optin)
     assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
-    assert plan.smem == _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, False), \
+    assert plan.smem == _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, False, itemsize), \
         "its ring, and its weight where it fits"
     check(op, rng, (rows, n), dtype)
 
@@ -143,7 +143,7 @@ def test_wide_backward_views_and_depths(rng, monkeypatch, op, n, tile, row_bytes
         plan = _row_norm.backward_plan((300, n), (n, 1), (n, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1,
                                        op == "rms_norm", 0, 0, 0)
         weight = _config.wide_bwd_weight_bytes(getattr(_config, tile), 2, depth, _row_norm.smem_limits(0)[0],
-                                                op == "rms_norm", False)
+                                                op == "rms_norm", False, 2)
         assert plan.smem == depth * row_bytes + weight, what
         check(op, rng, (300, n), BFLOAT16, view=view)
     finally:

@@ -252,8 +252,8 @@ def _assert_wide_cluster_plan(op, dtype, n, rows):
     assert plan.split is None and plan.grid_rows is None and plan.block == 1024 and \
         plan.blocks == plan.groups * cfg.cluster, "the wide cluster backward"
     optin = _row_norm.smem_limits(0)[0]
-    assert depth == _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, optin)
-    assert plan.smem == _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, True), \
+    assert depth == _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, optin, True, itemsize)
+    assert plan.smem == _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, True, itemsize), \
         "each block's ring, and its weight where it fits"
     return cfg
 

@@ -210,15 +210,16 @@ def test_wide_weight_slots_match_the_host(nvrtc_ready, optin):
     them) and ring depth, compiled with each GPU's opt-in."""
     checks = []
     for itemsize, ctype in ((2, "__nv_bfloat16"), (4, "float")):
-        for rms in (False, True):
-            tiles = [(t, False) for t in _config.wide_bwd_tiles(itemsize, rms)] + \
-                [(t, True) for t in _config.wide_cluster_bwd_tiles(itemsize)]
-            for tile, cluster in tiles:
-                for depth in _config.WIDE_BWD_DEPTHS:
-                    host = _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, cluster) > 0
-                    flags = f"{str(rms).lower()}, {depth}, {tile.tile}, {str(cluster).lower()}"
-                    checks.append(f"static_assert(cunorm::WideWeightSlots<{ctype}, {flags}>::value == "
-                                  f"{str(host).lower()}, \"{ctype} {flags}\");")
+        for w_itemsize, wtype in ((itemsize, ctype), (4, "float")):  # v101: half weights' own slots
+            for rms in (False, True):
+                tiles = [(t, False) for t in _config.wide_bwd_tiles(itemsize, rms)] + \
+                    [(t, True) for t in _config.wide_cluster_bwd_tiles(itemsize)]
+                for tile, cluster in tiles:
+                    for depth in _config.WIDE_BWD_DEPTHS:
+                        host = _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, cluster, w_itemsize) > 0
+                        flags = f"{wtype}, {str(rms).lower()}, {depth}, {tile.tile}, {str(cluster).lower()}"
+                        checks.append(f"static_assert(cunorm::WideWeightSlots<{ctype}, {flags}>::value == "
+                                      f"{str(host).lower()}, \"{ctype} {flags}\");")
     _static_asserts_hold(checks, "WideWeightSlots and _config.wide_bwd_weight_bytes disagree",
                          (f"-DCUNORM_SMEM_OPTIN={optin}",))
     assert len(checks) >= 16

@@ -131,8 +131,8 @@ def test_wide_backward_rows_and_depths():
     # v81: the weight's float slots after the ring where both fit: the H200's depth-2 rings of
     # 16384 columns, no depth-3 ring, nothing on the A100's 163 KiB; v83: not half-precision
     # LayerNorm's single block (its clusters keep them)
-    def weight(tile, itemsize, depth, optin, rms=True, cluster=False):
-        return _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, cluster)
+    def weight(tile, itemsize, depth, optin, rms=True, cluster=False, w_itemsize=4):
+        return _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, cluster, w_itemsize)
 
     assert weight(t16, 2, 2, h200_optin) == weight(_config.WIDE_BWD_TILE_FP32, 4, 2, h200_optin, False) == 65536
     assert weight(t16, 2, 2, h200_optin, False, True) == 65536, "half-precision LayerNorm's clusters"
@@ -144,6 +144,12 @@ def test_wide_backward_rows_and_depths():
     assert [_config.wide_bwd_depth(narrow, rms, 8192, 4, h200_optin) for rms in (False, True)] == [3, 3]
     assert weight(narrow, 4, 3, h200_optin, False, True) == 32768
     assert _config.wide_bwd_smem(narrow, 4, 3, h200_optin, False, True) + _config.WIDE_BWD_STATIC_SMEM <= h200_optin
+    # v101: the half-precision clusters' half-precision weight in its own type, beside three rows
+    assert [_config.wide_bwd_depth(t16, rms, 16384, 2, h200_optin, True, 2) for rms in (False, True)] == [3, 3]
+    assert _config.wide_bwd_depth(t16, False, 16384, 2, h200_optin, True, 4) == 2, "a float32 weight: v68's two rows"
+    assert weight(t16, 2, 3, h200_optin, False, True, 2) == weight(t16, 2, 3, h200_optin, True, True, 2) == 32768
+    assert weight(t16, 2, 3, h200_optin, True, False, 2) == 0, "the single block's ring of three keeps none"
+    assert _config.wide_bwd_smem(t16, 2, 3, h200_optin, False, True, 2) + _config.WIDE_BWD_STATIC_SMEM <= h200_optin
     assert weight(t16, 2, 2, a100_optin) == 0
     names = _row_norm.instantiations()
     for depth in _config.WIDE_BWD_DEPTHS:

@@ -23,8 +23,7 @@ from . import _grid_rows
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
 from .._launch import (View, allow_nonportable_clusters, allow_smem, blocks_per_sm, launch, make_current,
-                       max_active_clusters, pick_vec,
-                       row_layout, scalar_bits, sm_count, smem_limits)
+                       max_active_clusters, pick_vec, row_layout, scalar_bits, sm_count, smem_limits)
 
 KERNEL_FILE = "layer_norm.cu"
 CLUSTER_FILE = "layer_norm_cluster.cu"  # sm_90+ only
@@ -163,13 +162,18 @@ def cluster_instantiations() -> list[str]:
     return names
 
 
+def _itemsize(name: str) -> int:
+    return numpy.dtype(_np_name(name)).itemsize
+
+
 def _wide_name(t: str, w: str, rms: bool, depth: int, tile: _config.TileConfig) -> str:
     return f"norm_bwd_wide<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {tile.tile}>"
 
 
-def _wide_depth(tile: _config.TileConfig, rms: bool, n: int, itemsize: int, device: int) -> int | None:
+def _wide_depth(tile: _config.TileConfig, rms: bool, n: int, itemsize: int, device: int, cluster: bool = False,
+                w_itemsize: int = 4) -> int | None:
     """Rows in a wide block's ring for rows of n columns a block (WIDE_DEPTH forces it)."""
-    return WIDE_DEPTH or _config.wide_bwd_depth(tile, rms, n, itemsize, smem_limits(device)[0])
+    return WIDE_DEPTH or _config.wide_bwd_depth(tile, rms, n, itemsize, smem_limits(device)[0], cluster, w_itemsize)
 
 
 def _wide_plan(itemsize: int, n: int, vec: int, rms: bool, device: int) -> tuple[_config.TileConfig, int] | None:
@@ -191,13 +195,10 @@ def _wide_cluster_plan(t: str, wn: str, itemsize: int, n: int, vec: int, rms: bo
         return None
     for nonportable in (True, False):  # v100's clusters of 9-16 blocks where the GPU runs them
         cfg = _config.wide_cluster_bwd_config(n, vec, itemsize, rms, nonportable)
-        if cfg is None:
-            return None
         tile = _config.wide_cluster_bwd_tile(itemsize, n, nonportable)
-        depth = _wide_depth(tile, rms, tile.tile, itemsize, device)
-        if depth is None:
-            return None
-        if cfg.cluster <= 8 or _nonportable_clusters_run(t, wn, itemsize, rms, depth, cfg, tile, device):
+        depth = None if cfg is None else _wide_depth(tile, rms, tile.tile, itemsize, device, True, _itemsize(wn))
+        if depth is not None and (cfg.cluster <= 8 or
+                                  _nonportable_clusters_run(t, wn, itemsize, rms, depth, cfg, tile, device)):
             return cfg, tile, depth
     return None
 
@@ -206,7 +207,7 @@ def _nonportable_clusters_run(t: str, wn: str, itemsize: int, rms: bool, depth: 
     """Whether the driver allows and runs at least one cluster of this wide kernel past the
     portable eight blocks (allowing it on the kernel first)."""
     main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, cfg), device)
-    smem = _config.wide_bwd_smem(tile, itemsize, depth, smem_limits(device)[0], rms, True)
+    smem = _config.wide_bwd_smem(tile, itemsize, depth, smem_limits(device)[0], rms, True, _itemsize(wn))
     if not allow_nonportable_clusters(main):
         return False
     allow_smem(main, smem)
@@ -426,13 +427,13 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
     if wide_cluster is not None:
         ccfg, tile, depth = wide_cluster
         main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, ccfg), device)
-        smem = _config.wide_bwd_smem(tile, itemsize, depth, smem_limits(device)[0], rms, True)
+        smem = _config.wide_bwd_smem(tile, itemsize, depth, smem_limits(device)[0], rms, True, _itemsize(wn))
         return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block, smem), smem
     wide = _wide_plan(itemsize, n, vec, rms, device)
     if wide is not None:
         cfg, depth = wide
         main = function_ptr(KERNEL_FILE, _wide_name(t, wn, rms, depth, cfg), device)
-        smem = _config.wide_bwd_smem(cfg, itemsize, depth, smem_limits(device)[0], rms, False)
+        smem = _config.wide_bwd_smem(cfg, itemsize, depth, smem_limits(device)[0], rms, False, _itemsize(wn))
         return cfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, cfg.block, smem), smem
     scfg = _config.cluster_staged_bwd_config(n, vec, itemsize) \
         if USE_STAGED_CLUSTER_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device) else None
