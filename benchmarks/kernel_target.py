@@ -44,7 +44,7 @@ def apply_variant(defines: str, host: str) -> None:
 
 def batch_norm_call(dt, shape: str, layout: str, direction: str):
     """The BatchNorm call to repeat (the GPU check's own, cunorm/_bench_bn.py)."""
-    fwd, bwd, _ = bn_calls(tuple(int(v) for v in shape.split("x")), dt, {"nhwc": True, "nchw": False}[layout])
+    fwd, bwd = bn_calls(tuple(int(v) for v in shape.split("x")), dt, {"nhwc": True, "nchw": False}[layout])[:2]
     return fwd if direction == "fwd" else bwd
 
 

@@ -13,8 +13,9 @@ SHAPES = ((32, 256, 56, 56), (128, 64, 112, 112), (64, 1024, 14, 14), (256, 2048
 
 def bn_calls(shape, dtype, channels_last):
     """The timed CuPy calls on one case (x, dy and parameters drawn once, the statistics made
-    once for the backward): forward, backward, and forward with a residual and ReLU. ``shape``
-    is logical (N, C, H, W); channels last stores it as (N, H, W, C)."""
+    once for the backward): forward, backward, and forward and backward with a residual (dy's
+    values) and ReLU. ``shape`` is logical (N, C, H, W); channels last stores it as
+    (N, H, W, C)."""
     import cupy
     import numpy
 
@@ -33,7 +34,9 @@ def bn_calls(shape, dtype, channels_last):
     bwd = lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis)  # noqa: E731
     fwd_relu = lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, residual=dy,  # noqa: E731
                                          activation="relu")
-    return fwd, bwd, fwd_relu
+    bwd_relu = lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis,  # noqa: E731
+                                                  residual=dy, activation="relu")
+    return fwd, bwd, fwd_relu, bwd_relu
 
 
 def _cupy_case(shape, dtype, channels_last):
@@ -41,9 +44,10 @@ def _cupy_case(shape, dtype, channels_last):
 
     from ._bench import host_us, queued_time_ms
 
-    fwd, bwd, fwd_relu = bn_calls(shape, dtype, channels_last)
+    calls = bn_calls(shape, dtype, channels_last)
     stream = cupy.cuda.get_current_stream().ptr
-    times = tuple(queued_time_ms(f, stream) for f in (fwd, bwd, fwd_relu))
+    times = tuple(queued_time_ms(f, stream) for f in calls)
+    fwd, bwd = calls[:2]
     return times + (host_us(fwd), host_us(bwd))
 
 
@@ -103,13 +107,14 @@ def run(copy_gbps: float, dtypes=("bfloat16", "float32"), peers=("torch", "compi
             dtype = BFLOAT16 if name == "bfloat16" else numpy.dtype(name)
             for channels_last in (False, True):
                 s = dtype.itemsize
-                f_ms, b_ms, relu_ms, f_host, b_host = _cupy_case(shape, dtype, channels_last)
+                f_ms, b_ms, relu_ms, relu_b_ms, f_host, b_host = _cupy_case(shape, dtype, channels_last)
                 row = {"op": "batch_norm", "shape": list(shape), "dtype": name,
                        "layout": "nhwc" if channels_last else "nchw",
                        "fwd_GBps": round(2 * numel * s / f_ms / 1e6, 1),
                        "bwd_GBps": round(3 * numel * s / b_ms / 1e6, 1),
                        "fwd_ms": round(f_ms, 4), "bwd_ms": round(b_ms, 4),
                        "fused_relu_residual_vs_plain": round(relu_ms / f_ms, 3),
+                       "fused_relu_residual_bwd_vs_plain": round(relu_b_ms / b_ms, 3),
                        "host_us_fwd": round(f_host, 1), "host_us_bwd": round(b_host, 1)}
                 row["fwd_of_copy"] = round(row["fwd_GBps"] / copy_gbps, 3)
                 row["bwd_of_copy"] = round(row["bwd_GBps"] / copy_gbps, 3)
@@ -120,23 +125,30 @@ def run(copy_gbps: float, dtypes=("bfloat16", "float32"), peers=("torch", "compi
                                bwd_speedup_vs_best=round(min(tb, tcb) / b_ms, 3))
                 log(f"batch_norm {name} {row['layout']} {shape}: fwd {row['fwd_of_copy']} / bwd {row['bwd_of_copy']} "
                     f"of copy; vs torch fwd x{row.get('fwd_speedup_vs_best')}, bwd x{row.get('bwd_speedup_vs_best')}; "
-                    f"residual+relu x{row['fused_relu_residual_vs_plain']} of plain")
+                    f"residual+relu x{row['fused_relu_residual_vs_plain']} / "
+                    f"x{row['fused_relu_residual_bwd_vs_plain']} of plain")
                 rows.append(row)
     return rows
+
+
+def _two_places(value) -> str:
+    """A ratio in four characters; "   -" where the record has none (before BatchNorm v20's
+    check the residual + ReLU backward was not timed)."""
+    return "   -" if value is None else f"{value:4.2f}"
 
 
 def table(rows: list[dict]) -> str:
     """The BatchNorm part of the bench table."""
     lines = [f"{'batch_norm':10s} {'dtype':8s} {'layout':6s} {'shape':>20s} {'fwd copy':>8s} {'bwd copy':>8s} "
-             f"{'vs torch f/b':>15s} {'res+relu':>8s} {'host us f/b':>12s}"]
+             f"{'vs torch f/b':>15s} {'res+relu f/b':>12s} {'host us f/b':>12s}"]
     for r in rows:
         vs = (f"x{r['fwd_speedup_vs_best']:.2f} / x{r['bwd_speedup_vs_best']:.2f}"
               if "fwd_speedup_vs_best" in r else "-")
         lines.append(f"{'':10s} {r['dtype']:8s} {r['layout']:6s} {str(tuple(r['shape'])):>20s} "
                      f"{r['fwd_of_copy']:8.2f} {r['bwd_of_copy']:8.2f} {vs:>15s} "
-                     f"{r['fused_relu_residual_vs_plain']:8.2f} "
+                     f"{r['fused_relu_residual_vs_plain']:5.2f} / {_two_places(r.get('fused_relu_residual_bwd_vs_plain'))} "
                      f"{r['host_us_fwd']:5.0f} / {r['host_us_bwd']:4.0f}")
     lines.append("kernel time (calls queued behind a spin kernel, ours and torch's alike); vs torch: the best of "
                  "torch eager and torch.compile, forward and backward; res+relu: fused residual + ReLU "
-                 "forward time / plain forward; host us: our host time per call")
+                 "time / plain, forward and backward (which also writes dresidual); host us: our host time per call")
     return "\n".join(lines)

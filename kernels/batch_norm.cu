@@ -1034,11 +1034,21 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
 // 3 (76 registers; at 4, 50-70 bytes spilled and -0.02 to -0.04), the generic activation one
 // fewer (72-288 bytes spilled otherwise), float32 at 4 (50-64), float64 at 2 (220 bytes
 // spilled at 4). -DCUNORM_BN_FLAT_MIN_BLOCKS sets one for all (sweep_bn_variants.py).
+// BatchNorm v20: the half-precision ReLU backward (ACT 1) at CUNORM_BN_RELU_BWD_MIN_BLOCKS,
+// 2: at 3 it spilled 136 bytes (80 registers), at 2 none (107). H200, two rounds (results/
+// sweep-bn-relu-backward-v20-h200.txt), bf16 NCHW backward with residual + ReLU, of copy:
+// (32,256,56,56) / (128,64,112,112) / (256,2048,7,7) 0.42 / 0.47 / 0.42 -> 0.50 / 0.54 /
+// 0.49, (64,1024,14,14) 0.49 level; the plain backward and every other kernel unchanged
+// (fp16 takes the bound too, not measured).
+#ifndef CUNORM_BN_RELU_BWD_MIN_BLOCKS
+#define CUNORM_BN_RELU_BWD_MIN_BLOCKS 2
+#endif
 template <typename T, int ACT, bool BACKWARD>
 __host__ __device__ constexpr int flat_min_blocks() {
 #ifdef CUNORM_BN_FLAT_MIN_BLOCKS
   return CUNORM_BN_FLAT_MIN_BLOCKS;
 #else
+  if (sizeof(T) == 2 && BACKWARD && ACT == 1) return CUNORM_BN_RELU_BWD_MIN_BLOCKS;
   return sizeof(T) == 2 ? (BACKWARD ? 3 : 4) - (ACT == 2) : (sizeof(T) == 8 ? 2 : 4);
 #endif
 }

@@ -72,11 +72,20 @@ def test_table_adds_batch_norm_rows():
     result["batch_norm"] = [{"op": "batch_norm", "shape": [32, 256, 56, 56], "dtype": "bfloat16", "layout": "nhwc",
                              "fwd_of_copy": 0.55, "bwd_of_copy": 0.41, "fwd_speedup_vs_best": 1.3,
                              "bwd_speedup_vs_best": 1.6, "fused_relu_residual_vs_plain": 1.12,
-                             "host_us_fwd": 31.0, "host_us_bwd": 29.0}]
+                             "fused_relu_residual_bwd_vs_plain": 1.57, "host_us_fwd": 31.0, "host_us_bwd": 29.0}]
     text = _cli.table(result)
     line = next(x for x in text.splitlines() if "(32, 256, 56, 56)" in x)
-    assert "nhwc" in line and "0.55" in line and "0.41" in line and "x1.30 / x1.60" in line and "1.12" in line
-    assert "31 /   29" in line
+    assert "nhwc" in line and "0.55" in line and "0.41" in line and "x1.30 / x1.60" in line
+    assert "1.12 / 1.57" in line and "31 /   29" in line
+
+
+def test_table_reads_batch_norm_rows_recorded_before_the_residual_backward_was_timed():
+    result = _recorded()
+    result["batch_norm"] = [{"op": "batch_norm", "shape": [32, 256, 56, 56], "dtype": "float32", "layout": "nchw",
+                             "fwd_of_copy": 0.55, "bwd_of_copy": 0.41, "fused_relu_residual_vs_plain": 1.12,
+                             "host_us_fwd": 31.0, "host_us_bwd": 29.0}]
+    line = next(x for x in _cli.table(result).splitlines() if "(32, 256, 56, 56)" in x)
+    assert "1.12 /    -" in line
 
 
 def test_plot_writes_a_png(tmp_path):
