@@ -343,7 +343,8 @@ WIDE_BWD_TILE_FP32 = TileConfig(4, 4, 1024)
 # accumulators a thread fit; LayerNorm's 64 would not. H200, two rounds (results/sweep-wide-
 # bwd-rms-long-v66-h200.txt), against the staged cluster, bf16 N = 20480 / 24576 / 32768:
 # 0.33 / 0.39 / 0.49 -> 0.54 / 0.58 / 0.56 with three rows in the ring (two: 0.52 / 0.55 /
-# 0.54; fp16 alike), so these rows keep WIDE_BWD_RMS_DEEP_FROM's three.
+# 0.54; fp16 alike), so these rows keep WIDE_BWD_RMS_DEEP_FROM's three. Since v102 the wide
+# clusters take these rows from 20480 where clusters exist (WIDE_CLUSTER_BWD_FROM).
 WIDE_BWD_TILE_RMS_LONG = TileConfig(8, 4, 1024)
 
 
@@ -453,12 +454,18 @@ WIDE_CLUSTER_BWD_SIZES = (2, 3, 4, 5, 6, 7, 8)
 
 # The shortest row the wide clusters take, before the single wide block (norm_bwd_wide),
 # {(element size, RMSNorm): length}: half precision past the wide block's 16384 columns
-# (RMSNorm's keeps one block to 32768, v66). v99: float32 in two narrow blocks from 12288
+# (RMSNorm's kept one block to 32768, v66, until v102 below). v99: float32 in two narrow blocks from 12288
 # (LayerNorm) / 16384 (RMSNorm). H200, two rounds (results/sweep-wide-cluster-narrow2-v99-
 # h200.txt), backward of copy at N = 9216 / 12288 / 16384, one wide block -> two narrow:
 # LayerNorm 0.636 / 0.719 / 0.718 -> 0.602 / 0.775 / 0.879, RMSNorm 0.812 / 0.859 / 0.825 ->
-# 0.666 / 0.820 / 0.910; the lengths between those measured are not.
-WIDE_CLUSTER_BWD_FROM = {(2, False): 16385, (2, True): 32769, (4, False): 12288, (4, True): 16384}
+# 0.666 / 0.820 / 0.910; the lengths between those measured are not. v102: half-precision
+# RMSNorm from 20480 in two blocks of 16384 columns (v101's ring of three beside a
+# half-precision weight) instead of v66's single block of 32768 (dy loaded in both passes).
+# H200, two rounds (results/sweep-wide-from-v102-h200.txt), backward of copy, bf16 N = 18432
+# / 20480 / 24576 / 28672 / 32768: 0.542 / 0.567 / 0.592 / 0.582 / 0.585 -> 0.527 / 0.581 /
+# 0.663 / 0.721 / 0.761; fp16 20480 / 24576 / 32768 0.569 / 0.591 / 0.586 -> 0.590 / 0.670 /
+# 0.764. Rows of 18433-20479 are not measured and keep the single block.
+WIDE_CLUSTER_BWD_FROM = {(2, False): 16385, (2, True): 20480, (4, False): 12288, (4, True): 16384}
 # v99: float32 rows up to WIDE_CLUSTER_BWD_NARROW_TO elements in clusters of blocks of 8192
 # columns (two packs of 4 a thread), where a row's x and dy both fit the ring (32 KiB each, as
 # half precision's 16384 columns) and a thread holds 16 dW / dB accumulators instead of 32;

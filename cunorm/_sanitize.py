@@ -15,14 +15,15 @@ import numpy
 
 # (rows, N): warp tile, block tile, staged partial-row backward (past the column kernel's
 # rows), odd N, split path, cluster tiles (sm_90), the wide backward (v63, v65: 140 rows walk
-# some blocks through two ring steps; N past the tile's last full pack; v66: N = 24000 takes
-# the half-precision RMSNorm tile of 32768; v78: 70 rows of 32768 walk the wide clusters (bf16:
-# 2 blocks of 16384 columns; float32, v99: 4 of 8192, three rows in the ring) through a second
-# row, where the block sums' partials are written again; v80: 40 rows of 150000 take the grid
-# rows' backward through 5 steps in bf16 and 10 in float32, so every ring buffer and partial
-# slot is used again; v93: 40 rows of 100000 take the wide cluster backward in clusters of 7
-# blocks in bf16, 2-3 rows a cluster, and v94's dW / dB pass between publish and collect;
-# float32 (v100): non-portable clusters of 13 narrow blocks where the driver runs them)
+# some blocks through two ring steps; N past the tile's last full pack; N = 24000: bf16
+# RMSNorm in v102's clusters of two 16384-column blocks (the tile of 32768, v66, before);
+# v78: 70 rows of 32768 walk the wide clusters (bf16: 2 blocks of 16384 columns; float32,
+# v99: 4 of 8192, three rows in the ring) through a second row, where the block sums'
+# partials are written again; v80: 40 rows of 150000 take the grid rows' backward through 5
+# steps in bf16 and 10 in float32, so every ring buffer and partial slot is used again; v93:
+# 40 rows of 100000 take the wide cluster backward in clusters of 7 blocks in bf16, 2-3 rows
+# a cluster, and v94's dW / dB pass between publish and collect; float32 (v100):
+# non-portable clusters of 13 narrow blocks where the driver runs them)
 ROW_CASES = [(7, 96), (5, 4096), (1100, 1024), (9, 1533), (3, 150000), (3, 65536), (140, 12000), (134, 24000),
              (70, 32768), (40, 150000), (40, 100000)]
 DTYPES = ("float32", "bfloat16")

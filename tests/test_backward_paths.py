@@ -79,13 +79,14 @@ def _check_wide(rng, op, dtype, n, rows, tile):
 @pytest.fixture
 def single_wide_block(monkeypatch):
     """The single wide block keeps every row it holds: v99's float32 clusters of two narrow
-    blocks, which take rows from 12288 / 16384 on sm_90, start past them (the single block
-    still serves those rows where clusters do not exist)."""
+    blocks, which take rows from 12288 / 16384 on sm_90, and v102's half-precision RMSNorm
+    clusters, from 20480, start past them (the single block still serves those rows where
+    clusters do not exist)."""
     from cunorm import _config
     from cunorm.ops import _row_norm
 
     monkeypatch.setattr(_config, "WIDE_CLUSTER_BWD_FROM",
-                        {**_config.WIDE_CLUSTER_BWD_FROM, (4, False): 16385, (4, True): 16385})
+                        {**_config.WIDE_CLUSTER_BWD_FROM, (4, False): 16385, (4, True): 16385, (2, True): 32769})
     _row_norm.backward_plan.cache_clear()
     yield
     _row_norm.backward_plan.cache_clear()
@@ -111,7 +112,7 @@ def test_wide_backward(rng, single_wide_block, op, dtype, n, rows):
 @pytest.mark.parametrize("dtype", HALF, ids=HALF_IDS)
 @pytest.mark.parametrize("n", [16392, 20000, 32768])
 @pytest.mark.parametrize("rows", [1, 3, 133, 500])
-def test_wide_backward_long_rms_rows(rng, dtype, n, rows):
+def test_wide_backward_long_rms_rows(rng, single_wide_block, dtype, n, rows):
     """Half-precision RMSNorm rows of 16385-32768 elements (v66): four packs of 8 a thread,
     x staged, dy loaded in each pass. N = 16392 and 20000 leave most of the tile's last packs
     past the row; 500 rows walk every block through its ring several times."""
@@ -131,7 +132,8 @@ WIDE_VIEW_CASES = [("layer_norm", 16384, "WIDE_BWD_TILE", 2 * 16384 * 2, "the fo
                          ids=[f"{o}-{n}" for o, n, _, _, _ in WIDE_VIEW_CASES])
 @pytest.mark.parametrize("view", ["row_stride", "negative_row_stride"])
 @pytest.mark.parametrize("depth", [2, 3])
-def test_wide_backward_views_and_depths(rng, monkeypatch, op, n, tile, row_bytes, what, view, depth):
+def test_wide_backward_views_and_depths(rng, monkeypatch, single_wide_block, op, n, tile, row_bytes, what, view,
+                                        depth):
     """Strided rows through the wide backward's copies, and each ring depth forced (v81: the
     weight's slots after a ring where both fit, as on the H200's depth-2 ring of 16384)."""
     from cunorm import _config

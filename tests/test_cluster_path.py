@@ -220,8 +220,8 @@ def wide_clusters(monkeypatch):
 
 
 # Rows past one wide block (v68): half precision and float32 of 16385-65536 elements in
-# clusters of 2-4 blocks of 16384 columns (half-precision RMSNorm to 32768 on one block,
-# v66), float32 in 2-8 blocks of 8192 (v99: LayerNorm from 12288, RMSNorm from 16384). 20000 /
+# clusters of 2-4 blocks of 16384 columns (half-precision RMSNorm on one block to 32768,
+# v66, and to 20479 since v102), float32 in 2-8 blocks of 8192 (v99: LayerNorm from 12288, RMSNorm from 16384). 20000 /
 # 40000 / 50000 leave most of the last block's columns empty; 49152 fills three; float32
 # 12292's second block holds half a tile and one pack, 16392's third block two packs.
 WIDE_CLUSTER_CASES = [("layer_norm", BFLOAT16, n) for n in (16392, 20000, 32768, 40000, 49152, 50000, 65536)] + \
@@ -230,7 +230,8 @@ WIDE_CLUSTER_CASES = [("layer_norm", BFLOAT16, n) for n in (16392, 20000, 32768,
                       for n in (20000, 65536)] + \
                      [("layer_norm", numpy.dtype(numpy.float32), n) for n in (12288, 12292, 16392, 40000, 57344)] + \
                      [("rms_norm", numpy.dtype(numpy.float32), 16384)] + \
-                     [("rms_norm", BFLOAT16, n) for n in (40000, 65536)]
+                     [("rms_norm", BFLOAT16, n) for n in (20480, 32768, 40000, 65536)] + \
+                     [("rms_norm", numpy.dtype(numpy.float16), 24000)]
 
 
 @pytest.mark.gpu
@@ -344,8 +345,9 @@ def test_wide_cluster_configs():
     assert cfg(12287, 4, 4) is None and cfg(16383, 4, 4, True) is None, "the single wide block"
     assert cfg(12288, 4, 4) == cfg(16384, 4, 4, True) == _config.ClusterConfig(4, 2, 1024, 2)
     assert [cfg(n, 4, 4).cluster for n in (16385, 40000, 65536)] == [3, 5, 8]
-    assert cfg(16384, 8, 2) is None and cfg(32768, 8, 2, True) is None, "half precision's single wide block"
-    assert cfg(32776, 8, 2, True) == _config.ClusterConfig(8, 2, 1024, 3)
+    assert cfg(16384, 8, 2) is None and cfg(20479, 8, 2, True) is None, "half precision's single wide block"
+    # v102: half-precision RMSNorm from 20480 (v66's single block of 32768 before)
+    assert [cfg(n, 8, 2, True).cluster for n in (20480, 32768, 32776)] == [2, 2, 3]
     assert cfg(40000, 4, 4) == _config.ClusterConfig(4, 2, 1024, 5)
     assert cfg(40000, 4, 2) is None, "narrower packs"
     assert cfg(40000, 2, 8) is None, "float64"
