@@ -265,11 +265,11 @@ def _other_side_at_kinks(kinks, dy, dx, w, rstd, rdx, rdw, rdb, rdr, axis, train
     (training; seed 1330594426, (16, 256, 14, 14) fp32: one flip at z = 1.5e-7 moved 1599 of
     the channel's 3136 dx past float32's tolerance, by 7.8e-5)."""
     at, other, xhat = kinks
-    axes, shape = reference._channel_shape(dy, axis)
+    axes, _ = reference._channel_shape(dy, axis)
     moved = dy.astype(numpy.float64) * other
-    own = (numpy.asarray(w, numpy.float64) * numpy.asarray(rstd, numpy.float64)).reshape(shape) * moved
+    own = _dx_moved_by(moved, xhat, w, rstd, axis, training=False)  # the element's own term
     a = to_numpy(dx)
-    moved = numpy.where(at & (abs(a - (rdx + own)) < abs(a - rdx)), moved, 0.0)  # the element's own term decides
+    moved = numpy.where(at & (abs(a - (rdx + own)) < abs(a - rdx)), moved, 0.0)  # which decides
     rdx = rdx + _dx_moved_by(moved, xhat, w, rstd, axis, training)
     rdw = None if rdw is None else rdw + (moved * xhat).sum(axis=axes)
     rdb = None if rdb is None else rdb + moved.sum(axis=axes)
