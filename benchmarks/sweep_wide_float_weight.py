@@ -33,16 +33,10 @@ def _time(dtype, n) -> tuple[float, int]:
     """(milliseconds of one RMSNorm backward, M) on the benchmark's M x n, float32 weight."""
     import cupy
 
-    import cunorm
     from cunorm import _bench
 
-    m = _bench.TOTAL_ELEMENTS // n
-    rng = cupy.random.default_rng(0)
-    x, dy = (rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype) for _ in range(2))
-    w = 1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)
-    _, rstd = cunorm.rms_norm(x, w, return_stats=True)
-    return _bench.queued_time_ms(lambda: cunorm.rms_norm_backward(dy, x, w, rstd),
-                                 cupy.cuda.get_current_stream().ptr), m
+    _, bwd, m, _ = _bench.row_norm_calls("rms_norm", dtype, n, w_dtype=numpy.float32)
+    return _bench.queued_time_ms(bwd, cupy.cuda.get_current_stream().ptr), m
 
 
 def sweep(log=print, names=None) -> list[dict]:

@@ -137,18 +137,20 @@ def copy_gbps(nbytes: int = 2 * 2**30) -> float:
     return 2 * nbytes / ms / 1e6
 
 
-def row_norm_calls(op: str, dtype, n: int, m: int | None = None):
-    """(forward call, backward call, M, itemsize): the CuPy API on the benchmark's inputs."""
+def row_norm_calls(op: str, dtype, n: int, m: int | None = None, w_dtype=None):
+    """(forward call, backward call, M, itemsize): the CuPy API on the benchmark's inputs,
+    the weight and bias in ``w_dtype`` (default: x's)."""
     import cupy
 
     import cunorm
 
     m = m or TOTAL_ELEMENTS // n
+    w_dtype = dtype if w_dtype is None else w_dtype
     rng = cupy.random.default_rng(0)
     x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
     dy = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
-    w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(dtype)
-    b = (0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(dtype)
+    w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(w_dtype)
+    b = (0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(w_dtype)
     if op == "layer_norm":
         fwd = lambda: cunorm.layer_norm(x, w, b, return_stats=True)
         _, mean, rstd = fwd()
@@ -160,10 +162,10 @@ def row_norm_calls(op: str, dtype, n: int, m: int | None = None):
     return fwd, bwd, m, x.itemsize
 
 
-def bench_row_norm(op: str, dtype, n: int, m: int | None = None) -> dict:
+def bench_row_norm(op: str, dtype, n: int, m: int | None = None, w_dtype=None) -> dict:
     import cupy
 
-    fwd, bwd, m, s = row_norm_calls(op, dtype, n, m)
+    fwd, bwd, m, s = row_norm_calls(op, dtype, n, m, w_dtype)
     stream = cupy.cuda.get_current_stream().ptr
     fwd_ms, bwd_ms = queued_time_ms(fwd, stream), queued_time_ms(bwd, stream)
     return {"op": op, "dtype": numpy.dtype(dtype).name, "M": m, "N": n,
@@ -171,13 +173,13 @@ def bench_row_norm(op: str, dtype, n: int, m: int | None = None) -> dict:
             "bwd_ms": round(bwd_ms, 5), "bwd_GBps": round(3 * m * n * s / bwd_ms / 1e6, 1)}
 
 
-def add_vs_cupy(row: dict, cupy_rows: list[dict]) -> None:
-    """fwd_vs_cupy / bwd_vs_cupy: an adapter's bandwidth over the CuPy API's on the same
-    op, dtype and N (where the benchmark measured it)."""
+def add_vs_cupy(row: dict, cupy_rows: list[dict], name: str = "cupy") -> None:
+    """fwd_vs_<name> / bwd_vs_<name>: an adapter's (or another setting's) bandwidth over the
+    CuPy API's on the same op, dtype and N (where the benchmark measured it)."""
     ref = next((r for r in cupy_rows if (r["op"], r["dtype"], r["N"]) == (row["op"], row["dtype"], row["N"])), None)
     if ref:
-        row["fwd_vs_cupy"] = round(row["fwd_GBps"] / ref["fwd_GBps"], 3)
-        row["bwd_vs_cupy"] = round(row["bwd_GBps"] / ref["bwd_GBps"], 3)
+        row[f"fwd_vs_{name}"] = round(row["fwd_GBps"] / ref["fwd_GBps"], 3)
+        row[f"bwd_vs_{name}"] = round(row["bwd_GBps"] / ref["bwd_GBps"], 3)
 
 
 def run(ops=("layer_norm", "rms_norm"), dtypes=None, row_lengths=ROW_LENGTHS, log=print) -> list[dict]:
@@ -192,4 +194,24 @@ def run(ops=("layer_norm", "rms_norm"), dtypes=None, row_lengths=ROW_LENGTHS, lo
                 log(f"{row['op']:10s} {row['dtype']:8s} M={row['M']:<7d} N={row['N']:<7d} "
                     f"fwd {row['fwd_GBps']:7.1f} GB/s  bwd {row['bwd_GBps']:7.1f} GB/s")
                 rows.append(row)
+    return rows
+
+
+def run_float32_weight(copy_gbps: float, same_dtype_rows: list[dict], row_lengths=ROW_LENGTHS,
+                       log=print) -> list[dict]:
+    """bf16 rows with a float32 weight and bias, as torch.autocast hands them over (the
+    parameters stay float32): a row an op and N with fractions of copy and the ratio to the
+    same case with bf16 parameters (``same_dtype_rows``, run's rows). Bytes as run's: the
+    parameters' N elements are left out, as there."""
+    from ._checks import BFLOAT16
+
+    rows = []
+    for op in ("layer_norm", "rms_norm"):
+        for n in row_lengths:
+            row = dict(bench_row_norm(op, BFLOAT16, n, w_dtype=numpy.float32), w_dtype="float32")
+            row.update(fwd_of_copy=round(row["fwd_GBps"] / copy_gbps, 3), bwd_of_copy=round(row["bwd_GBps"] / copy_gbps, 3))
+            add_vs_cupy(row, same_dtype_rows, "same_dtype")
+            log(f"{op:10s} bfloat16, float32 weight N={n:<7d} fwd {row['fwd_of_copy']} / bwd {row['bwd_of_copy']} "
+                f"of copy (x{row.get('fwd_vs_same_dtype')} / x{row.get('bwd_vs_same_dtype')} bf16 weights')")
+            rows.append(row)
     return rows

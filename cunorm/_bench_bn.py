@@ -12,10 +12,11 @@ SHAPES = ((32, 256, 56, 56), (128, 64, 112, 112), (64, 1024, 14, 14), (256, 2048
 
 
 def bn_calls(shape, dtype, channels_last):
-    """The timed CuPy calls on one case (x, dy and parameters drawn once, the statistics made
-    once for the backward): forward, backward, and forward and backward with a residual (dy's
-    values) and ReLU. ``shape`` is logical (N, C, H, W); channels last stores it as
-    (N, H, W, C)."""
+    """The timed CuPy calls on one case (x, dy, a residual and parameters drawn once, the
+    statistics made once for the backward): forward, backward, and forward and backward with
+    the residual and ReLU. ``shape`` is logical (N, C, H, W); channels last stores it as
+    (N, H, W, C). The residual has its own buffer: the backward reads dy and the residual, and
+    one buffer passed as both could be read from the cache the second time."""
     import cupy
     import numpy
 
@@ -26,16 +27,17 @@ def bn_calls(shape, dtype, channels_last):
     phys = (n, h, w, c) if channels_last else shape
     x = rng.standard_normal(phys, dtype=numpy.float32).astype(dtype)
     dy = rng.standard_normal(phys, dtype=numpy.float32).astype(dtype)
+    res = rng.standard_normal(phys, dtype=numpy.float32).astype(dtype)
     wt, b = cupy.ones(c, dtype), cupy.zeros(c, dtype)
     rm, rv = cupy.zeros(c, dtype), cupy.ones(c, dtype)
     axis = -1 if channels_last else 1
     _, mean, rstd = cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, return_stats=True)
     fwd = lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis)  # noqa: E731
     bwd = lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis)  # noqa: E731
-    fwd_relu = lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, residual=dy,  # noqa: E731
+    fwd_relu = lambda: cunorm.batch_norm(x, wt, b, rm, rv, channel_axis=axis, residual=res,  # noqa: E731
                                          activation="relu")
     bwd_relu = lambda: cunorm.batch_norm_backward(dy, x, wt, b, mean, rstd, channel_axis=axis,  # noqa: E731
-                                                  residual=dy, activation="relu")
+                                                  residual=res, activation="relu")
     return fwd, bwd, fwd_relu, bwd_relu
 
 

@@ -383,6 +383,15 @@ WIDE_BWD_WEIGHT_SMEM = True
 # with three; the single block's RMSNorm ring of three at 16384 0.777 -> 0.745, so it keeps
 # none.
 WIDE_BWD_HALF_SLOTS = True
+# v104: half-precision RMSNorm rows with a float32 weight (torch autocast's parameters) keep
+# two rows in the wide ring where the weight's float slots fit beside them, instead of
+# WIDE_BWD_RMS_DEEP_FROM's three without slots (v101's half slots need a half weight). H200,
+# two rounds (results/sweep-wide-float-weight-v104-h200.txt), bf16 RMSNorm backward with a
+# float32 weight, of copy, three rows -> two and the slots: single block 16384 0.733 ->
+# 0.751; clusters 20480 / 24576 / 32768 / 65536 / 131072 0.442 / 0.517 / 0.616 / 0.552 /
+# 0.560 -> 0.539 / 0.610 / 0.682 / 0.622 / 0.614. v66's 32768-column tile has no room for
+# the slots at two rows either and keeps three.
+WIDE_BWD_FLOAT_WEIGHT_TWO_ROWS = True
 
 
 def half_slots(itemsize: int, w_itemsize: int, cluster: bool) -> bool:
@@ -397,7 +406,7 @@ def wide_bwd_slot_bytes(tile: TileConfig, itemsize: int, w_itemsize: int, cluste
 
 
 def wide_bwd_weight_bytes(tile: TileConfig, itemsize: int, depth: int, smem_optin: int, rms: bool,
-                          cluster: bool, w_itemsize: int = 4) -> int:
+                          cluster: bool, w_itemsize: int) -> int:
     """The wide backward's weight slots after its ring of ``depth`` rows (wide_bwd_slot_bytes)
     where ring, slots and the kernel's static buffers fit ``smem_optin``, else none (the
     weight loaded in each pass). ``cluster``: a block of norm_bwd_wide_cluster; ``w_itemsize``:
@@ -411,21 +420,24 @@ def wide_bwd_weight_bytes(tile: TileConfig, itemsize: int, depth: int, smem_opti
 
 
 def wide_bwd_smem(tile: TileConfig, itemsize: int, depth: int, smem_optin: int, rms: bool, cluster: bool,
-                  w_itemsize: int = 4) -> int:
+                  w_itemsize: int) -> int:
     """Dynamic shared memory of one wide backward block: its ring of ``depth`` rows and the
     weight's slots where they fit (wide_bwd_weight_bytes)."""
     return depth * wide_bwd_row_bytes(tile, itemsize) + \
         wide_bwd_weight_bytes(tile, itemsize, depth, smem_optin, rms, cluster, w_itemsize)
 
 
-def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_optin: int, cluster: bool = False,
-                   w_itemsize: int = 4) -> int | None:
+def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_optin: int, cluster: bool,
+                   w_itemsize: int) -> int | None:
     """Rows the wide backward's ring holds for this tile on a GPU whose blocks may opt in to
     ``smem_optin`` bytes of shared memory (None: not even two rows fit); ``cluster``: a block
-    of the wide clusters, whose weight is ``w_itemsize`` bytes an element."""
+    of the wide clusters; ``w_itemsize``: the weight's element size."""
     depth = 3 if rms and itemsize == 2 and n >= WIDE_BWD_RMS_DEEP_FROM else 2
     if half_slots(itemsize, w_itemsize, cluster):
         depth = 3  # v101
+    elif depth == 3 and w_itemsize == 4 and WIDE_BWD_FLOAT_WEIGHT_TWO_ROWS and \
+            wide_bwd_weight_bytes(tile, itemsize, 2, smem_optin, rms, cluster, w_itemsize):
+        depth = 2  # v104: two rows and the float32 weight's slots beside them
     if tile == WIDE_CLUSTER_BWD_NARROW.get(itemsize):
         depth = WIDE_CLUSTER_BWD_NARROW_DEPTH
     while depth >= min(WIDE_BWD_DEPTHS) and depth * wide_bwd_row_bytes(tile, itemsize) + WIDE_BWD_STATIC_SMEM > smem_optin:

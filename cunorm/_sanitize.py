@@ -26,6 +26,10 @@ import numpy
 # non-portable clusters of 13 narrow blocks where the driver runs them)
 ROW_CASES = [(7, 96), (5, 4096), (1100, 1024), (9, 1533), (3, 150000), (3, 65536), (140, 12000), (134, 24000),
              (70, 32768), (40, 150000), (40, 100000)]
+# Rows whose weight is in x's dtype (ROW_CASES pass a float32 one): in bf16, v101's
+# half-precision weight slots beside the wide clusters' ring of three (2 blocks at 32768, 7
+# at 100000)
+SAME_DTYPE_WEIGHT_CASES = [(70, 32768), (40, 100000)]
 DTYPES = ("float32", "bfloat16")
 
 
@@ -42,9 +46,10 @@ def run(log=print) -> int:
     calls = 0
     for name in DTYPES:
         dt = _dtype(name)
-        for m, n in ROW_CASES:
+        for (m, n), w_dt in [(c, numpy.float32) for c in ROW_CASES] + \
+                [(c, dt) for c in SAME_DTYPE_WEIGHT_CASES if dt.itemsize == 2]:
             x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dt)
-            w = rng.standard_normal(n, dtype=numpy.float32)
+            w = rng.standard_normal(n, dtype=numpy.float32).astype(w_dt)
             dy = rng.standard_normal((m, n), dtype=numpy.float32).astype(dt)
             y, mean, rstd = cunorm.layer_norm(x, w, w, return_stats=True)
             cunorm.layer_norm_backward(dy, x, w, mean, rstd)

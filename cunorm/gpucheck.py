@@ -193,6 +193,10 @@ def print_summary(record: dict) -> None:
              lambda r: f"{r['dtype']:8s} {r['layout']} {tuple(r['shape'])}: {r['fwd_of_copy']} / "
                        f"{r['bwd_of_copy']}; x{r.get('fwd_speedup_vs_best')} / x{r.get('bwd_speedup_vs_best')}; "
                        f"{r.get('host_us_fwd')} / {r.get('host_us_bwd')}")
+    _section("bf16 rows with float32 weight and bias (torch.autocast's parameters), fraction of copy fwd / bwd "
+             "(x the same rows with bf16 parameters):", record.get("float32_weight"),
+             lambda r: f"{r['op']:10s} N={r['N']:<7d} {r['fwd_of_copy']} / {r['bwd_of_copy']} "
+                       f"(x{r.get('fwd_vs_same_dtype')} / x{r.get('bwd_vs_same_dtype')})")
     _section("fused residual add (bf16), fraction of copy fwd / bwd, x torch eager's h = x + r; norm(h) fwd / "
              "fwd+bwd; FP8 out fwd (host us a call):", record.get("fused"),
              lambda r: f"{r['op']:10s} N={r['N']:<5d} {r['residual_fwd_of_copy']} / {r['residual_bwd_of_copy']}, "
@@ -253,6 +257,8 @@ def main(argv=None) -> int:
         torch_bench = _torch_bench()
         overhead = torch_bench and torch_bench.overhead(lambda s: print(s, flush=True))
         record["bench"] = _bench.run(log=lambda s: print(s, flush=True))
+        record["float32_weight"] = _bench.run_float32_weight(record["copy_GBps"], record["bench"],
+                                                             log=lambda s: print(s, flush=True))
         record["torch"] = torch_bench and _torch_numbers(torch_bench, record["bench"], overhead)
         record["jax"] = _jax_numbers()
         from . import _bench_bn

@@ -187,18 +187,26 @@ def batch_norm_backward(dy, x, weight, bias, mean, rstd, *, residual=None, activ
     if has_bias is None:
         has_bias = bias is not None
     dy, x64 = _f64(dy), _f64(x)
-    axes, shape = _channel_shape(x64, channel_axis)
-    rstd = _f64(rstd).reshape(shape)
+    axes, _ = _channel_shape(x64, channel_axis)
     xhat, z = batch_norm_pre_activation(x64, weight, bias, mean, rstd, residual=residual, channel_axis=channel_axis)
-    w = numpy.ones(shape) if weight is None else _f64(weight).reshape(shape)
     dz = dy * activations.derivative(z, activation, activation_param)
     dbias = dz.sum(axis=axes) if has_bias else None
     dweight = (dz * xhat).sum(axis=axes) if weight is not None else None
-    if training:
-        count = x64.size // x64.shape[channel_axis % x64.ndim]
-        mean_dz = dz.sum(axis=axes, keepdims=True) / count
-        mean_dzx = (dz * xhat).sum(axis=axes, keepdims=True) / count
-        dx = w * rstd * (dz - mean_dz - xhat * mean_dzx)
-    else:
-        dx = w * rstd * dz
+    dx = batch_norm_dx(dz, xhat, weight, rstd, training=training, channel_axis=channel_axis)
     return dx, dweight, dbias, (dz if residual is not None else None)
+
+
+def batch_norm_dx(dz, xhat, weight, rstd, *, training=True, channel_axis=1):
+    """dx of batch_norm given dz, the activation's input's gradient (linear in dz): w * rstd
+    * dz and, with ``training`` (batch statistics), less the channel's means of dz and of dz
+    * xhat times xhat."""
+    dz, xhat = _f64(dz), _f64(xhat)
+    axes, shape = _channel_shape(dz, channel_axis)
+    scale = _f64(rstd).reshape(shape)
+    if weight is not None:
+        scale = scale * _f64(weight).reshape(shape)
+    if not training:
+        return scale * dz
+    count = dz.size // dz.shape[channel_axis % dz.ndim]
+    return scale * (dz - dz.sum(axis=axes, keepdims=True) / count
+                    - xhat * (dz * xhat).sum(axis=axes, keepdims=True) / count)

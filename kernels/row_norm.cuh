@@ -663,10 +663,25 @@ struct WeightSlotsFit {
   static constexpr bool value = i64(RING_BYTES) + SLOT_BYTES + 2048 <= i64(CUNORM_SMEM_OPTIN);
 };
 
-template <int VEC, int PACKS, int TPR, int BLOCK, typename W>
-__device__ __forceinline__ void stage_weight(float4* slots, const W* weight, i64 c0, i64 N, int lane,
-                                             float offset = 0.0f) {
+// A thread's pack p of the staged weight: float4 slots of the widened values (v71), or the
+// weight's own half-precision pack (v101's half slots: exact, the values came from W).
+template <int VEC, int BLOCK>
+__device__ __forceinline__ void put_weight_slot(float4* slots, int p, const float (&wv)[VEC]) {
   static_assert(VEC % 4 == 0, "whole float4 slots");
+#pragma unroll
+  for (int q = 0; q < VEC / 4; ++q)
+    slots[(p * (VEC / 4) + q) * BLOCK + threadIdx.x] = make_float4(wv[4 * q], wv[4 * q + 1], wv[4 * q + 2], wv[4 * q + 3]);
+}
+template <int VEC, int BLOCK, typename W>
+__device__ __forceinline__ void put_weight_slot(Pack<W, VEC>* slots, int p, const float (&wv)[VEC]) {
+  slots[p * BLOCK + threadIdx.x] = convert_pack<W>(wv);
+}
+
+// The weight's columns this thread reads (1 past the row), in slots of Slot (put_weight_slot).
+// An offset is only exact in float slots.
+template <int VEC, int PACKS, int TPR, int BLOCK, typename W, typename Slot>
+__device__ __forceinline__ void stage_weight(Slot* slots, const W* weight, i64 c0, i64 N, int lane,
+                                             float offset = 0.0f) {
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     const i64 col = c0 + pack_col<VEC, TPR>(p, lane);
@@ -674,9 +689,7 @@ __device__ __forceinline__ void stage_weight(float4* slots, const W* weight, i64
     load_param<VEC>(col < N ? weight : nullptr, col, 1.0f, wv);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) wv[k] += offset;  // the fused backward's w + offset, as load_weight
-#pragma unroll
-    for (int q = 0; q < VEC / 4; ++q)
-      slots[(p * (VEC / 4) + q) * BLOCK + threadIdx.x] = make_float4(wv[4 * q], wv[4 * q + 1], wv[4 * q + 2], wv[4 * q + 3]);
+    put_weight_slot<VEC, BLOCK>(slots, p, wv);
   }
 }
 
@@ -726,6 +739,20 @@ __device__ __forceinline__ void unstage_weight(const float4* slots, int p, float
 // h200.txt). The host sizes the slots alike (_config.wide_bwd_slot_bytes). 0: float slots.
 #ifndef CUNORM_WIDE_HALF_SLOTS
 #define CUNORM_WIDE_HALF_SLOTS 1
+#endif
+// v103: the LayerNorm wide backward's first pass sums wdy * (x - mean) and multiplies the
+// thread's sum by the row's rstd once, one FMUL an element fewer (these kernels are
+// issue-bound, NOTES "Stall reasons": ~35 thread instructions an element; NVRTC 13 sm_90 bf16
+// single block 1592 -> 1576 SASS instructions, a cluster block of four 2504 -> 2472). H200,
+// two rounds (results/sweep-wide-fold-v103-h200.txt), backward of copy, bf16 clusters at
+// 32768 / 65536 / 131072 0.654 / 0.557 / 0.564 -> 0.665 / 0.572 / 0.578, the single block and
+// float32 level; RMSNorm's (x * rstd then, 2152 -> 2120) lost 0.015-0.02 at bf16 12288, so it
+// keeps its loop. dx's rstd * (wdy - m1 - xhat * m2) stays: the compiler already contracts it
+// to FFMA, FFMA, FMUL, as many as any regrouping. xhat keeps (x - mean) * rstd: an FFMA
+// x * rstd - mean * rstd would round mean * rstd at the row's offset (v31's rows). 0: the
+// loop before v103.
+#ifndef CUNORM_WIDE_FOLD_RSTD
+#define CUNORM_WIDE_FOLD_RSTD 1
 #endif
 template <typename T, typename W, bool CLUSTER>
 struct WideHalfSlots {
@@ -802,17 +829,8 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   zero_tile(dw_acc);
   zero_tile(db_acc);
   // a thread reads back only the slots it wrote: no barrier
-  if constexpr (kWeightSlots && kHalfSlots) {
-#pragma unroll
-    for (int p = 0; p < PACKS; ++p) {  // 1 past the row, as stage_weight: exact in W
-      const i64 col = c0 + pack_col<VEC, TPB>(p, lane);
-      A wv[VEC];
-      load_param<VEC>(col < N ? weight : nullptr, col, A(1), wv);
-      hslots[p * TPB + threadIdx.x] = convert_pack<W>(wv);
-    }
-  } else if constexpr (kWeightSlots) {
-    stage_weight<VEC, PACKS, TPB, TPB>(wslots, weight, c0, N, lane);
-  }
+  if constexpr (kWeightSlots && kHalfSlots) stage_weight<VEC, PACKS, TPB, TPB>(hslots, weight, c0, N, lane);
+  else if constexpr (kWeightSlots) stage_weight<VEC, PACKS, TPB, TPB>(wslots, weight, c0, N, lane);
   auto stage_row = [&](i64 r, int buf) {  // rows past M stage zeros, never read
     const i64 safe = r < M ? r : 0;
     const int lim = r < M ? limit : 0;
@@ -841,6 +859,7 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   // the block's sums of the row in buf, in xhat_sums_pass's order (packs outside the row
   // hold zeros and add nothing)
   auto block_sums = [&](int buf, const T* dyrow, const RowStats<A>& st, A& c1, A& c2) {
+    constexpr bool kFoldRstd = CUNORM_WIDE_FOLD_RSTD && !RMS;
     c1 = A(0);
     c2 = A(0);
 #pragma unroll
@@ -849,11 +868,13 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
       read_pack(buf, dyrow, p, xv, g, wv);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const A xhat = (xv[k] - st.mean) * st.rstd, wdy = wv[k] * g[k];
+        const A wdy = wv[k] * g[k];
         c1 += wdy;
-        c2 += wdy * xhat;
+        if constexpr (kFoldRstd) c2 += wdy * (xv[k] - st.mean);  // v103: times rstd below
+        else c2 += wdy * ((xv[k] - st.mean) * st.rstd);
       }
     }
+    if constexpr (kFoldRstd) c2 *= st.rstd;
     if constexpr (OPEN_SUMS) {
       if constexpr (RMS) c2 = group_sum_open<TPB>(c2, smem);
       else group_sum2_open<TPB>(c1, c2, smem);

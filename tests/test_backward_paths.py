@@ -69,7 +69,7 @@ def _check_wide(rng, op, dtype, n, rows, tile):
     rms, itemsize = op == "rms_norm", numpy.dtype(dtype).itemsize
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
     optin = _row_norm.smem_limits(0)[0]
-    depth = _config.wide_bwd_depth(tile, rms, n, itemsize, optin)
+    depth = _config.wide_bwd_depth(tile, rms, n, itemsize, optin, False, itemsize)
     assert plan.split is None and plan.block == 1024 and plan.groups == plan.blocks, "the wide backward"
     assert plan.smem == _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, False, itemsize), \
         "its ring, and its weight where it fits"

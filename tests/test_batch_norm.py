@@ -246,18 +246,6 @@ def _kinks(d, w, b, r, mean, rstd, activation, param, axis):
     return abs(other) > 1e-2, other, xhat
 
 
-def _dx_moved_by(moved, xhat, w, rstd, axis, training):
-    """dx's change when dz moves by ``moved`` (batch_norm_backward's dx is linear in dz): the
-    element's own w * rstd * moved and, with batch statistics, the channel's two means."""
-    axes, shape = reference._channel_shape(moved, axis)
-    scale = (numpy.asarray(w, numpy.float64) * numpy.asarray(rstd, numpy.float64)).reshape(shape)
-    if not training:
-        return scale * moved
-    count = moved.size // moved.shape[axis]
-    return scale * (moved - moved.sum(axis=axes, keepdims=True) / count
-                    - xhat * (moved * xhat).sum(axis=axes, keepdims=True) / count)
-
-
 def _other_side_at_kinks(kinks, dy, dx, w, rstd, rdx, rdw, rdb, rdr, axis, training=True):
     """The reference gradients with the kernel's side taken at the kink elements where its dx
     says it took the other one: dz there moves by dy * (the derivatives' difference), and
@@ -267,10 +255,10 @@ def _other_side_at_kinks(kinks, dy, dx, w, rstd, rdx, rdw, rdb, rdr, axis, train
     at, other, xhat = kinks
     axes, _ = reference._channel_shape(dy, axis)
     moved = dy.astype(numpy.float64) * other
-    own = _dx_moved_by(moved, xhat, w, rstd, axis, training=False)  # the element's own term
+    own = reference.batch_norm_dx(moved, xhat, w, rstd, training=False, channel_axis=axis)  # its own term
     a = to_numpy(dx)
     moved = numpy.where(at & (abs(a - (rdx + own)) < abs(a - rdx)), moved, 0.0)  # which decides
-    rdx = rdx + _dx_moved_by(moved, xhat, w, rstd, axis, training)
+    rdx = rdx + reference.batch_norm_dx(moved, xhat, w, rstd, training=training, channel_axis=axis)
     rdw = None if rdw is None else rdw + (moved * xhat).sum(axis=axes)
     rdb = None if rdb is None else rdb + moved.sum(axis=axes)
     return rdx, rdw, rdb, (None if rdr is None else rdr + moved)

@@ -242,6 +242,23 @@ def test_wide_cluster_backward(rng, wide_clusters, op, dtype, n, rows):
     check(op, rng, (rows, n), dtype)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("n", [16384, 24576, 65536])
+@pytest.mark.parametrize("rows", [3, 300])
+def test_wide_backward_half_rows_float32_weight(rng, wide_clusters, n, rows):
+    """v104: half-precision RMSNorm rows with a float32 weight (torch autocast's parameters)
+    keep two rows in the wide ring and the weight's float slots beside them, in the single
+    block (16384) and the clusters (24576, 65536)."""
+    f32 = numpy.dtype(numpy.float32)
+    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), BFLOAT16, f32, BFLOAT16, 1, True, 0, 0, 0)
+    tile = _config.WIDE_BWD_TILE
+    optin = _row_norm.smem_limits(0)[0]
+    slots = _config.wide_bwd_weight_bytes(tile, 2, 2, optin, True, n > tile.tile, 4)
+    assert slots == tile.tile * 4 and plan.smem == 2 * _config.wide_bwd_row_bytes(tile, 2) + slots, \
+        "two rows and the float32 weight's slots"
+    check("rms_norm", rng, (rows, n), BFLOAT16, param_dtype=f32)
+
+
 def _assert_wide_cluster_plan(op, dtype, n, rows):
     """The backward plan of rows x n is the wide cluster's; returns its cluster config."""
     rms, itemsize = op == "rms_norm", dtype.itemsize

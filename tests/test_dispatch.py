@@ -122,12 +122,20 @@ def test_wide_backward_rows_and_depths():
     assert row_bytes(_config.WIDE_BWD_TILE_FP32, 4) == row_bytes(long_rms, 2) == 65536, "x alone"
     h200_optin, a100_optin = 232448, 166912
     t16 = _config.WIDE_BWD_TILE
-    assert [_config.wide_bwd_depth(t16, rms, 16384, 2, h200_optin) for rms in (False, True)] == [2, 3]
-    assert [_config.wide_bwd_depth(t16, True, n, 2, h200_optin) for n in (9216, 12288, 12296)] == [2, 2, 3]
-    assert _config.wide_bwd_depth(_config.WIDE_BWD_TILE_FP32, True, 16384, 4, h200_optin) == 2, "float32 (v65)"
-    assert _config.wide_bwd_depth(t16, True, 16384, 2, a100_optin) == 2, "two 64 KiB rows where three do not fit"
-    assert _config.wide_bwd_depth(t16, False, 16384, 2, 65536) is None, "a 64 KiB block: not even two rows"
-    assert [_config.wide_bwd_depth(long_rms, True, 32768, 2, o) for o in (h200_optin, a100_optin)] == [3, 2]
+    def depth(tile, rms, n, itemsize, optin, cluster=False, w_itemsize=None):
+        return _config.wide_bwd_depth(tile, rms, n, itemsize, optin, cluster, w_itemsize or itemsize)
+
+    assert [depth(t16, rms, 16384, 2, h200_optin) for rms in (False, True)] == [2, 3]
+    assert [depth(t16, True, n, 2, h200_optin) for n in (9216, 12288, 12296)] == [2, 2, 3]
+    assert depth(_config.WIDE_BWD_TILE_FP32, True, 16384, 4, h200_optin) == 2, "float32 (v65)"
+    assert depth(t16, True, 16384, 2, a100_optin) == 2, "two 64 KiB rows where three do not fit"
+    assert depth(t16, False, 16384, 2, 65536) is None, "a 64 KiB block: not even two rows"
+    assert [depth(long_rms, True, 32768, 2, o) for o in (h200_optin, a100_optin)] == [3, 2]
+    # v104: a float32 weight with half-precision RMSNorm rows: two rows and its float slots
+    # where they fit beside them (single block and clusters); v66's long tile has no room
+    assert [depth(t16, True, 16384, 2, h200_optin, c, 4) for c in (False, True)] == [2, 2]
+    assert depth(long_rms, True, 32768, 2, h200_optin, False, 4) == 3, "no slots beside two rows either"
+    assert depth(t16, True, 16384, 2, a100_optin, False, 4) == 2
     # v81: the weight's float slots after the ring where both fit: the H200's depth-2 rings of
     # 16384 columns, no depth-3 ring, nothing on the A100's 163 KiB; v83: not half-precision
     # LayerNorm's single block (its clusters keep them)
@@ -141,9 +149,9 @@ def test_wide_backward_rows_and_depths():
     # v99: the float32 clusters' narrow blocks hold three rows and the weight on the H200
     narrow = _config.WIDE_CLUSTER_BWD_NARROW[4]
     assert narrow.tile == 8192 and row_bytes(narrow, 4) == 65536, "x and dy"
-    assert [_config.wide_bwd_depth(narrow, rms, 8192, 4, h200_optin) for rms in (False, True)] == [3, 3]
+    assert [depth(narrow, rms, 8192, 4, h200_optin, True) for rms in (False, True)] == [3, 3]
     assert weight(narrow, 4, 3, h200_optin, False, True) == 32768
-    assert _config.wide_bwd_smem(narrow, 4, 3, h200_optin, False, True) + _config.WIDE_BWD_STATIC_SMEM <= h200_optin
+    assert _config.wide_bwd_smem(narrow, 4, 3, h200_optin, False, True, 4) + _config.WIDE_BWD_STATIC_SMEM <= h200_optin
     # v101: the half-precision clusters' half-precision weight in its own type, beside three rows
     assert [_config.wide_bwd_depth(t16, rms, 16384, 2, h200_optin, True, 2) for rms in (False, True)] == [3, 3]
     assert _config.wide_bwd_depth(t16, False, 16384, 2, h200_optin, True, 4) == 2, "a float32 weight: v68's two rows"

@@ -98,6 +98,17 @@ def test_summary_prints_from_the_committed_record(capsys):
     assert "compute-sanitizer memcheck: 0 errors" in out and "racecheck: not run (Device not supported)" in out
 
 
+def test_summary_prints_float32_weight_rows(capsys):
+    rec = json.loads((ROOT / "benchmarks" / "results" / "gpu-latest.json").read_text())
+    rec["float32_weight"] = [{"op": "rms_norm", "dtype": "bfloat16", "w_dtype": "float32", "N": 24576, "M": 2730,
+                              "fwd_of_copy": 0.86, "bwd_of_copy": 0.61, "fwd_vs_same_dtype": 0.99,
+                              "bwd_vs_same_dtype": 0.92}]
+    gpucheck.print_summary(rec)
+    out = capsys.readouterr().out
+    assert "float32 weight and bias" in out
+    assert "rms_norm   N=24576   0.86 / 0.61 (x0.99 / x0.92)" in out
+
+
 def test_split_check_adopts_tests_of_the_same_sources_only():
     """--tests-from: a check split over two device calls takes the first call's tests and
     sanitizer results, only from a record of the same sources."""

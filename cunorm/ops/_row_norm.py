@@ -170,16 +170,17 @@ def _wide_name(t: str, w: str, rms: bool, depth: int, tile: _config.TileConfig) 
     return f"norm_bwd_wide<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {tile.tile}>"
 
 
-def _wide_depth(tile: _config.TileConfig, rms: bool, n: int, itemsize: int, device: int, cluster: bool = False,
-                w_itemsize: int = 4) -> int | None:
+def _wide_depth(tile: _config.TileConfig, rms: bool, n: int, itemsize: int, device: int, cluster: bool,
+                w_itemsize: int) -> int | None:
     """Rows in a wide block's ring for rows of n columns a block (WIDE_DEPTH forces it)."""
     return WIDE_DEPTH or _config.wide_bwd_depth(tile, rms, n, itemsize, smem_limits(device)[0], cluster, w_itemsize)
 
 
-def _wide_plan(itemsize: int, n: int, vec: int, rms: bool, device: int) -> tuple[_config.TileConfig, int] | None:
+def _wide_plan(itemsize: int, w_itemsize: int, n: int, vec: int, rms: bool,
+               device: int) -> tuple[_config.TileConfig, int] | None:
     """The wide backward's (tile, ring depth) for this row, or None where it does not serve."""
     tile = _config.wide_bwd_tile(n, vec, itemsize, rms) if USE_WIDE_BACKWARD and STAGE_BACKWARD else None
-    depth = None if tile is None else _wide_depth(tile, rms, n, itemsize, device)
+    depth = None if tile is None else _wide_depth(tile, rms, n, itemsize, device, False, w_itemsize)
     return None if depth is None else (tile, depth)
 
 
@@ -429,7 +430,7 @@ def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, dev
         main = function_ptr(CLUSTER_FILE, _wide_cluster_name(t, wn, rms, depth, ccfg), device)
         smem = _config.wide_bwd_smem(tile, itemsize, depth, smem_limits(device)[0], rms, True, _itemsize(wn))
         return ccfg, main, None, None, reduce, sm_count(device) * blocks_per_sm(main, ccfg.block, smem), smem
-    wide = _wide_plan(itemsize, n, vec, rms, device)
+    wide = _wide_plan(itemsize, _itemsize(wn), n, vec, rms, device)
     if wide is not None:
         cfg, depth = wide
         main = function_ptr(KERNEL_FILE, _wide_name(t, wn, rms, depth, cfg), device)
