@@ -102,19 +102,22 @@ def backward_sweep(variants: dict, rounds: int, use, default, cases, log=print, 
 def pass_sweep(variants: dict, rounds: int, use, default, cases, passes, log=print, runs=None, extra=None,
                extra_keys=()) -> list[dict]:
     """backward_sweep over the benchmark's ``passes`` ("fwd", "bwd"): a row's
-    ``<pass>_of_copy`` for each. ``extra(name, round, copy, log)`` (optional) adds its rows each
+    ``<pass>_of_copy`` for each; a case may name the parameters' dtype fourth (default x's).
+    ``extra(name, round, copy, log)`` (optional) adds its rows each
     round (fused_rows), their ``extra_keys`` in the table."""
     from cunorm import _bench
 
     rows = []
     for round_, name, copy in alternate(variants, rounds, use, default, log):
-        for op, dtype, n in cases:
+        for op, dtype, n, *w_dtype in cases:  # (op, dtype, N) or (op, dtype, N, parameters' dtype)
             if runs is not None and not runs(name, op, dtype, n):
                 continue
-            r = _bench.bench_row_norm(op, dtype, n)
-            row = {"variant": name, "round": round_, "op": op, "dtype": dtype.name, "N": n}
+            w_dtype = w_dtype[0] if w_dtype else None
+            r = _bench.bench_row_norm(op, dtype, n, w_dtype=w_dtype)
+            label = dtype.name if w_dtype is None else f"{dtype.name}/w:{w_dtype.name}"
+            row = {"variant": name, "round": round_, "op": op, "dtype": label, "N": n}
             row.update({f"{p}_of_copy": round(r[f"{p}_GBps"] / copy, 3) for p in passes})
-            log(f"{name:16s} {op:10s} {dtype.name:8s} N={n:<6d} "
+            log(f"{name:16s} {op:10s} {label:8s} N={n:<6d} "
                 + " ".join(f"{p} {row[p + '_of_copy']:.3f}" for p in passes) + " of copy")
             rows.append(row)
         if extra is not None:

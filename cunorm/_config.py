@@ -277,6 +277,41 @@ def cluster_fwd_stage_bytes(cfg: ClusterConfig, itemsize: int, rms: bool) -> int
     return buffers * cfg.block_columns * itemsize
 
 
+# v105: RMSNorm cluster forward blocks stage their slice of the weight once, after their rows
+# (kernels/layer_norm_cluster.cu ClusterFwdParamSlots, which this mirrors and where the
+# measurements are): float32 rows in blocks of up to 512 threads, half-precision rows in
+# 256-thread blocks with a weight in x's type, where rows and slots fit a block's opt-in
+# shared memory (the kernel's 2 KiB for static buffers are WIDE_BWD_STATIC_SMEM's). The
+# other tiles lost resident blocks to the slots, and more than the loads cost. False with the
+# kernels built -DCUNORM_CLUSTER_FWD_PARAM_SLOTS=0; SERVE_ALL (a sweep's) drops the choice of
+# tiles on the host, as the kernels' -DCUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL=1 does.
+CLUSTER_FWD_PARAM_SLOTS = True
+CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL = False
+
+
+def cluster_fwd_param_slots_serve(cfg: ClusterConfig, itemsize: int, w_itemsize: int, rms: bool) -> bool:
+    if CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL:
+        return True
+    return rms and (cfg.tpb <= 512 if itemsize == 4 else cfg.tpb == 256 and w_itemsize == 2)
+
+
+def cluster_fwd_param_bytes(cfg: ClusterConfig, itemsize: int, w_itemsize: int, rms: bool, smem_optin: int) -> int:
+    """The cluster forward's parameter slots after its rows: a half-precision weight (and
+    bias) in its own type, wider ones as floats; 0 where the tile keeps loading them
+    (cluster_fwd_param_slots_serve) or they do not fit."""
+    if not CLUSTER_FWD_PARAM_SLOTS or not cluster_fwd_param_slots_serve(cfg, itemsize, w_itemsize, rms):
+        return 0
+    slots = (1 if rms else 2) * cfg.block_columns * (2 if w_itemsize == 2 else 4)
+    rows = cluster_fwd_stage_bytes(cfg, itemsize, rms)
+    return slots if rows + slots + WIDE_BWD_STATIC_SMEM <= smem_optin else 0
+
+
+def cluster_fwd_smem(cfg: ClusterConfig, itemsize: int, w_itemsize: int, rms: bool, smem_optin: int) -> int:
+    """Dynamic shared memory of a cluster forward block: its staged rows and parameter slots."""
+    return cluster_fwd_stage_bytes(cfg, itemsize, rms) + \
+        cluster_fwd_param_bytes(cfg, itemsize, w_itemsize, rms, smem_optin)
+
+
 def cluster_config(n: int, vec: int) -> ClusterConfig | None:
     """The cluster tile for a row of ``n`` elements in packs of ``vec`` (None: too long, or
     scalar packs, which would need too many registers; the split path serves them)."""

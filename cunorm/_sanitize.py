@@ -28,8 +28,9 @@ ROW_CASES = [(7, 96), (5, 4096), (1100, 1024), (9, 1533), (3, 150000), (3, 65536
              (70, 32768), (40, 150000), (40, 100000)]
 # Rows whose weight is in x's dtype (ROW_CASES pass a float32 one): in bf16, v101's
 # half-precision weight slots beside the wide clusters' ring of three (2 blocks at 32768, 7
-# at 100000)
-SAME_DTYPE_WEIGHT_CASES = [(70, 32768), (40, 100000)]
+# at 100000), and v105's RMSNorm weight slots in the cluster forward (65536: 256-thread
+# blocks; float32 rows take them in ROW_CASES' 32768, 65536 and 100000)
+SAME_DTYPE_WEIGHT_CASES = [(70, 32768), (40, 100000), (3, 65536)]
 DTYPES = ("float32", "bfloat16")
 
 

@@ -102,16 +102,21 @@ __device__ __forceinline__ void cluster_mean_m2(float sum, float m2, float* slot
 
 // f(col, v) for each of this thread's packs of a block's slice (TPB threads, pack p of
 // thread t at column (p * TPB + t) * VEC) that lies inside the row, widened to A.
+// f(p, col, v): the same with the pack's index.
 template <typename A, int TPB, typename T, int VEC, int PACKS, typename F>
-__device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS], int limit, F&& f) {
+__device__ __forceinline__ void for_slice_packs_at(const Pack<T, VEC> (&raw)[PACKS], int limit, F&& f) {
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     const int col = pack_col<VEC, TPB>(p, threadIdx.x);
     if (col >= limit) continue;
     A v[VEC];
     unpack(raw[p], v);
-    f(col, v);
+    f(p, col, v);
   }
+}
+template <typename A, int TPB, typename T, int VEC, int PACKS, typename F>
+__device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS], int limit, F&& f) {
+  for_slice_packs_at<A, TPB>(raw, limit, [&](int, int col, const A(&v)[VEC]) { f(col, v); });
 }
 
 // v49: the forward's clusters are persistent (the host starts as many as run at once) and each
@@ -163,6 +168,31 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 #define CUNORM_CLUSTER_FWD_PIPE 1
 #endif
 
+// v105: RMSNorm's weight staged once a block in shared memory after its rows (OwnSlot: half
+// precision in its own packs, float32 as floats), for y to read there instead of loading it
+// from global memory every row: a row's parameters are as many bytes as the row, more than
+// the L1 keeps (NOTES "Probe: the long-row forwards re-read their parameters every row").
+// The slots cost resident blocks where they join staged rows, and that decides (H200, two
+// rounds, benchmarks/sweep_cluster_fwd_param_slots.py, results/sweep-cluster-fwd-param-
+// slots-v105-h200.txt, forward of copy):
+//   float32 RMSNorm (rows not staged, no block lost): 32768 / 65536 / 131072 0.849 / 0.822 /
+//     0.759 -> 0.857 / 0.855 / 0.805;
+//   half-precision RMSNorm, 256-thread blocks with a weight in x's type (4 -> 3 blocks an
+//     SM): bf16 65536 0.775 -> 0.817; with a float32 weight (4 -> 2) 0.776 -> 0.750; 512-
+//     thread blocks (2 -> 1) 0.761 -> 0.715;
+//   LayerNorm (weight and bias), every tile lost but bf16 rows with float32 parameters
+//     (65536: 0.647 -> 0.683, 131072: 0.637 -> 0.606): bf16 0.717 / 0.700 -> 0.675 / 0.614
+//     at 65536 / 131072, float32 32768 0.820 -> 0.794.
+// So the slots serve those two RMSNorm kinds of tile, where rows and slots fit what a block
+// may opt in to; 1024-thread tiles (rows past 131072) were not measured and keep loading.
+// The host mirrors it (_config.cluster_fwd_param_bytes). 0: loaded every row.
+#ifndef CUNORM_CLUSTER_FWD_PARAM_SLOTS
+#define CUNORM_CLUSTER_FWD_PARAM_SLOTS 1
+#endif
+#ifndef CUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL  // 1: every tile where they fit (the sweep's first build)
+#define CUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL 0
+#endif
+
 template <typename T, int TPB, bool RMS>
 struct ClusterFwdStage {
   static constexpr int rows = CUNORM_CLUSTER_FWD_STAGE >= 0 ? CUNORM_CLUSTER_FWD_STAGE
@@ -171,6 +201,17 @@ struct ClusterFwdStage {
   static constexpr bool pipe = CUNORM_CLUSTER_FWD_PIPE && sizeof(T) == 2 && rows > 0 &&
                                (RMS || CUNORM_CLUSTER_FWD_ONE_PASS);
   static constexpr int buffers = pipe ? rows + 2 : rows;
+};
+template <typename T, typename W, int VEC, int PACKS, int TPB, bool RMS>
+struct ClusterFwdParamSlots {
+  typedef typename OwnSlot<W, VEC>::type Slot;
+  static constexpr int kSlice = TPB * PACKS * VEC;
+  static constexpr int kRowBytes = ClusterFwdStage<T, TPB, RMS>::buffers * kSlice * int(sizeof(T));
+  static constexpr int kParamBytes = kSlice * (sizeof(W) == 2 ? 2 : 4);  // one parameter's
+  static constexpr bool kServes = CUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL ||
+                                  (RMS && (sizeof(T) == 4 ? TPB <= 512 : TPB == 256 && sizeof(W) == 2));
+  static constexpr bool value = CUNORM_CLUSTER_FWD_PARAM_SLOTS && kServes &&
+                                WeightSlotsFit<kRowBytes, (RMS ? 1 : 2) * kParamBytes>::value;
 };
 
 template <typename T, typename W, int VEC, int PACKS, int TPB, int CLUSTER, bool RMS>
@@ -200,6 +241,14 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   // [ClusterFwdStage::buffers][this block's slice] packs
   extern __shared__ __align__(16) unsigned char stage_smem[];
   Pack<T, VEC>* const staged = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
+  typedef ClusterFwdParamSlots<T, W, VEC, PACKS, TPB, RMS> ParamSlots;
+  typedef typename ParamSlots::Slot Slot;
+  Slot* const wslots = reinterpret_cast<Slot*>(stage_smem + ParamSlots::kRowBytes);
+  Slot* const bslots = reinterpret_cast<Slot*>(stage_smem + ParamSlots::kRowBytes + ParamSlots::kParamBytes);
+  if constexpr (ParamSlots::value) {  // a thread reads back only the slots it wrote: no barrier
+    stage_weight<VEC, PACKS, TPB, TPB>(wslots, weight, c0, N, threadIdx.x);
+    if constexpr (!RMS) stage_weight<VEC, PACKS, TPB, TPB>(bslots, bias, c0, N, threadIdx.x, 0.0f, 0.0f);
+  }
   // The pivots of the staged rows ride in registers (plain loads, used kStage rows later).
   A pivots[kStage > 0 ? kStage : 1] = {};
   // row r's slice into buffer buf and (LayerNorm) its first element into `pivot`; rows past
@@ -232,10 +281,18 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       rstd[row] = r;
     }
     T* yrow = y + row * N + c0;
-    for_slice_packs<A, TPB>(raw, limit, [&](int col, const A(&v)[VEC]) {
+    for_slice_packs_at<A, TPB>(raw, limit, [&](int p, int col, const A(&v)[VEC]) {
       A wv[VEC], bv[VEC], out[VEC];
-      load_param<VEC>(weight, c0 + col, A(1), wv);
-      load_param<VEC>(bias, c0 + col, A(0), bv);
+      if constexpr (ParamSlots::value) {
+        read_weight_slot<VEC, TPB>(wslots, p, wv);
+        if constexpr (!RMS) read_weight_slot<VEC, TPB>(bslots, p, bv);
+        else
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) bv[k] = A(0);  // RMSNorm has no bias
+      } else {
+        load_param<VEC>(weight, c0 + col, A(1), wv);
+        load_param<VEC>(bias, c0 + col, A(0), bv);
+      }
 #pragma unroll
       for (int k = 0; k < VEC; ++k)
         out[k] = (decltype(in_fma)::value ? fmaf(v[k], r, centre_r) : (v[k] - pivot - mu) * r) * wv[k] + bv[k];

@@ -677,22 +677,36 @@ __device__ __forceinline__ void put_weight_slot(Pack<W, VEC>* slots, int p, cons
   slots[p * BLOCK + threadIdx.x] = convert_pack<W>(wv);
 }
 
-// The weight's columns this thread reads (1 past the row), in slots of Slot (put_weight_slot).
-// An offset is only exact in float slots.
+// The weight's columns this thread reads (1 past the row), in slots of Slot (put_weight_slot);
+// `fill` where the weight is null (a bias: 0). An offset is only exact in float slots.
 template <int VEC, int PACKS, int TPR, int BLOCK, typename W, typename Slot>
 __device__ __forceinline__ void stage_weight(Slot* slots, const W* weight, i64 c0, i64 N, int lane,
-                                             float offset = 0.0f) {
+                                             float offset = 0.0f, float fill = 1.0f) {
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     const i64 col = c0 + pack_col<VEC, TPR>(p, lane);
     float wv[VEC];
-    load_param<VEC>(col < N ? weight : nullptr, col, 1.0f, wv);
+    load_param<VEC>(col < N ? weight : nullptr, col, fill, wv);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) wv[k] += offset;  // the fused backward's w + offset, as load_weight
     put_weight_slot<VEC, BLOCK>(slots, p, wv);
   }
 }
 
+// A parameter staged in its own type (v105): half precision in its own packs (exact), wider
+// types as float4 slots of the widened values (what load_param gives the kernels anyway).
+template <typename W, int VEC, bool HALF = sizeof(W) == 2>
+struct OwnSlot {
+  typedef Pack<W, VEC> type;
+};
+template <typename W, int VEC>
+struct OwnSlot<W, VEC, false> {
+  typedef float4 type;
+};
+template <int VEC, int BLOCK, typename W>
+__device__ __forceinline__ void read_weight_slot(const Pack<W, VEC>* slots, int p, float (&wv)[VEC]) {
+  unpack(read_slot(slots + p * BLOCK + threadIdx.x), wv);
+}
 template <int VEC, int BLOCK>
 __device__ __forceinline__ void unstage_weight(const float4* slots, int p, float (&wv)[VEC]) {
 #pragma unroll
@@ -703,6 +717,10 @@ __device__ __forceinline__ void unstage_weight(const float4* slots, int p, float
     wv[4 * q + 2] = f.z;
     wv[4 * q + 3] = f.w;
   }
+}
+template <int VEC, int BLOCK>
+__device__ __forceinline__ void read_weight_slot(const float4* slots, int p, float (&wv)[VEC]) {
+  unstage_weight<VEC, BLOCK>(slots, p, wv);
 }
 
 // ---- the wide backward (v63, v65, v66; the cluster form v68) ---------------------------------

@@ -108,7 +108,8 @@ def test_cluster_forward_staged_rows(rng, clusters, op, dtype, n):
     cfg = _config.cluster_config(n, 16 // dtype.itemsize)
     plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, dtype, 1, op == "rms_norm", 1e-5, 0, 0, 0)
     assert plan.tiles == 1 and plan.block == cfg.tpb, "the cluster forward"
-    assert plan.smem == _config.cluster_fwd_stage_bytes(cfg, dtype.itemsize, op == "rms_norm")
+    assert plan.smem == _config.cluster_fwd_smem(cfg, dtype.itemsize, dtype.itemsize, op == "rms_norm",
+                                                 _row_norm.smem_limits(0)[0])
     if plan.smem:
         assert plan.grid < rows * cfg.cluster and plan.grid % cfg.cluster == 0, "persistent clusters"
     else:
@@ -163,6 +164,46 @@ def test_cluster_forward_pipelined_walk_falls_back_mid_walk(rng, clusters, dtype
     hw = check_layer_norm_rows(rng, hx)
     ys = cunorm.rms_norm(cupy.asarray(hx), cupy.asarray(hw))
     assert_close("rms y", ys, reference.rms_norm(hx, hw), *tol(dtype))
+
+
+# v105: RMSNorm's weight staged once a block (float32 rows in 256- and 512-thread blocks, half
+# precision in 256-thread blocks with a weight in x's dtype); 300 rows make each persistent
+# cluster read its slots for several rows, 1 and 7 leave most clusters without a row; 40000
+# and 100000 leave part of the last block's slots past the row
+PARAM_SLOT_CASES = [(numpy.dtype(numpy.float32), n) for n in (20000, 32768, 65536, 100000)] + \
+                   [(BFLOAT16, n) for n in (40000, 65536)] + [(numpy.dtype(numpy.float16), 65536)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 7, 300])
+@pytest.mark.parametrize("dtype,n", PARAM_SLOT_CASES, ids=[f"{d.name}-{n}" for d, n in PARAM_SLOT_CASES])
+def test_cluster_forward_weight_slots(rng, clusters, dtype, n, rows):
+    cfg = _config.cluster_config(n, 16 // dtype.itemsize)
+    optin = _row_norm.smem_limits(0)[0]
+    slots = _config.cluster_fwd_param_bytes(cfg, dtype.itemsize, dtype.itemsize, True, optin)
+    assert slots == cfg.block_columns * dtype.itemsize, "the weight's slots, in its own type"
+    plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, dtype, 1, True, 1e-5, 0, 0, 0)
+    assert plan.smem == _config.cluster_fwd_stage_bytes(cfg, dtype.itemsize, True) + slots
+    assert plan.grid % cfg.cluster == 0 and plan.grid <= rows * cfg.cluster, "persistent clusters"
+    check("rms_norm", rng, (rows, n), dtype)
+    if rows == 7:
+        check("rms_norm", rng, (rows, n), dtype, weight=False)  # slots of ones
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,n", [(BFLOAT16, 65536), (numpy.dtype(numpy.float32), 65536)], ids=["bf16", "fp32"])
+def test_cluster_forward_without_weight_slots(rng, clusters, dtype, n):
+    """The tiles v105 leaves loading their parameters: LayerNorm's, and half-precision RMSNorm's
+    with a float32 weight."""
+    optin = _row_norm.smem_limits(0)[0]
+    cfg = _config.cluster_config(n, 16 // dtype.itemsize)
+    plan = _row_norm.forward_plan((300, n), (n, 1), dtype, dtype, 1, False, 1e-5, 0, 0, 0)
+    assert plan.smem == _config.cluster_fwd_stage_bytes(cfg, dtype.itemsize, False)
+    check("layer_norm", rng, (300, n), dtype)
+    if dtype.itemsize == 2:
+        plan = _row_norm.forward_plan((300, n), (n, 1), dtype, numpy.dtype(numpy.float32), 1, True, 1e-5, 0, 0, 0)
+        assert plan.smem == _config.cluster_fwd_stage_bytes(cfg, dtype.itemsize, True)
+        check("rms_norm", rng, (300, n), dtype, param_dtype=numpy.float32)
 
 
 @pytest.mark.gpu
@@ -404,6 +445,29 @@ def test_cluster_fwd_stage_bytes(monkeypatch):
     assert _config.cluster_fwd_stage_bytes(f32_256, 4, rms=False) == 0
     monkeypatch.setattr(_config, "CLUSTER_FWD_PIPE", False)
     assert _config.cluster_fwd_stage_bytes(half, 2, rms=True) == 16384, "v50's loop: the staged row alone"
+
+
+def test_cluster_fwd_param_bytes(monkeypatch):
+    # v105: RMSNorm's weight slots, a block's slice in the weight's own type, on the tiles the
+    # sweep chose (sm_90's opt-in)
+    optin = 232448
+    f32 = {tpb: _config.ClusterConfig(4, 8, tpb, 8) for tpb in (256, 512, 1024)}
+    half = {tpb: _config.ClusterConfig(8, 4, tpb, 8) for tpb in (256, 512)}
+    slots = _config.cluster_fwd_param_bytes
+    assert slots(f32[256], 4, 4, True, optin) == 8192 * 4
+    assert slots(f32[512], 4, 4, True, optin) == 16384 * 4
+    assert slots(f32[1024], 4, 4, True, optin) == 0, "rows past 131072: not measured"
+    assert slots(half[256], 2, 2, True, optin) == 8192 * 2
+    assert slots(half[256], 2, 4, True, optin) == 0, "a float32 weight: half the blocks an SM"
+    assert slots(half[512], 2, 2, True, optin) == 0, "512-thread blocks: one an SM"
+    assert all(slots(c, s, s, False, optin) == 0 for s, tiles in ((4, f32), (2, half)) for c in tiles.values())
+    assert _config.cluster_fwd_smem(half[256], 2, 2, True, optin) == 3 * 16384 + 16384
+    monkeypatch.setattr(_config, "CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL", True)
+    assert slots(half[256], 2, 2, False, optin) == 2 * 16384, "the sweep's build: weight and bias"
+    assert slots(half[512], 2, 4, False, optin) == 2 * 65536, "96 KiB of rows, 128 KiB of slots: 226 KiB fit"
+    assert slots(f32[1024], 4, 4, False, optin) == 0, "128 KiB of rows and 256 KiB of slots do not"
+    monkeypatch.setattr(_config, "CLUSTER_FWD_PARAM_SLOTS", False)
+    assert slots(f32[256], 4, 4, True, optin) == 0
 
 
 def test_cluster_fwd_stage_forced(monkeypatch):

@@ -180,12 +180,12 @@ def test_stage_policy_matches_the_host(nvrtc_ready):
     assert len(tiles) >= 5, "warp rows, block rows and the 1024-thread rows are all covered"
 
 
-def _static_asserts_hold(checks: list[str], what: str, options: tuple = ()) -> None:
-    """Compiles row_norm.cuh with ``checks`` (static_asserts of a kernel-side constant against
+def _static_asserts_hold(checks: list[str], what: str, options: tuple = (), filename: str = "row_norm.cuh") -> None:
+    """Compiles ``filename`` with ``checks`` (static_asserts of a kernel-side constant against
     the host's) appended, through NVRTC for sm_90; a failing one fails the test with ``what``."""
     from cupy_backends.cuda.libs import nvrtc
 
-    prog = nvrtc.createProgram(_compile.kernel_source("row_norm.cuh") + "\n" + "\n".join(checks) + "\n", "checks.cu",
+    prog = nvrtc.createProgram(_compile.kernel_source(filename) + "\n" + "\n".join(checks) + "\n", "checks.cu",
                                [], [])
     try:
         try:
@@ -223,6 +223,26 @@ def test_wide_weight_slots_match_the_host(nvrtc_ready, optin):
     _static_asserts_hold(checks, "WideWeightSlots and _config.wide_bwd_weight_bytes disagree",
                          (f"-DCUNORM_SMEM_OPTIN={optin}",))
     assert len(checks) >= 16
+
+
+@pytest.mark.parametrize("optin", SMEM_OPTINS)
+def test_cluster_forward_weight_slots_match_the_host(nvrtc_ready, optin):
+    """v105: the cluster forward stages RMSNorm's weight after its rows where
+    ClusterFwdParamSlots (kernels/layer_norm_cluster.cu) says so, and the host sizes the
+    dynamic shared memory by _config.cluster_fwd_param_bytes; NVRTC checks the two agree for
+    every cluster tile, dtype pair and op, compiled with each GPU's opt-in."""
+    checks = []
+    for itemsize, ctype in ((2, "__nv_bfloat16"), (2, "__half"), (4, "float")):
+        for cfg in _config.all_cluster_configs(16 // itemsize):
+            for w_itemsize, wtype in ((itemsize, ctype), (4, "float")):
+                for rms in (False, True):
+                    host = _config.cluster_fwd_param_bytes(cfg, itemsize, w_itemsize, rms, optin) > 0
+                    flags = f"{ctype}, {wtype}, {cfg.vec}, {cfg.packs}, {cfg.tpb}, {str(rms).lower()}"
+                    checks.append(f"static_assert(ClusterFwdParamSlots<{flags}>::value == "
+                                  f"{str(host).lower()}, \"{flags}\");")
+    _static_asserts_hold(checks, "ClusterFwdParamSlots and _config.cluster_fwd_param_bytes disagree",
+                         (f"-DCUNORM_SMEM_OPTIN={optin}",), "layer_norm_cluster.cu")
+    assert any("true" in c.split("==")[1] for c in checks) and any("false" in c.split("==")[1] for c in checks)
 
 
 def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:

@@ -273,7 +273,8 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     ccfg = _config.cluster_config(n, vec) if _clusters_serve(t, device) else None
     if ccfg is not None:
         return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, ccfg, rms), device),), \
-            _config.cluster_fwd_stage_bytes(ccfg, numpy.dtype(_np_name(t)).itemsize, rms)
+            _config.cluster_fwd_smem(ccfg, numpy.dtype(_np_name(t)).itemsize, numpy.dtype(_np_name(wn)).itemsize, rms,
+                                     smem_limits(device)[0])
     grid = _grid_rows.grid_plan(False, t, wn, numpy.dtype(_np_name(t)).itemsize, n, vec, rms, device)
     if grid is not None:
         return grid, (grid.kernel,), grid.smem

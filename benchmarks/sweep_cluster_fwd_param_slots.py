@@ -1,0 +1,60 @@
+"""v105: the cluster forward's parameters staged once a block in shared memory against
+loading them every row (``v104``: ``-DCUNORM_CLUSTER_FWD_PARAM_SLOTS=0``, the host's
+``_config.CLUSTER_FWD_PARAM_SLOTS`` off). The sweep that chose v105's tiles (results/sweep-
+cluster-fwd-param-slots-v105-h200.txt) ran ``slots``: every tile where rows and slots fit
+(``-DCUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL=1``, ``_config.CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL``);
+``slots+stage1`` also stages one row ahead on every tile (``-DCUNORM_CLUSTER_FWD_STAGE=1``
+with ``_config.CLUSTER_FWD_STAGE_ROWS = 1``): float32 tiles of 256-thread blocks stage none,
+so with the slots alone their clusters turn persistent (the host's rule for any shared
+memory) with nothing in flight. ``v105`` is the landed choice of tiles (the defaults).
+Forward, bf16 and float32 rows, parameters in x's dtype and, for bf16, float32 (torch
+autocast's). The probe (results/probe-param-traffic-h200.json) gives each case's ceiling
+without parameters. Builds alternate ROUNDS times in one process.
+
+    python benchmarks/sweep_cluster_fwd_param_slots.py [--variants v104,slots,slots+stage1,v105] [--json out.json]
+"""
+from __future__ import annotations
+
+import numpy
+
+from cunorm import _compile, _config
+from cunorm._checks import BFLOAT16
+from _sweep_cli import chosen, pass_sweep, rebuild_row_norms  # benchmarks/ is the script's directory
+
+F32 = numpy.dtype(numpy.float32)
+# name: (NVRTC options added to the defaults, the host's parameter slots, its serve-all
+# switch, forced staged rows)
+_ALL = ("-DCUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL=1",)
+VARIANTS = {"v104": (("-DCUNORM_CLUSTER_FWD_PARAM_SLOTS=0",), False, False, None),
+            "slots": (_ALL, True, True, None),
+            "slots+stage1": ((*_ALL, "-DCUNORM_CLUSTER_FWD_STAGE=1"), True, True, 1),
+            "v105": ((), True, False, None)}
+ROUNDS = 2
+CASES = [(op, BFLOAT16, n, w) for op in ("layer_norm", "rms_norm") for n in (65536, 131072) for w in (BFLOAT16, F32)] + \
+        [(op, BFLOAT16, 32768, F32) for op in ("layer_norm", "rms_norm")] + \
+        [(op, F32, n) for op in ("layer_norm", "rms_norm") for n in (32768, 65536, 131072)]
+
+
+def sweep(log=print, names=None) -> list[dict]:
+    from cunorm.ops import _row_norm
+
+    base = _compile.COMPILE_OPTIONS
+    default = VARIANTS["v105"]
+
+    def use(variant):
+        options, slots, serve_all, stage = variant
+        _config.CLUSTER_FWD_PARAM_SLOTS, _config.CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL = slots, serve_all
+        _config.CLUSTER_FWD_STAGE_ROWS = stage
+        rebuild_row_norms((*base, *options))
+        for dtype, w, n in ((BFLOAT16, BFLOAT16, 65536), (BFLOAT16, F32, 65536), (F32, F32, 32768)):
+            for rms in (False, True):
+                p = _row_norm.forward_plan((1024, n), (n, 1), dtype, w, 1, rms, 1e-5, 0, 0, 0)
+                log(f"  {dtype.name}/w:{w.name} {n} rms={rms}: grid {p.grid} block {p.block} smem {p.smem}")
+
+    return pass_sweep(chosen(VARIANTS, names), ROUNDS, use, default, CASES, ("fwd",), log)
+
+
+if __name__ == "__main__":
+    from _sweep_cli import main
+
+    main(sweep, __doc__, VARIANTS)
