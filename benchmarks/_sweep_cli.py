@@ -7,6 +7,9 @@ import itertools
 import json
 
 
+NO_PARAMS = "none"  # a pass_sweep case's parameters' dtype: no weight, no bias
+
+
 def row_norm_cases(row_lengths):
     """(op, dtype, N) for both row norms, bf16 and fp32, at each row length, in that order."""
     import numpy
@@ -102,7 +105,8 @@ def backward_sweep(variants: dict, rounds: int, use, default, cases, log=print, 
 def pass_sweep(variants: dict, rounds: int, use, default, cases, passes, log=print, runs=None, extra=None,
                extra_keys=()) -> list[dict]:
     """backward_sweep over the benchmark's ``passes`` ("fwd", "bwd"): a row's
-    ``<pass>_of_copy`` for each; a case may name the parameters' dtype fourth (default x's).
+    ``<pass>_of_copy`` for each; a case may name the parameters' dtype fourth (default x's;
+    NO_PARAMS: neither weight nor bias).
     ``extra(name, round, copy, log)`` (optional) adds its rows each
     round (fused_rows), their ``extra_keys`` in the table."""
     from cunorm import _bench
@@ -113,8 +117,9 @@ def pass_sweep(variants: dict, rounds: int, use, default, cases, passes, log=pri
             if runs is not None and not runs(name, op, dtype, n):
                 continue
             w_dtype = w_dtype[0] if w_dtype else None
-            r = _bench.bench_row_norm(op, dtype, n, w_dtype=w_dtype)
-            label = dtype.name if w_dtype is None else f"{dtype.name}/w:{w_dtype.name}"
+            params = not (isinstance(w_dtype, str) and w_dtype == NO_PARAMS)
+            r = _bench.bench_row_norm(op, dtype, n, w_dtype=w_dtype if params else None, params=params)
+            label = dtype.name if w_dtype is None else f"{dtype.name}/w:{w_dtype.name if params else w_dtype}"
             row = {"variant": name, "round": round_, "op": op, "dtype": label, "N": n}
             row.update({f"{p}_of_copy": round(r[f"{p}_GBps"] / copy, 3) for p in passes})
             log(f"{name:16s} {op:10s} {label:8s} N={n:<6d} "

@@ -11,37 +11,16 @@ changed: same sources, three calls each. Kernel time, fraction of copy.
 """
 from __future__ import annotations
 
-import argparse
-import json
-
 import numpy
 
 F32 = numpy.dtype(numpy.float32)
 ROWS = (8192, 16384, 32768, 65536, 131072, 262144)
 
 
-def _calls(op, dtype, n, params):
-    import cupy
-
-    import cunorm
-    from cunorm._bench import TOTAL_ELEMENTS
-
-    m = TOTAL_ELEMENTS // n
-    rng = cupy.random.default_rng(0)
-    x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
-    w = b = None
-    if params is not None:
-        w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(params)
-        b = (0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(params)
-    if op == "layer_norm":
-        return lambda: cunorm.layer_norm(x, w, b, return_stats=True), m
-    return lambda: cunorm.rms_norm(x, w, return_stats=True), m
-
-
 def probe(log=print) -> list[dict]:
     import cupy
 
-    from cunorm._bench import copy_gbps, queued_time_ms
+    from cunorm._bench import copy_gbps, queued_time_ms, row_norm_calls
     from cunorm._checks import BFLOAT16
 
     copy = copy_gbps()
@@ -55,10 +34,10 @@ def probe(log=print) -> list[dict]:
                 for name, params in (("own", dtype), ("float32", F32), ("none", None)):
                     if name == "float32" and dtype == F32:
                         continue
-                    fwd, m = _calls(op, dtype, n, params)
+                    fwd, bwd, m, _ = row_norm_calls(op, dtype, n, w_dtype=params, params=params is not None)
                     ms = queued_time_ms(fwd, stream)
                     row[name] = round(2 * m * n * numpy.dtype(dtype).itemsize / ms / 1e6 / copy, 3)
-                    del fwd
+                    del fwd, bwd
                 cupy.get_default_memory_pool().free_all_blocks()
                 log(f"{op:10s} {row['dtype']:8s} N={n:<7d} fwd of copy: params in x's dtype {row['own']}, "
                     f"float32 {row.get('float32', '-')}, none {row['none']}")
@@ -67,10 +46,6 @@ def probe(log=print) -> list[dict]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    result = probe()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+    from _sweep_cli import main  # benchmarks/ is the script's directory
+
+    main(probe, __doc__)

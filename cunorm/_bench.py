@@ -137,9 +137,9 @@ def copy_gbps(nbytes: int = 2 * 2**30) -> float:
     return 2 * nbytes / ms / 1e6
 
 
-def row_norm_calls(op: str, dtype, n: int, m: int | None = None, w_dtype=None):
+def row_norm_calls(op: str, dtype, n: int, m: int | None = None, w_dtype=None, params: bool = True):
     """(forward call, backward call, M, itemsize): the CuPy API on the benchmark's inputs,
-    the weight and bias in ``w_dtype`` (default: x's)."""
+    the weight and bias in ``w_dtype`` (default: x's); neither without ``params``."""
     import cupy
 
     import cunorm
@@ -149,8 +149,8 @@ def row_norm_calls(op: str, dtype, n: int, m: int | None = None, w_dtype=None):
     rng = cupy.random.default_rng(0)
     x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
     dy = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
-    w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(w_dtype)
-    b = (0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(w_dtype)
+    w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(w_dtype) if params else None
+    b = (0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(w_dtype) if params else None
     if op == "layer_norm":
         fwd = lambda: cunorm.layer_norm(x, w, b, return_stats=True)
         _, mean, rstd = fwd()
@@ -162,10 +162,10 @@ def row_norm_calls(op: str, dtype, n: int, m: int | None = None, w_dtype=None):
     return fwd, bwd, m, x.itemsize
 
 
-def bench_row_norm(op: str, dtype, n: int, m: int | None = None, w_dtype=None) -> dict:
+def bench_row_norm(op: str, dtype, n: int, m: int | None = None, w_dtype=None, params: bool = True) -> dict:
     import cupy
 
-    fwd, bwd, m, s = row_norm_calls(op, dtype, n, m, w_dtype)
+    fwd, bwd, m, s = row_norm_calls(op, dtype, n, m, w_dtype, params)
     stream = cupy.cuda.get_current_stream().ptr
     fwd_ms, bwd_ms = queued_time_ms(fwd, stream), queued_time_ms(bwd, stream)
     return {"op": op, "dtype": numpy.dtype(dtype).name, "M": m, "N": n,

@@ -279,9 +279,10 @@ def cluster_fwd_stage_bytes(cfg: ClusterConfig, itemsize: int, rms: bool) -> int
 
 # v105: RMSNorm cluster forward blocks stage their slice of the weight once, after their rows
 # (kernels/layer_norm_cluster.cu ClusterFwdParamSlots, which this mirrors and where the
-# measurements are): float32 rows in blocks of up to 512 threads, half-precision rows in
-# 256-thread blocks with a weight in x's type, where rows and slots fit a block's opt-in
-# shared memory (the kernel's 2 KiB for static buffers are WIDE_BWD_STATIC_SMEM's). The
+# measurements are): float32 rows (blocks of up to 512 threads; v107 adds the 1024-thread
+# tile), half-precision rows in 256-thread blocks with a weight in x's type, where rows and
+# slots fit a block's opt-in shared memory (the kernel's 2 KiB for static buffers are
+# WIDE_BWD_STATIC_SMEM's). The
 # other tiles lost resident blocks to the slots, and more than the loads cost. False with the
 # kernels built -DCUNORM_CLUSTER_FWD_PARAM_SLOTS=0; SERVE_ALL (a sweep's) drops the choice of
 # tiles on the host, as the kernels' -DCUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL=1 does.
@@ -289,10 +290,31 @@ CLUSTER_FWD_PARAM_SLOTS = True
 CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL = False
 
 
+# v106: half-precision rows with float32 parameters (torch.autocast's) from this length take
+# the cluster forward instead of the shared-memory forward, whose blocks hold the whole row
+# and so reload all of its parameters every row; the clusters' LayerNorm 256-thread tiles
+# then keep float32 w + b in slots. Its sweep (results/sweep-fwd-wide-params-v106-h200.txt,
+# bf16 rows, forward of copy): LayerNorm 24576 / 32768 / 65536 0.533 / 0.576 / 0.644 ->
+# 0.581 / 0.701 / 0.685, RMSNorm 24576 / 32768 0.658 / 0.699 -> 0.690 / 0.779; from 8193
+# instead lost at 12288 / 16384 (LayerNorm 0.761 / 0.809 -> 0.607 / 0.714), where the
+# shared-memory forward stays. None: the shared-memory forward throughout.
+FWD_CLUSTER_WIDE_PARAMS_FROM: int | None = 16385
+CLUSTER_FWD_WIDE_PARAM_SLOTS = True  # kernels' -DCUNORM_CLUSTER_FWD_WIDE_PARAM_SLOTS
+
+
+def fwd_cluster_for_wide_params(itemsize: int, w_itemsize: int, n: int) -> bool:
+    """Whether a forward row of ``n`` elements takes the cluster forward for its parameters'
+    width (v106)."""
+    return FWD_CLUSTER_WIDE_PARAMS_FROM is not None and itemsize == 2 and w_itemsize > 2 and \
+        n >= FWD_CLUSTER_WIDE_PARAMS_FROM
+
+
 def cluster_fwd_param_slots_serve(cfg: ClusterConfig, itemsize: int, w_itemsize: int, rms: bool) -> bool:
     if CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL:
         return True
-    return rms and (cfg.tpb <= 512 if itemsize == 4 else cfg.tpb == 256 and w_itemsize == 2)
+    if CLUSTER_FWD_WIDE_PARAM_SLOTS and not rms and itemsize == 2 and w_itemsize == 4 and cfg.tpb == 256:
+        return True  # v106
+    return rms and (itemsize == 4 or (cfg.tpb == 256 and w_itemsize == 2))
 
 
 def cluster_fwd_param_bytes(cfg: ClusterConfig, itemsize: int, w_itemsize: int, rms: bool, smem_optin: int) -> int:

@@ -184,13 +184,36 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 //     (65536: 0.647 -> 0.683, 131072: 0.637 -> 0.606): bf16 0.717 / 0.700 -> 0.675 / 0.614
 //     at 65536 / 131072, float32 32768 0.820 -> 0.794.
 // So the slots serve those two RMSNorm kinds of tile, where rows and slots fit what a block
-// may opt in to; 1024-thread tiles (rows past 131072) were not measured and keep loading.
-// The host mirrors it (_config.cluster_fwd_param_bytes). 0: loaded every row.
+// may opt in to. v107 adds float32 RMSNorm's 1024-thread tile (rows of 131073-262144, which
+// stage no rows: its 128 KiB of slots cost no resident block): 0.645 -> 0.732 of copy at
+// 262144 (without a weight, slots of ones, 0.755 -> 0.724). The host mirrors it
+// (_config.cluster_fwd_param_bytes). 0: loaded every row.
 #ifndef CUNORM_CLUSTER_FWD_PARAM_SLOTS
 #define CUNORM_CLUSTER_FWD_PARAM_SLOTS 1
 #endif
 #ifndef CUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL  // 1: every tile where they fit (the sweep's first build)
 #define CUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL 0
+#endif
+// v106: half-precision LayerNorm rows with float32 weight and bias in 256-thread tiles keep
+// both in slots too, for the rows from 16385 the host sends here with such parameters
+// (_config.FWD_CLUSTER_WIDE_PARAMS_FROM). Its sweep, bf16 LayerNorm with float32 w + b:
+// 32768 0.661 -> 0.701 of copy, 65536 0.647 -> 0.685 (against the same route without them).
+// 0: v105's tiles.
+#ifndef CUNORM_CLUSTER_FWD_WIDE_PARAM_SLOTS
+#define CUNORM_CLUSTER_FWD_WIDE_PARAM_SLOTS 1
+#endif
+
+// v107: float32 RMSNorm blocks of at least this many threads store whole 16-byte packs, as
+// every other cluster forward does. The plain store compiles to four 4-byte STG.E a pack (32
+// a thread a row at 1024 threads); without a weight's loads between them, ncu found the
+// 1024-thread tile stalled on the LG queue (43 of 99 cycles an issue) at 0.373 of copy
+// against 0.654 with a weight. Whole stores on every tile (sweep_cluster_fwd_f32_rms_store.py,
+// float32 RMSNorm with a weight, forward of copy): 24576-131072 +0.03-0.04 (32768 0.857 ->
+// 0.885, 131072 0.804 -> 0.842), 262144 without a weight 0.376 -> 0.755, with one 0.656 ->
+// 0.645 (then 0.732 with v107's slots). v47's loss with them predates the staged rows and
+// slots. 2048: the plain store throughout.
+#ifndef CUNORM_CLUSTER_FWD_F32_RMS_STORE16_FROM
+#define CUNORM_CLUSTER_FWD_F32_RMS_STORE16_FROM 0
 #endif
 
 template <typename T, int TPB, bool RMS>
@@ -207,9 +230,11 @@ struct ClusterFwdParamSlots {
   typedef typename OwnSlot<W, VEC>::type Slot;
   static constexpr int kSlice = TPB * PACKS * VEC;
   static constexpr int kRowBytes = ClusterFwdStage<T, TPB, RMS>::buffers * kSlice * int(sizeof(T));
-  static constexpr int kParamBytes = kSlice * (sizeof(W) == 2 ? 2 : 4);  // one parameter's
-  static constexpr bool kServes = CUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL ||
-                                  (RMS && (sizeof(T) == 4 ? TPB <= 512 : TPB == 256 && sizeof(W) == 2));
+  static constexpr int kParamBytes = kSlice * OwnSlot<W, VEC>::kValueBytes;  // one parameter's
+  static constexpr bool kServes =
+      CUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL ||
+      (CUNORM_CLUSTER_FWD_WIDE_PARAM_SLOTS && !RMS && sizeof(T) == 2 && sizeof(W) == 4 && TPB == 256) ||
+      (RMS && (sizeof(T) == 4 || (TPB == 256 && sizeof(W) == 2)));
   static constexpr bool value = CUNORM_CLUSTER_FWD_PARAM_SLOTS && kServes &&
                                 WeightSlotsFit<kRowBytes, (RMS ? 1 : 2) * kParamBytes>::value;
 };
@@ -296,9 +321,10 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
 #pragma unroll
       for (int k = 0; k < VEC; ++k)
         out[k] = (decltype(in_fma)::value ? fmaf(v[k], r, centre_r) : (v[k] - pivot - mu) * r) * wv[k] + bv[k];
-      // whole 16-byte stores: bf16 +0.01-0.03, float32 LayerNorm +0.02-0.05 of copy; float32
-      // RMSNorm lost 0.03-0.04 with them (NOTES v47) and keeps the plain store
-      if constexpr (RMS && sizeof(T) == 4) store_pack<T>(yrow + col, out);
+      // whole 16-byte stores: bf16 +0.01-0.03, float32 LayerNorm +0.02-0.05 of copy (NOTES
+      // v47); float32 RMSNorm from CUNORM_CLUSTER_FWD_F32_RMS_STORE16_FROM threads (v107)
+      if constexpr (RMS && sizeof(T) == 4 && TPB < CUNORM_CLUSTER_FWD_F32_RMS_STORE16_FROM)
+        store_pack<T>(yrow + col, out);
       else store_pack_whole<T>(yrow + col, out);
     });
   };

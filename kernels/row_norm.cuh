@@ -698,10 +698,12 @@ __device__ __forceinline__ void stage_weight(Slot* slots, const W* weight, i64 c
 template <typename W, int VEC, bool HALF = sizeof(W) == 2>
 struct OwnSlot {
   typedef Pack<W, VEC> type;
+  static constexpr int kValueBytes = 2;  // shared memory a parameter value takes
 };
 template <typename W, int VEC>
 struct OwnSlot<W, VEC, false> {
   typedef float4 type;
+  static constexpr int kValueBytes = 4;
 };
 template <int VEC, int BLOCK, typename W>
 __device__ __forceinline__ void read_weight_slot(const Pack<W, VEC>* slots, int p, float (&wv)[VEC]) {

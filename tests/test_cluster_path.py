@@ -167,10 +167,11 @@ def test_cluster_forward_pipelined_walk_falls_back_mid_walk(rng, clusters, dtype
 
 
 # v105: RMSNorm's weight staged once a block (float32 rows in 256- and 512-thread blocks, half
-# precision in 256-thread blocks with a weight in x's dtype); 300 rows make each persistent
-# cluster read its slots for several rows, 1 and 7 leave most clusters without a row; 40000
-# and 100000 leave part of the last block's slots past the row
-PARAM_SLOT_CASES = [(numpy.dtype(numpy.float32), n) for n in (20000, 32768, 65536, 100000)] + \
+# precision in 256-thread blocks with a weight in x's dtype; v107: float32 1024-thread blocks,
+# 200000); 300 rows make each persistent cluster read its slots for several rows, 1 and 7
+# leave most clusters without a row; 40000, 100000 and 200000 leave part of the last block's
+# slots past the row
+PARAM_SLOT_CASES = [(numpy.dtype(numpy.float32), n) for n in (20000, 32768, 65536, 100000, 200000)] + \
                    [(BFLOAT16, n) for n in (40000, 65536)] + [(numpy.dtype(numpy.float16), 65536)]
 
 
@@ -204,6 +205,28 @@ def test_cluster_forward_without_weight_slots(rng, clusters, dtype, n):
         plan = _row_norm.forward_plan((300, n), (n, 1), dtype, numpy.dtype(numpy.float32), 1, True, 1e-5, 0, 0, 0)
         assert plan.smem == _config.cluster_fwd_stage_bytes(cfg, dtype.itemsize, True)
         check("rms_norm", rng, (300, n), dtype, param_dtype=numpy.float32)
+
+
+# v106: half-precision rows of 16385 and up with float32 parameters take the cluster forward
+# (not the shared-memory one), LayerNorm's 256-thread tiles with w + b in float slots
+WIDE_PARAM_CASES = [(BFLOAT16, n) for n in (16385, 20000, 32768)] + [(numpy.dtype(numpy.float16), 32768)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("rows", [1, 300])
+@pytest.mark.parametrize("dtype,n", WIDE_PARAM_CASES, ids=[f"{d.name}-{n}" for d, n in WIDE_PARAM_CASES])
+def test_cluster_forward_half_rows_float32_parameters(rng, clusters, op, dtype, n, rows):
+    f32, rms = numpy.dtype(numpy.float32), op == "rms_norm"
+    cfg = _config.cluster_config(n, 8)
+    plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, f32, 1, rms, 1e-5, 0, 0, 0)
+    assert plan.block == cfg.tpb == 256 and plan.grid % cfg.cluster == 0, "the cluster forward"
+    slots = 0 if rms else 2 * cfg.block_columns * 4
+    assert plan.smem == _config.cluster_fwd_stage_bytes(cfg, 2, rms) + slots
+    check(op, rng, (rows, n), dtype, param_dtype=f32)
+    if rows == 1 and not rms:
+        check(op, rng, (rows, n), dtype, param_dtype=f32, weight=False)  # slots of ones, bias's
+        check(op, rng, (rows, n), dtype, param_dtype=f32, bias=False)  # and of zeros
 
 
 @pytest.mark.gpu
@@ -456,11 +479,15 @@ def test_cluster_fwd_param_bytes(monkeypatch):
     slots = _config.cluster_fwd_param_bytes
     assert slots(f32[256], 4, 4, True, optin) == 8192 * 4
     assert slots(f32[512], 4, 4, True, optin) == 16384 * 4
-    assert slots(f32[1024], 4, 4, True, optin) == 0, "rows past 131072: not measured"
+    assert slots(f32[1024], 4, 4, True, optin) == 32768 * 4, "v107: rows past 131072 stage no rows"
     assert slots(half[256], 2, 2, True, optin) == 8192 * 2
     assert slots(half[256], 2, 4, True, optin) == 0, "a float32 weight: half the blocks an SM"
+    assert slots(half[256], 2, 4, False, optin) == 2 * 8192 * 4, "v106: LayerNorm's float32 w + b"
+    assert slots(half[512], 2, 4, False, optin) == 0
     assert slots(half[512], 2, 2, True, optin) == 0, "512-thread blocks: one an SM"
     assert all(slots(c, s, s, False, optin) == 0 for s, tiles in ((4, f32), (2, half)) for c in tiles.values())
+    assert _config.fwd_cluster_for_wide_params(2, 4, 16385) and not _config.fwd_cluster_for_wide_params(2, 4, 16384)
+    assert not _config.fwd_cluster_for_wide_params(2, 2, 32768) and not _config.fwd_cluster_for_wide_params(4, 4, 32768)
     assert _config.cluster_fwd_smem(half[256], 2, 2, True, optin) == 3 * 16384 + 16384
     monkeypatch.setattr(_config, "CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL", True)
     assert slots(half[256], 2, 2, False, optin) == 2 * 16384, "the sweep's build: weight and bias"

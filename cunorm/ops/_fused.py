@@ -15,7 +15,7 @@ import numpy
 from .. import _config
 from .._compile import c_type, function_ptr
 from .._launch import blocks_per_sm, fits_smem, launch, pick_vec, row_layout, scalar_bits, sm_count
-from ._row_norm import KERNEL_FILE, TYPE_PAIRS, _b, _np_name, partial_rows, reduce_partial_rows, stage_bytes
+from ._row_norm import KERNEL_FILE, TYPE_PAIRS, _b, _itemsize, partial_rows, reduce_partial_rows, stage_bytes
 
 FUSED_FILE = "layer_norm_fused.cu"
 FP8_TYPES = {"float8_e4m3fn": "__nv_fp8_e4m3", "float8_e5m2": "__nv_fp8_e5m2"}
@@ -45,7 +45,7 @@ def fused_instantiations() -> list[str]:
     for t, w in TYPE_PAIRS:
         if t not in _RESIDUAL_PAIRS:
             continue
-        vec = _config.max_vec(numpy.dtype(_np_name(t)).itemsize)
+        vec = _config.max_vec(_itemsize(t))
         for r, h in _RESIDUAL_PAIRS[t]:
             for o in _OUT_TYPES[t]:
                 for cfg in _config.all_tile_configs(vec, _config.FWD):
@@ -79,7 +79,7 @@ def fused_backward_instantiations() -> list[str]:
     for t, w in TYPE_PAIRS:
         if t not in _BWD_TYPES:
             continue
-        itemsize = numpy.dtype(_np_name(t)).itemsize
+        itemsize = _itemsize(t)
         for rms in (False, True):
             for cfg in _bwd_configs(_config.max_vec(itemsize), itemsize, rms):
                 names += [_bwd_name(t, h, x, w, cfg, rms) for h, x in _BWD_TYPES[t]]

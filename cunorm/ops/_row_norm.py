@@ -111,7 +111,7 @@ def instantiations() -> list[str]:
     """Every name expression the dispatcher below can launch (CI compiles them all)."""
     names: list[str] = []
     for t, w in TYPE_PAIRS:
-        itemsize = numpy.dtype(_np_name(t)).itemsize
+        itemsize = _itemsize(t)
         for vec in _config.vec_choices(itemsize):
             split = _config.split_config(vec)
             for rms in (False, True):
@@ -147,13 +147,13 @@ def cluster_instantiations() -> list[str]:
     for t, w in TYPE_PAIRS:
         if t == "float64":
             continue
-        vec = _config.max_vec(numpy.dtype(_np_name(t)).itemsize)
+        vec = _config.max_vec(_itemsize(t))
         for kernel, configs in (("norm_fwd_cluster", _config.all_cluster_configs(vec)),
                                 ("norm_bwd_cluster", _config.all_cluster_bwd_configs(vec))):
             for cfg in configs:
                 for rms in (False, True):
                     names.append(_cluster_name(kernel, t, w, cfg, rms))
-        itemsize = numpy.dtype(_np_name(t)).itemsize
+        itemsize = _itemsize(t)
         for cfg in _config.all_cluster_staged_bwd_configs(vec, itemsize):
             names += [_staged_cluster_name(t, w, cfg, rms) for rms in (False, True)]
         for rms in (False, True):
@@ -263,7 +263,12 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     """(config, kernel pointers, dynamic shared memory) of a forward: one kernel on the
     full-row paths (its row in shared memory or in registers), three (tile statistics,
     finalize, apply) on the split path."""
-    scfg = smem_row_config(n, vec, numpy.dtype(_np_name(t)).itemsize)
+    itemsize, w_itemsize = _itemsize(t), _itemsize(wn)
+    if _config.fwd_cluster_for_wide_params(itemsize, w_itemsize, n) and _clusters_serve(t, device):
+        ccfg = _config.cluster_config(n, vec)
+        if ccfg is not None:  # v106
+            return _cluster_forward_kernel(t, wn, ccfg, rms, device)
+    scfg = smem_row_config(n, vec, itemsize)
     if scfg is not None:
         return scfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd_smem", t, wn, scfg, rms), device),), \
             smem_row_bytes(scfg)
@@ -272,16 +277,20 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
         return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),), 0
     ccfg = _config.cluster_config(n, vec) if _clusters_serve(t, device) else None
     if ccfg is not None:
-        return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, ccfg, rms), device),), \
-            _config.cluster_fwd_smem(ccfg, numpy.dtype(_np_name(t)).itemsize, numpy.dtype(_np_name(wn)).itemsize, rms,
-                                     smem_limits(device)[0])
-    grid = _grid_rows.grid_plan(False, t, wn, numpy.dtype(_np_name(t)).itemsize, n, vec, rms, device)
+        return _cluster_forward_kernel(t, wn, ccfg, rms, device)
+    grid = _grid_rows.grid_plan(False, t, wn, itemsize, n, vec, rms, device)
     if grid is not None:
         return grid, (grid.kernel,), grid.smem
     cfg = _config.split_fwd_config(vec)
     return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS), device),
                  function_ptr(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>", device),
                  function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY), device)), 0
+
+
+def _cluster_forward_kernel(t: str, wn: str, ccfg: _config.ClusterConfig, rms: bool, device: int):
+    """_forward_kernels' answer for the cluster forward."""
+    return ccfg, (function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, ccfg, rms), device),), \
+        _config.cluster_fwd_smem(ccfg, _itemsize(t), _itemsize(wn), rms, smem_limits(device)[0])
 
 
 class ForwardPlan(NamedTuple):
@@ -416,7 +425,7 @@ def stage_bytes(cfg: _config.TileConfig, dy_itemsize: int, x_itemsize: int, rms:
 def _backward_kernels(t: str, wn: str, gn: str, n: int, vec: int, rms: bool, device: int):
     """(config, main, tile-sum, finalize, partial-reduce, resident main blocks, dynamic shared
     memory of main); tile-sum and finalize on the split path only."""
-    itemsize = numpy.dtype(_np_name(t)).itemsize
+    itemsize = _itemsize(t)
     cfg = _config.bwd_row_config(n, vec, itemsize, rms)
     reduce = function_ptr(KERNEL_FILE, f"norm_reduce_partials<{_acc_name(t)}, {c_type(gn)}>", device)
     if cfg is not None:
