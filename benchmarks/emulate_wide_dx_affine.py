@@ -11,49 +11,60 @@ sd 30, 1000s with one element off, constant 3 and 1000, bimodal +50.
 import ml_dtypes
 import numpy
 
-bf16 = ml_dtypes.bfloat16
-f32 = numpy.float32
+BF16, F32 = ml_dtypes.bfloat16, numpy.float32
+
+
 def fma(a, b, c):
-    return (a.astype(numpy.float64) * b + c).astype(f32)
-def run(x, dy, w, label):
-    x = x.astype(bf16); dy = dy.astype(bf16); w = w.astype(bf16)
-    xf, gf, wf = x.astype(f32), dy.astype(f32), w.astype(f32)
+    """float32 fused multiply-add: the float64 product (exact) plus c, rounded once."""
+    return (a.astype(numpy.float64) * b + c).astype(F32)
+
+
+def compare(x, dy, w, label: str) -> None:
+    """Prints both forms' largest float32 error, and the bf16-rounded outputs' largest
+    elementwise error relative to |dx| + 1% of max |dx|."""
+    x, dy, w = x.astype(BF16), dy.astype(BF16), w.astype(BF16)
+    xf, gf, wf = x.astype(F32), dy.astype(F32), w.astype(F32)
     n = x.size
     pivot = xf[0]
-    mu = f32(numpy.sum(xf - pivot, dtype=f32) / f32(n))
-    mean = f32(pivot + mu)
-    var = f32(numpy.sum((xf - mean) ** 2, dtype=f32) / f32(n))
-    rstd = f32(1 / numpy.sqrt(numpy.float64(var) + 1e-5))
-    wdy = (wf * gf).astype(f32)
-    c1 = numpy.sum(wdy, dtype=f32)
-    c2 = f32(numpy.sum(wdy * (xf - mean), dtype=f32) * rstd)
-    m1, m2 = f32(c1 / f32(n)), f32(c2 / f32(n))
-    xhat = ((xf - mean) * rstd).astype(f32)
-    dx_old = (rstd * (wdy - m1 - xhat * m2)).astype(f32)
-    a = f32(-(rstd * rstd) * m2); b = f32(-(mean * a) - rstd * m1)
-    dx_new = fma(wdy, rstd, fma(xf, a, b))
-    # float64 reference from the bf16 inputs
+    mean = F32(pivot + F32(numpy.sum(xf - pivot, dtype=F32) / F32(n)))
+    var = F32(numpy.sum((xf - mean) ** 2, dtype=F32) / F32(n))
+    rstd = F32(1 / numpy.sqrt(numpy.float64(var) + 1e-5))
+    wdy = (wf * gf).astype(F32)
+    m1 = F32(numpy.sum(wdy, dtype=F32) / F32(n))
+    m2 = F32(F32(numpy.sum(wdy * (xf - mean), dtype=F32) * rstd) / F32(n))
+    xhat = ((xf - mean) * rstd).astype(F32)
+    dx_main = (rstd * (wdy - m1 - xhat * m2)).astype(F32)
+    a = F32(-(rstd * rstd) * m2)
+    b = F32(-(mean * a) - rstd * m1)
+    dx_v108 = fma(wdy, rstd, fma(xf, a, b))
     X, G, W = (v.astype(numpy.float64) for v in (x, dy, w))
-    M = X.mean(); R = 1 / numpy.sqrt(X.var() + 1e-5); XH = (X - M) * R; WG = W * G
-    ref = R * (WG - WG.mean() - XH * (WG * XH).mean())
+    xh = (X - X.mean()) / numpy.sqrt(X.var() + 1e-5)
+    wg = W * G
+    ref = (wg - wg.mean() - xh * (wg * xh).mean()) / numpy.sqrt(X.var() + 1e-5)
     scale = numpy.abs(ref).max()
-    for name, d in (("old", dx_old), ("new", dx_new)):
+    for name, d in (("old", dx_main), ("new", dx_v108)):
         err = numpy.abs(d.astype(numpy.float64) - ref)
-        # also after rounding to bf16 (what the kernel stores)
-        errb = numpy.abs(d.astype(bf16).astype(numpy.float64) - ref)
-        print(f"{label:28s} {name}: max err f32 {err.max():.3e} (rel to max|dx| {err.max()/scale:.2e}), "
-              f"bf16-stored max rel-elementwise {numpy.max(errb / (numpy.abs(ref) + 1e-2 * scale)):.2e}")
-rng = numpy.random.default_rng(0)
-N = 65536
-g = rng.standard_normal(N); w = 1 + 0.1 * rng.standard_normal(N)
-run(rng.standard_normal(N), g, w, "normal")
-run(1000 + rng.standard_normal(N), g, w, "offset 1000")
-run(1e4 + 30 * rng.standard_normal(N), g, w, "offset 1e4 sd 30")
-x = numpy.full(N, 1000.0); x[5] = 1004.0
-run(x, g, w, "1000s, one ulp off")
-x = numpy.full(N, 3.0)
-run(x, g, w, "constant 3")
-x = numpy.full(N, 1000.0)
-run(x, g, w, "constant 1000")
-x = rng.standard_normal(N); x[::2] += 50
-run(x, g, w, "bimodal +50")
+        err_bf16 = numpy.abs(d.astype(BF16).astype(numpy.float64) - ref)
+        print(f"{label:28s} {name}: max err f32 {err.max():.3e} (rel to max|dx| {err.max() / scale:.2e}), "
+              f"bf16-stored max rel-elementwise {numpy.max(err_bf16 / (numpy.abs(ref) + 1e-2 * scale)):.2e}")
+
+
+def main() -> None:
+    rng = numpy.random.default_rng(0)
+    n = 65536
+    g, w = rng.standard_normal(n), 1 + 0.1 * rng.standard_normal(n)
+    compare(rng.standard_normal(n), g, w, "normal")
+    compare(1000 + rng.standard_normal(n), g, w, "offset 1000")
+    compare(1e4 + 30 * rng.standard_normal(n), g, w, "offset 1e4 sd 30")
+    x = numpy.full(n, 1000.0)
+    x[5] = 1004.0
+    compare(x, g, w, "1000s, one ulp off")
+    compare(numpy.full(n, 3.0), g, w, "constant 3")
+    compare(numpy.full(n, 1000.0), g, w, "constant 1000")
+    x = rng.standard_normal(n)
+    x[::2] += 50
+    compare(x, g, w, "bimodal +50")
+
+
+if __name__ == "__main__":
+    main()
