@@ -58,6 +58,21 @@ def adding_options(base: tuple):
     return lambda extra: rebuild_row_norms((*base, *extra))
 
 
+def config_builds(base: tuple, *names: str):
+    """A sweep's ``use`` for builds that add NVRTC options to ``base`` and set host switches:
+    a variant is (options, then a value for each of ``names``, attributes of cunorm._config,
+    in order); the row norms are rebuilt after the switches are set."""
+    from cunorm import _config
+
+    def use(variant):
+        options, *values = variant
+        for name, value in zip(names, values, strict=True):
+            setattr(_config, name, value)
+        rebuild_row_norms((*base, *options))
+
+    return use
+
+
 def alternate(variants: dict, rounds: int, use, default, log=print):
     """Yields (round, name, copy bandwidth in GB/s) after ``use(variant)`` has set that
     variant up, every variant once a round, so clock drift shows as the spread within a

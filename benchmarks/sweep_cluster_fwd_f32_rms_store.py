@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy
 
-from cunorm import _compile, _config
-from _sweep_cli import NO_PARAMS, chosen, pass_sweep, rebuild_row_norms  # benchmarks/ is the script's directory
+from cunorm import _compile
+from _sweep_cli import NO_PARAMS, chosen, config_builds, pass_sweep  # benchmarks/ is the script's directory
 
 F32 = numpy.dtype(numpy.float32)
 # name: (NVRTC options added to the defaults, the host's slots on every tile)
@@ -34,13 +34,7 @@ CASES = [("rms_norm", F32, n, w) for n in (24576, 32768, 65536, 131072, 262144) 
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    base = _compile.COMPILE_OPTIONS
-
-    def use(variant):
-        options, serve_all = variant
-        _config.CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL = serve_all
-        rebuild_row_norms((*base, *options))
-
+    use = config_builds(_compile.COMPILE_OPTIONS, "CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL")
     return pass_sweep(chosen(VARIANTS, names), ROUNDS, use, VARIANTS["s0"], CASES, ("fwd",), log)
 
 

@@ -19,15 +19,15 @@ import numpy
 
 from cunorm import _compile, _config
 from cunorm._checks import BFLOAT16
-from _sweep_cli import chosen, pass_sweep, rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import chosen, config_builds, pass_sweep  # benchmarks/ is the script's directory
 
 F32 = numpy.dtype(numpy.float32)
 _MAIN = (_config.CLUSTER_VALUES, _config.CLUSTER_SHAPES)
 _HALF = (16, ((256, 2), (256, 4), (256, 8), (512, 8), (1024, 8)))
-# name: (NVRTC options added to the defaults, (values a thread, shapes), slots on every tile)
-VARIANTS = {"main": ((), _MAIN, False),
-            "v16": ((), _HALF, False),
-            "v16+all": (("-DCUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL=1",), _HALF, True)}
+# name: (NVRTC options added to the defaults, values a thread, shapes, slots on every tile)
+VARIANTS = {"main": ((), *_MAIN, False),
+            "v16": ((), *_HALF, False),
+            "v16+all": (("-DCUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL=1",), *_HALF, True)}
 ROUNDS = 2
 CASES = [(op, BFLOAT16, n, w) for op in ("layer_norm", "rms_norm") for n in (65536, 131072) for w in (BFLOAT16, F32)] + \
         [(op, F32, n) for op in ("layer_norm", "rms_norm") for n in (32768, 65536, 131072)]
@@ -36,13 +36,11 @@ CASES = [(op, BFLOAT16, n, w) for op in ("layer_norm", "rms_norm") for n in (655
 def sweep(log=print, names=None) -> list[dict]:
     from cunorm.ops import _row_norm
 
-    base = _compile.COMPILE_OPTIONS
+    build = config_builds(_compile.COMPILE_OPTIONS, "CLUSTER_VALUES", "CLUSTER_SHAPES",
+                          "CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL")
 
     def use(variant):
-        options, (values, shapes), serve_all = variant
-        _config.CLUSTER_VALUES, _config.CLUSTER_SHAPES = values, shapes
-        _config.CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL = serve_all
-        rebuild_row_norms((*base, *options))
+        build(variant)
         for dtype, n in ((BFLOAT16, 65536), (BFLOAT16, 131072), (F32, 65536)):
             p = _row_norm.forward_plan((512, n), (n, 1), dtype, dtype, 1, False, 1e-5, 0, 0, 0)
             log(f"  {dtype.name} {n} LayerNorm: grid {p.grid} block {p.block} smem {p.smem}")

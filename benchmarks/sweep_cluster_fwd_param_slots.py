@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy
 
-from cunorm import _compile, _config
+from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import chosen, pass_sweep, rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import chosen, config_builds, pass_sweep  # benchmarks/ is the script's directory
 
 F32 = numpy.dtype(numpy.float32)
 # name: (NVRTC options added to the defaults, the host's parameter slots, its serve-all
@@ -38,14 +38,12 @@ CASES = [(op, BFLOAT16, n, w) for op in ("layer_norm", "rms_norm") for n in (655
 def sweep(log=print, names=None) -> list[dict]:
     from cunorm.ops import _row_norm
 
-    base = _compile.COMPILE_OPTIONS
     default = VARIANTS["v105"]
+    build = config_builds(_compile.COMPILE_OPTIONS, "CLUSTER_FWD_PARAM_SLOTS", "CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL",
+                          "CLUSTER_FWD_STAGE_ROWS")
 
     def use(variant):
-        options, slots, serve_all, stage = variant
-        _config.CLUSTER_FWD_PARAM_SLOTS, _config.CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL = slots, serve_all
-        _config.CLUSTER_FWD_STAGE_ROWS = stage
-        rebuild_row_norms((*base, *options))
+        build(variant)
         for dtype, w, n in ((BFLOAT16, BFLOAT16, 65536), (BFLOAT16, F32, 65536), (F32, F32, 32768)):
             for rms in (False, True):
                 p = _row_norm.forward_plan((1024, n), (n, 1), dtype, w, 1, rms, 1e-5, 0, 0, 0)

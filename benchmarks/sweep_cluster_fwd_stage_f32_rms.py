@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy
 
-from cunorm import _compile, _config
-from _sweep_cli import NO_PARAMS, chosen, pass_sweep, rebuild_row_norms  # benchmarks/ is the script's directory
+from cunorm import _compile
+from _sweep_cli import NO_PARAMS, chosen, config_builds, pass_sweep  # benchmarks/ is the script's directory
 
 F32 = numpy.dtype(numpy.float32)
 # name: (NVRTC options added to the defaults, the host's staged rows)
@@ -34,12 +34,10 @@ CASES = [("rms_norm", F32, n, w) for n in (32768, 65536, 131072, 262144) for w i
 def sweep(log=print, names=None) -> list[dict]:
     from cunorm.ops import _row_norm
 
-    base = _compile.COMPILE_OPTIONS
+    build = config_builds(_compile.COMPILE_OPTIONS, "CLUSTER_FWD_STAGE_ROWS")
 
     def use(variant):
-        options, rows = variant
-        _config.CLUSTER_FWD_STAGE_ROWS = rows
-        rebuild_row_norms((*base, *options))
+        build(variant)
         for n in (131072, 262144):
             p = _row_norm.forward_plan((256, n), (n, 1), F32, F32, 1, True, 1e-5, 0, 0, 0)
             log(f"  float32 {n} RMSNorm: grid {p.grid} block {p.block} smem {p.smem}")

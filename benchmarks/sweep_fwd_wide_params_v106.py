@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy
 
-from cunorm import _compile, _config
+from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import chosen, pass_sweep, rebuild_row_norms  # benchmarks/ is the script's directory
+from _sweep_cli import chosen, config_builds, pass_sweep  # benchmarks/ is the script's directory
 
 F32 = numpy.dtype(numpy.float32)
 # name: (NVRTC options added to the defaults, the host's change-over, its LayerNorm slots)
@@ -53,13 +53,7 @@ def _outlier(log) -> list[dict]:
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    base = _compile.COMPILE_OPTIONS
-
-    def use(variant):
-        options, start, slots = variant
-        _config.FWD_CLUSTER_WIDE_PARAMS_FROM, _config.CLUSTER_FWD_WIDE_PARAM_SLOTS = start, slots
-        rebuild_row_norms((*base, *options))
-
+    use = config_builds(_compile.COMPILE_OPTIONS, "FWD_CLUSTER_WIDE_PARAMS_FROM", "CLUSTER_FWD_WIDE_PARAM_SLOTS")
     rows = pass_sweep(chosen(VARIANTS, names), ROUNDS, use, VARIANTS["v106"], CASES, ("fwd",), log)
     return rows + _outlier(log)
 
