@@ -277,15 +277,22 @@ def cluster_fwd_stage_bytes(cfg: ClusterConfig, itemsize: int, rms: bool) -> int
     return buffers * cfg.block_columns * itemsize
 
 
+def slot_value_bytes(own_half: bool) -> int:
+    """Shared memory a parameter value takes in the slots of the cluster forward and the wide
+    backward: its own two bytes where the slots keep a half-precision parameter as it is, else
+    a float (kernels/row_norm.cuh OwnSlot::kValueBytes)."""
+    return 2 if own_half else 4
+
+
 # v105: RMSNorm cluster forward blocks stage their slice of the weight once, after their rows
 # (kernels/layer_norm_cluster.cu ClusterFwdParamSlots, which this mirrors and where the
 # measurements are): float32 rows (blocks of up to 512 threads; v107 adds the 1024-thread
 # tile), half-precision rows in 256-thread blocks with a weight in x's type, where rows and
 # slots fit a block's opt-in shared memory (the kernel's 2 KiB for static buffers are
-# WIDE_BWD_STATIC_SMEM's). The
-# other tiles lost resident blocks to the slots, and more than the loads cost. False with the
-# kernels built -DCUNORM_CLUSTER_FWD_PARAM_SLOTS=0; SERVE_ALL (a sweep's) drops the choice of
-# tiles on the host, as the kernels' -DCUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL=1 does.
+# WIDE_BWD_STATIC_SMEM's). The other tiles lost resident blocks to the slots, and more than
+# the loads cost. False with the kernels built -DCUNORM_CLUSTER_FWD_PARAM_SLOTS=0; SERVE_ALL
+# (a sweep's) drops the choice of tiles on the host, as the kernels'
+# -DCUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL=1 does.
 CLUSTER_FWD_PARAM_SLOTS = True
 CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL = False
 
@@ -323,7 +330,7 @@ def cluster_fwd_param_bytes(cfg: ClusterConfig, itemsize: int, w_itemsize: int, 
     (cluster_fwd_param_slots_serve) or they do not fit."""
     if not CLUSTER_FWD_PARAM_SLOTS or not cluster_fwd_param_slots_serve(cfg, itemsize, w_itemsize, rms):
         return 0
-    slots = (1 if rms else 2) * cfg.block_columns * (2 if w_itemsize == 2 else 4)
+    slots = (1 if rms else 2) * cfg.block_columns * slot_value_bytes(w_itemsize == 2)
     rows = cluster_fwd_stage_bytes(cfg, itemsize, rms)
     return slots if rows + slots + WIDE_BWD_STATIC_SMEM <= smem_optin else 0
 
@@ -459,7 +466,7 @@ def half_slots(itemsize: int, w_itemsize: int, cluster: bool) -> bool:
 def wide_bwd_slot_bytes(tile: TileConfig, itemsize: int, w_itemsize: int, cluster: bool) -> int:
     """Bytes of the wide backward's weight slots: a float a column, or the weight's own two
     bytes (half_slots)."""
-    return tile.tile * (2 if half_slots(itemsize, w_itemsize, cluster) else 4)
+    return tile.tile * slot_value_bytes(half_slots(itemsize, w_itemsize, cluster))
 
 
 def wide_bwd_weight_bytes(tile: TileConfig, itemsize: int, depth: int, smem_optin: int, rms: bool,

@@ -402,7 +402,7 @@ __device__ __forceinline__ void bwd_row(A (&xv)[PACKS][VEC], A (&g)[PACKS][VEC],
   if constexpr (WSLOTS) {
     static_assert(kInPlace && sizeof(A) == 4, "weight slots serve the in-place float accumulation");
     xhat_sums_wdy_with<VEC, PACKS, TPR, ACC>(
-        xv, g, [&](int p, int, bool, A (&wv)[VEC]) { unstage_weight<VEC, GroupShape<TPR>::kBlock>(wslots, p, wv); },
+        xv, g, [&](int p, int, bool, A (&wv)[VEC]) { read_weight_slot<VEC, GroupShape<TPR>::kBlock>(wslots, p, wv); },
         limit, lane, mu, r, c1, c2, dw_acc, db_acc);
   } else {
     bwd_first_pass<VEC, PACKS, TPR, ACC, kInPlace>(xv, g, weight, c0, limit, lane, mu, r, c1, c2, dw_acc, db_acc);

@@ -381,7 +381,7 @@ norm_bwd_fused(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const H* __r
     constexpr bool kInPlace = WdyInPlace<T>::value && !RMS;
     const A mu = kInPlace && !row_ok ? A(0) : st.mean, r = kInPlace && !row_ok ? A(0) : st.rstd;
     auto weight_at = [&](int p, int col, bool inside, A (&wv)[VEC]) {
-      if constexpr (kWeightSlots) unstage_weight<VEC, kBlock>(wslots, p, wv);
+      if constexpr (kWeightSlots) read_weight_slot<VEC, kBlock>(wslots, p, wv);
       else load_weight<VEC>(inside ? weight : nullptr, col, weight_offset, wv);
     };
     A c1, c2;

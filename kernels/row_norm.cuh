@@ -710,7 +710,7 @@ __device__ __forceinline__ void read_weight_slot(const Pack<W, VEC>* slots, int 
   unpack(read_slot(slots + p * BLOCK + threadIdx.x), wv);
 }
 template <int VEC, int BLOCK>
-__device__ __forceinline__ void unstage_weight(const float4* slots, int p, float (&wv)[VEC]) {
+__device__ __forceinline__ void read_weight_slot(const float4* slots, int p, float (&wv)[VEC]) {
 #pragma unroll
   for (int q = 0; q < VEC / 4; ++q) {
     const float4 f = slots[(p * (VEC / 4) + q) * BLOCK + threadIdx.x];
@@ -719,10 +719,6 @@ __device__ __forceinline__ void unstage_weight(const float4* slots, int p, float
     wv[4 * q + 2] = f.z;
     wv[4 * q + 3] = f.w;
   }
-}
-template <int VEC, int BLOCK>
-__device__ __forceinline__ void read_weight_slot(const float4* slots, int p, float (&wv)[VEC]) {
-  unstage_weight<VEC, BLOCK>(slots, p, wv);
 }
 
 // ---- the wide backward (v63, v65, v66; the cluster form v68) ---------------------------------
@@ -816,6 +812,14 @@ struct WideWeightSlots {
 #ifndef CUNORM_WIDE_CLUSTER_WINDOW
 #define CUNORM_WIDE_CLUSTER_WINDOW 1
 #endif
+// v108: half-precision RMSNorm's dx pass where dW is added apart (v94's window) takes dx as
+// rstd * w * dy + x * a (write_dx below). Sweep (results/sweep-wide-dx-affine-v108-h200.txt,
+// backward of copy, bf16 rows, float32 weight): 24576 / 65536 0.613 / 0.627 -> 0.622 / 0.641;
+// LayerNorm's window in the same form (x * a + b) measured -0.001 at 16384-131072 and with its
+// dW / dB passes too -0.004, so LayerNorm keeps dx through xhat. 0: dx through xhat throughout.
+#ifndef CUNORM_WIDE_DX_AFFINE
+#define CUNORM_WIDE_DX_AFFINE 1
+#endif
 template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool OPEN_SUMS = false, bool CLUSTER = false,
           typename Exchange>
 __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const RowMap& dymap, const T* __restrict__ x,
@@ -873,7 +877,7 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
     const int col = pack_col<VEC, TPB>(p, lane);
     read_x_dy(buf, dyrow, p, xv, g);
     if constexpr (kWeightSlots && kHalfSlots) widen<kWords>(read_slot(hslots + p * TPB + threadIdx.x), wv);
-    else if constexpr (kWeightSlots) unstage_weight<VEC, TPB>(wslots, p, wv);
+    else if constexpr (kWeightSlots) read_weight_slot<VEC, TPB>(wslots, p, wv);
     else load_param<VEC, kWords>(col < limit ? weight : nullptr, c0 + col, A(1), wv);
   };
   // the block's sums of the row in buf, in xhat_sums_pass's order (packs outside the row
@@ -907,6 +911,10 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   // already (Flag<false>: v94's window)
   auto write_dx = [&](int buf, const T* dyrow, const RowStats<A>& st, i64 row, A c1, A c2, auto add_dw) {
     const A m1 = RMS ? A(0) : c1 * inv_n, m2 = c2 * inv_n;
+    // v108 (RMSNorm, dx alone, half precision): dx = rstd * w * dy + x * a, a = -rstd^2 m2,
+    // xhat not taken (m1 = 0 and no mean: the same terms in another order)
+    constexpr bool kAffineDx = RMS && sizeof(T) == 2 && !decltype(add_dw)::value && CUNORM_WIDE_DX_AFFINE != 0;
+    const A dx_a = -(st.rstd * st.rstd) * m2;
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) {  // dx as dx_tile computes it
       const int col = pack_col<VEC, TPB>(p, lane);
@@ -915,8 +923,9 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
       read_pack(buf, dyrow, p, xv, g, wv);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        const A xhat = (xv[k] - st.mean) * st.rstd;
-        out[k] = st.rstd * (wv[k] * g[k] - m1 - xhat * m2);
+        const A xhat = (xv[k] - st.mean) * st.rstd;  // (unused, so not computed, by v108's dx alone)
+        if constexpr (kAffineDx) out[k] = fmaf(wv[k] * g[k], st.rstd, xv[k] * dx_a);
+        else out[k] = st.rstd * (wv[k] * g[k] - m1 - xhat * m2);
         if constexpr (decltype(add_dw)::value) {
           dw_acc[p][k] += g[k] * xhat;
           if constexpr (!RMS) db_acc[p][k] += g[k];

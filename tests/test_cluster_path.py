@@ -406,6 +406,59 @@ def test_wide_cluster_backward_views_and_depths(rng, wide_clusters, monkeypatch,
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("n", [16384, 40000, 65536])
+def test_wide_backward_rows_far_from_zero(rng, wide_clusters, op, dtype, n):
+    """Rows at +50 and +1000, constant rows, and a row of 1000s with one element off, among
+    plain rows, through the wide backward (the single block at 16384, clusters of three and
+    four blocks past it): LayerNorm with a weight in x's type (v94's window), RMSNorm with a
+    float32 weight (v104's window, whose dx v108 takes as rstd * w * dy + x * a)."""
+    import cupy
+
+    import cunorm
+    from cunorm import reference
+    from tolerances import assert_close, reduction_tol, tol
+
+    rows, rms, f32 = 40, op == "rms_norm", numpy.dtype(numpy.float32)
+    pdt = f32 if rms else dtype
+    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, pdt, dtype, 1, rms, 0, 0, 0)
+    assert plan.split is None and plan.grid_rows is None and plan.block == 1024, "the wide backward"
+    assert (plan.blocks > plan.groups) == (n > 16384), "clusters past the single block"
+    hx = rng.standard_normal((rows, n)).astype(numpy.float32)
+    hx[1::4] += 50.0
+    hx[2::4] += 1000.0
+    hx[3::11] = 3.0
+    hx[7] = 1000.0
+    hx[7, 5] = 1008.0
+    hx = hx.astype(dtype)
+    hdy = rng.standard_normal((rows, n)).astype(dtype)
+    x, dy = cupy.asarray(hx), cupy.asarray(hdy)
+    if rms:
+        hw = (1 + 0.1 * rng.standard_normal(n)).astype(f32)
+        w = cupy.asarray(hw)
+        y, rstd = cunorm.rms_norm(x, w, return_stats=True)
+        ry, rrstd = reference.rms_norm(hx, hw, return_stats=True)
+        assert_close("y", y, ry, *tol(dtype))
+        dx, dw = cunorm.rms_norm_backward(dy, x, w, rstd)
+        rdx, rdw = reference.rms_norm_backward(hdy, hx, hw, rstd.get())
+        db = rdb = None
+    else:
+        hw = check_layer_norm_rows(rng, hx)
+        hb = (0.1 * rng.standard_normal(n)).astype(dtype)
+        w = cupy.asarray(hw)
+        _, mean, rstd = cunorm.layer_norm(x, w, cupy.asarray(hb), return_stats=True)
+        dx, dw, db = cunorm.layer_norm_backward(dy, x, w, mean, rstd, has_bias=True)
+        rdx, rdw, rdb = reference.layer_norm_backward(hdy, hx, hw, mean.get(), rstd.get(), has_bias=True)
+    rtol, atol = tol(dtype)
+    assert_close("dx", dx, rdx, rtol, atol * max(1.0, float(rstd.max())))
+    # dW in the weight's dtype, its sum in float32 (norm_cases.check's rule)
+    assert_close("dweight", dw, rdw, *reduction_tol(dtype if pdt == dtype else f32, rows))
+    if db is not None:
+        assert_close("dbias", db, rdb, *reduction_tol(dtype, rows))
+
+
+@pytest.mark.gpu
 def test_wide_cluster_backward_without_parameters(rng, wide_clusters):
     check("layer_norm", rng, (150, 30000), BFLOAT16, weight=False, bias=False)
     check("rms_norm", rng, (150, 60000), BFLOAT16, weight=False)
