@@ -101,6 +101,67 @@ def alternate_builds(variants: dict, rounds: int, log=print):
     return alternate(variants, rounds, rebuild_row_norms, _compile.COMPILE_OPTIONS, log)
 
 
+def backward_checks(checks, log=print):
+    """A pass_sweep ``extra`` that checks, in each variant's first round, dx / dW (/ dB) of
+    ``checks``, (op, dtype, rows, N, parameters' dtype), against the float64 reference with
+    the tests' per-dtype tolerances (tests/tolerances.py), rows at an offset of 40 among
+    plain ones, and logs the outcome with the plan's block size: a variant build that times
+    fast but computes wrong shows here."""
+
+    def extra(name: str, round_: int, copy: float, log=log) -> list[dict]:
+        if round_ != 1:
+            return []
+        import os
+        import sys
+
+        import cupy
+        import numpy
+
+        import cunorm
+        from cunorm import reference
+        from cunorm.ops import _row_norm
+
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+        from tolerances import assert_close, reduction_tol, tol
+
+        rng = numpy.random.default_rng(7)
+        for op, dtype, rows, n, w_dtype in checks:
+            rms = op == "rms_norm"
+            plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, w_dtype, dtype, 1, rms, 0, 0, 0)
+            offset = numpy.where(numpy.arange(rows) % 3 == 1, 40.0, 0.0)[:, None]
+            hx = (rng.standard_normal((rows, n)) + offset).astype(dtype)
+            hdy = rng.standard_normal((rows, n)).astype(dtype)
+            hw = (1 + 0.1 * rng.standard_normal(n)).astype(w_dtype)
+            hb = (0.1 * rng.standard_normal(n)).astype(w_dtype)
+            x, dy, w = cupy.asarray(hx), cupy.asarray(hdy), cupy.asarray(hw)
+            try:
+                if rms:
+                    _, rstd = cunorm.rms_norm(x, w, return_stats=True)
+                    dx, dw = cunorm.rms_norm_backward(dy, x, w, rstd)
+                    rdx, rdw = reference.rms_norm_backward(hdy, hx, hw, rstd.get())
+                    db = rdb = None
+                else:
+                    _, mean, rstd = cunorm.layer_norm(x, w, cupy.asarray(hb), return_stats=True)
+                    dx, dw, db = cunorm.layer_norm_backward(dy, x, w, mean, rstd, has_bias=True)
+                    rdx, rdw, rdb = reference.layer_norm_backward(hdy, hx, hw, mean.get(), rstd.get(),
+                                                                  has_bias=True)
+                rtol, atol = tol(dtype)
+                assert_close("dx", dx, rdx, rtol, atol * max(1.0, float(rstd.max())))
+                acc = numpy.dtype(numpy.float32)
+                red = reduction_tol(dtype if numpy.dtype(w_dtype) == numpy.dtype(dtype) else acc, rows)
+                assert_close("dweight", dw, rdw, *red)
+                if db is not None:
+                    assert_close("dbias", db, rdb, *red)
+                outcome = "ok"
+            except AssertionError as e:
+                outcome = f"FAILED {e}"
+            log(f"check {name} {op} {numpy.dtype(dtype).name}/w:{numpy.dtype(w_dtype).name} ({rows}, {n}): "
+                f"block {plan.block}, blocks {plan.blocks}, groups {plan.groups}: {outcome}")
+        return []
+
+    return extra
+
+
 def fused_rows(name: str, round_: int, copy: float, log=print) -> list[dict]:
     """The GPU check's fused rows (residual forward and backward, FP8 out) for one variant and
     round, each with ``fp8_of_copy`` for best_table."""
