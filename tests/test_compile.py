@@ -270,6 +270,31 @@ def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:
     return found
 
 
+def test_wide_cluster_shared_memory_fits_sm90(nvrtc_ready):
+    """The wide cluster backward's static buffers (block sums, staged statistics, exchange
+    slots) beside the ring and weight slots the host sizes (_config.wide_bwd_smem) fit an
+    sm_90 block's opt-in for every cluster, element size, parameter size and ring the host
+    may pick (ring and slots leave the host's WIDE_BWD_STATIC_SMEM free): a kernel past the
+    opt-in would fail to launch where ring and slots fill the rest (the parked (p8)'s
+    exchange slots, 2832 static bytes at four blocks and three rows, fit by 240)."""
+    optin = SMEM_OPTINS[-1]
+    options = [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS, f"-DCUNORM_SMEM_OPTIN={optin}"]
+    cases = {}
+    for t, w in (("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float32", "float32")):
+        itemsize, w_itemsize = (2 if t == "bfloat16" else 4), (2 if w == "bfloat16" else 4)
+        for rms in (False, True):
+            for cfg in _config.wide_cluster_bwd_configs(itemsize):
+                tile = _config.TileConfig(cfg.vec, cfg.packs, cfg.tpb)
+                for depth in _config.WIDE_BWD_DEPTHS:
+                    dynamic = _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, True, w_itemsize)
+                    if dynamic + _config.WIDE_BWD_STATIC_SMEM <= optin:
+                        cases[_row_norm._wide_cluster_name(t, w, rms, depth, cfg)] = dynamic
+    static = _static_smem("layer_norm_cluster.cu", list(cases), options)
+    assert len(cases) >= 24
+    for name, dynamic in cases.items():
+        assert static[name] + dynamic <= optin, f"{name}: {static[name]} + {dynamic} bytes past {optin}"
+
+
 @pytest.mark.parametrize("optin", SMEM_OPTINS)
 def test_staged_backward_shared_memory_fits_each_gpu(nvrtc_ready, optin):
     """v77: the staged backwards' weight slots (static) sit beside the ring the host sizes
