@@ -138,13 +138,13 @@ def backward_checks(checks, log=print):
                 if rms:
                     _, rstd = cunorm.rms_norm(x, w, return_stats=True)
                     dx, dw = cunorm.rms_norm_backward(dy, x, w, rstd)
-                    rdx, rdw = reference.rms_norm_backward(hdy, hx, hw, rstd.get())
+                    rdx, rdw = reference.rms_norm_backward(hdy, hx, hw, cupy.asnumpy(rstd))
                     db = rdb = None
                 else:
                     _, mean, rstd = cunorm.layer_norm(x, w, cupy.asarray(hb), return_stats=True)
                     dx, dw, db = cunorm.layer_norm_backward(dy, x, w, mean, rstd, has_bias=True)
-                    rdx, rdw, rdb = reference.layer_norm_backward(hdy, hx, hw, mean.get(), rstd.get(),
-                                                                  has_bias=True)
+                    rdx, rdw, rdb = reference.layer_norm_backward(hdy, hx, hw, cupy.asnumpy(mean),
+                                                                  cupy.asnumpy(rstd), has_bias=True)
                 rtol, atol = tol(dtype)
                 assert_close("dx", dx, rdx, rtol, atol * max(1.0, float(rstd.max())))
                 acc = numpy.dtype(numpy.float32)

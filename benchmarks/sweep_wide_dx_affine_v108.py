@@ -6,8 +6,9 @@ add dW / dB): results/sweep-wide-dx-affine-v108-h200.txt measured LayerNorm -0.0
 setting 2) at 16384-131072 and RMSNorm +0.009 / +0.014 at 24576 / 65536, so it landed for
 RMSNorm alone. This sweep compares the landed form with dx through xhat
 (``-DCUNORM_WIDE_DX_AFFINE=0``); LayerNorm bf16 32768 and RMSNorm bf16 65536 with a bf16
-weight (v91's pipelined ring) are controls the switch does not reach. Builds alternate ROUNDS
-times in one process; backward of copy.
+weight (v91's pipelined ring) are controls the switch does not reach; each variant's first
+round checks v108's path against the float64 reference (_sweep_cli.backward_checks). Builds
+alternate ROUNDS times in one process; backward of copy.
 
     python benchmarks/sweep_wide_dx_affine_v108.py [--variants main,v108] [--json out.json]
 """
@@ -17,17 +18,21 @@ import numpy
 
 from cunorm import _compile
 from cunorm._checks import BFLOAT16
-from _sweep_cli import adding_options, backward_sweep, chosen  # benchmarks/ is the script's directory
+from _sweep_cli import adding_options, backward_checks, chosen, pass_sweep  # benchmarks/ is the script's directory
 
 F16, F32 = numpy.dtype(numpy.float16), numpy.dtype(numpy.float32)
 VARIANTS = {"main": ("-DCUNORM_WIDE_DX_AFFINE=0",), "v108": ()}
 ROUNDS = 2
 CASES = [("rms_norm", BFLOAT16, n, F32) for n in (24576, 65536, 131072)] + [("rms_norm", F16, 65536, F32)] + \
         [("layer_norm", BFLOAT16, 32768), ("rms_norm", BFLOAT16, 65536)]
+# v108's path (half-precision RMSNorm with a float32 weight in the clusters) against the
+# float64 reference in each variant's first round
+CHECKS = [("rms_norm", BFLOAT16, 37, 65536, F32), ("rms_norm", F16, 23, 24576, F32)]
 
 
 def sweep(log=print, names=None) -> list[dict]:
-    return backward_sweep(chosen(VARIANTS, names), ROUNDS, adding_options(_compile.COMPILE_OPTIONS), (), CASES, log)
+    return pass_sweep(chosen(VARIANTS, names), ROUNDS, adding_options(_compile.COMPILE_OPTIONS), (), CASES,
+                      ("bwd",), log, extra=backward_checks(CHECKS, log))
 
 
 if __name__ == "__main__":
