@@ -162,6 +162,54 @@ def backward_checks(checks, log=print):
     return extra
 
 
+def forward_checks(checks, log=print):
+    """backward_checks' forward: y and the statistics of ``checks``, (op, dtype, rows, N,
+    parameters' dtype), against the float64 reference in each variant's first round (rows
+    at an offset of 40 among plain ones; mean within 50x the statistics' tolerance there)."""
+
+    def extra(name: str, round_: int, copy: float, log=log) -> list[dict]:
+        if round_ != 1:
+            return []
+        import os
+        import sys
+
+        import cupy
+        import numpy
+
+        import cunorm
+        from cunorm import reference
+
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+        from tolerances import assert_close, stats_tol, tol
+
+        rng = numpy.random.default_rng(11)
+        for op, dtype, rows, n, w_dtype in checks:
+            offset = numpy.where(numpy.arange(rows) % 3 == 1, 40.0, 0.0)[:, None]
+            hx = (rng.standard_normal((rows, n)) + offset).astype(dtype)
+            hw = (1 + 0.1 * rng.standard_normal(n)).astype(w_dtype)
+            hb = (0.1 * rng.standard_normal(n)).astype(w_dtype)
+            x, w = cupy.asarray(hx), cupy.asarray(hw)
+            st = stats_tol(dtype)
+            try:
+                if op == "rms_norm":
+                    y, rstd = cunorm.rms_norm(x, w, return_stats=True)
+                    ry, rrstd = reference.rms_norm(hx, hw, return_stats=True)
+                else:
+                    y, mean, rstd = cunorm.layer_norm(x, w, cupy.asarray(hb), return_stats=True)
+                    ry, rmean, rrstd = reference.layer_norm(hx, hw, hb, return_stats=True)
+                    assert_close("mean", mean, rmean, st, st * 50)
+                assert_close("rstd", rstd, rrstd, st, st)
+                assert_close("y", y, ry, *tol(dtype))
+                outcome = "ok"
+            except AssertionError as e:
+                outcome = f"FAILED {e}"
+            log(f"check {name} {op} {numpy.dtype(dtype).name}/w:{numpy.dtype(w_dtype).name} ({rows}, {n}) "
+                f"forward: {outcome}")
+        return []
+
+    return extra
+
+
 def fused_rows(name: str, round_: int, copy: float, log=print) -> list[dict]:
     """The GPU check's fused rows (residual forward and backward, FP8 out) for one variant and
     round, each with ``fp8_of_copy`` for best_table."""

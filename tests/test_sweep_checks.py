@@ -1,5 +1,5 @@
-"""benchmarks/_sweep_cli.backward_checks, the reference check a sweep runs inside each variant
-build: on the CPU with NumPy arrays standing in for CuPy's (cunorm runs NumPy inputs on the
+"""benchmarks/_sweep_cli.backward_checks and forward_checks, the reference checks a sweep runs
+inside each variant build: on the CPU with NumPy arrays standing in for CuPy's (cunorm runs NumPy inputs on the
 CPU) and the dispatcher's plan stubbed, it must report ok for right gradients, FAILED for a
 wrong one, and check only in a variant's first round."""
 from __future__ import annotations
@@ -53,4 +53,25 @@ def test_backward_checks_report_a_wrong_gradient(checks, monkeypatch):
 def test_backward_checks_run_in_the_first_round_only(checks):
     lines = []
     checks(lines.append)("v", 2, 0.0)
+    assert lines == []
+
+
+def test_forward_checks_pass_right_outputs_and_report_a_wrong_one(monkeypatch):
+    cupy = pytest.importorskip("cupy")
+    import _sweep_cli
+    import cunorm
+
+    monkeypatch.setattr(cupy, "asarray", numpy.asarray)
+    f32 = numpy.dtype(numpy.float32)
+    cases = [("layer_norm", BFLOAT16, 5, 64, f32), ("rms_norm", f32, 3, 96, f32)]
+    lines = []
+    _sweep_cli.forward_checks(cases, lines.append)("v", 1, 0.0)
+    assert len(lines) == 2 and all(line.endswith("forward: ok") for line in lines), lines
+    right = cunorm.rms_norm
+    monkeypatch.setattr(cunorm, "rms_norm", lambda *a, **k: (lambda y, r: (y, r * 1.01))(*right(*a, **k)))
+    lines = []
+    _sweep_cli.forward_checks(cases, lines.append)("v", 1, 0.0)
+    assert "ok" in lines[0] and "FAILED rstd" in lines[1], lines
+    lines = []
+    _sweep_cli.forward_checks(cases, lines.append)("v", 2, 0.0)
     assert lines == []
