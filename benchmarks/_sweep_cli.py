@@ -101,12 +101,13 @@ def alternate_builds(variants: dict, rounds: int, log=print):
     return alternate(variants, rounds, rebuild_row_norms, _compile.COMPILE_OPTIONS, log)
 
 
-def backward_checks(checks, log=print):
-    """A pass_sweep ``extra`` that checks, in each variant's first round, dx / dW (/ dB) of
-    ``checks``, (op, dtype, rows, N, parameters' dtype), against the float64 reference with
-    the tests' per-dtype tolerances (tests/tolerances.py), rows at an offset of 40 among
-    plain ones, and logs the outcome with the plan's block size: a variant build that times
-    fast but computes wrong shows here."""
+def _reference_checks(checks, log, seed: int, run, describe):
+    """A pass_sweep ``extra`` that, in each variant's first round, draws host rows for each of
+    ``checks``, (op, dtype, rows, N, parameters' dtype) (rows at an offset of 40 among plain
+    ones, a weight near 1, a small bias), calls ``run(op, dtype, rows, hx, hw, hb, tolerances)``
+    (the tests' tolerances module; it asserts against the float64 reference) and logs the
+    outcome after ``describe(op, dtype, rows, n, w_dtype)``: a variant build that times fast
+    but computes wrong shows here."""
 
     def extra(name: str, round_: int, copy: float, log=log) -> list[dict]:
         if round_ != 1:
@@ -114,100 +115,94 @@ def backward_checks(checks, log=print):
         import os
         import sys
 
-        import cupy
         import numpy
 
-        import cunorm
-        from cunorm import reference
-        from cunorm.ops import _row_norm
-
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-        from tolerances import assert_close, reduction_tol, tol
+        import tolerances
 
-        rng = numpy.random.default_rng(7)
+        rng = numpy.random.default_rng(seed)
         for op, dtype, rows, n, w_dtype in checks:
-            rms = op == "rms_norm"
-            plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, w_dtype, dtype, 1, rms, 0, 0, 0)
             offset = numpy.where(numpy.arange(rows) % 3 == 1, 40.0, 0.0)[:, None]
             hx = (rng.standard_normal((rows, n)) + offset).astype(dtype)
-            hdy = rng.standard_normal((rows, n)).astype(dtype)
             hw = (1 + 0.1 * rng.standard_normal(n)).astype(w_dtype)
             hb = (0.1 * rng.standard_normal(n)).astype(w_dtype)
-            x, dy, w = cupy.asarray(hx), cupy.asarray(hdy), cupy.asarray(hw)
+            detail = describe(op, dtype, rows, n, w_dtype)
             try:
-                if rms:
-                    _, rstd = cunorm.rms_norm(x, w, return_stats=True)
-                    dx, dw = cunorm.rms_norm_backward(dy, x, w, rstd)
-                    rdx, rdw = reference.rms_norm_backward(hdy, hx, hw, cupy.asnumpy(rstd))
-                    db = rdb = None
-                else:
-                    _, mean, rstd = cunorm.layer_norm(x, w, cupy.asarray(hb), return_stats=True)
-                    dx, dw, db = cunorm.layer_norm_backward(dy, x, w, mean, rstd, has_bias=True)
-                    rdx, rdw, rdb = reference.layer_norm_backward(hdy, hx, hw, cupy.asnumpy(mean),
-                                                                  cupy.asnumpy(rstd), has_bias=True)
-                rtol, atol = tol(dtype)
-                assert_close("dx", dx, rdx, rtol, atol * max(1.0, float(rstd.max())))
-                acc = numpy.dtype(numpy.float32)
-                red = reduction_tol(dtype if numpy.dtype(w_dtype) == numpy.dtype(dtype) else acc, rows)
-                assert_close("dweight", dw, rdw, *red)
-                if db is not None:
-                    assert_close("dbias", db, rdb, *red)
+                run(op, dtype, rows, hx, hw, hb, tolerances)
                 outcome = "ok"
             except AssertionError as e:
                 outcome = f"FAILED {e}"
-            log(f"check {name} {op} {numpy.dtype(dtype).name}/w:{numpy.dtype(w_dtype).name} ({rows}, {n}): "
-                f"block {plan.block}, blocks {plan.blocks}, groups {plan.groups}: {outcome}")
+            log(f"check {name} {op} {numpy.dtype(dtype).name}/w:{numpy.dtype(w_dtype).name} ({rows}, {n})"
+                f"{detail}: {outcome}")
         return []
 
     return extra
+
+
+def backward_checks(checks, log=print):
+    """_reference_checks of dx / dW (/ dB) for ``checks`` (the forward's statistics feed them),
+    logged with the backward plan's block size."""
+    import numpy
+
+    def describe(op, dtype, rows, n, w_dtype):
+        from cunorm.ops import _row_norm
+
+        plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, w_dtype, dtype, 1, op == "rms_norm", 0, 0,
+                                       0)
+        return f": block {plan.block}, blocks {plan.blocks}, groups {plan.groups}"
+
+    def run(op, dtype, rows, hx, hw, hb, tolerances):
+        import cupy
+
+        import cunorm
+        from cunorm import reference
+
+        hdy = numpy.random.default_rng(rows).standard_normal(hx.shape).astype(dtype)
+        x, dy, w = cupy.asarray(hx), cupy.asarray(hdy), cupy.asarray(hw)
+        if op == "rms_norm":
+            _, rstd = cunorm.rms_norm(x, w, return_stats=True)
+            dx, dw = cunorm.rms_norm_backward(dy, x, w, rstd)
+            rdx, rdw = reference.rms_norm_backward(hdy, hx, hw, cupy.asnumpy(rstd))
+            db = rdb = None
+        else:
+            _, mean, rstd = cunorm.layer_norm(x, w, cupy.asarray(hb), return_stats=True)
+            dx, dw, db = cunorm.layer_norm_backward(dy, x, w, mean, rstd, has_bias=True)
+            rdx, rdw, rdb = reference.layer_norm_backward(hdy, hx, hw, cupy.asnumpy(mean), cupy.asnumpy(rstd),
+                                                          has_bias=True)
+        rtol, atol = tolerances.tol(dtype)
+        tolerances.assert_close("dx", dx, rdx, rtol, atol * max(1.0, float(rstd.max())))
+        acc = numpy.dtype(numpy.float32)
+        red = tolerances.reduction_tol(dtype if hw.dtype == numpy.dtype(dtype) else acc, rows)
+        tolerances.assert_close("dweight", dw, rdw, *red)
+        if db is not None:
+            tolerances.assert_close("dbias", db, rdb, *red)
+
+    return _reference_checks(checks, log, 7, run, describe)
 
 
 def forward_checks(checks, log=print):
-    """backward_checks' forward: y and the statistics of ``checks``, (op, dtype, rows, N,
-    parameters' dtype), against the float64 reference in each variant's first round (rows
-    at an offset of 40 among plain ones; mean within 50x the statistics' tolerance there)."""
+    """_reference_checks of y and the statistics for ``checks`` (mean within 50x the
+    statistics' tolerance: rows far from zero)."""
 
-    def extra(name: str, round_: int, copy: float, log=log) -> list[dict]:
-        if round_ != 1:
-            return []
-        import os
-        import sys
-
+    def run(op, dtype, rows, hx, hw, hb, tolerances):
         import cupy
-        import numpy
 
         import cunorm
         from cunorm import reference
 
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-        from tolerances import assert_close, stats_tol, tol
+        x, w = cupy.asarray(hx), cupy.asarray(hw)
+        st = tolerances.stats_tol(dtype)
+        if op == "rms_norm":
+            y, rstd = cunorm.rms_norm(x, w, return_stats=True)
+            ry, rrstd = reference.rms_norm(hx, hw, return_stats=True)
+        else:
+            y, mean, rstd = cunorm.layer_norm(x, w, cupy.asarray(hb), return_stats=True)
+            ry, rmean, rrstd = reference.layer_norm(hx, hw, hb, return_stats=True)
+            tolerances.assert_close("mean", mean, rmean, st, st * 50)
+        tolerances.assert_close("rstd", rstd, rrstd, st, st)
+        tolerances.assert_close("y", y, ry, *tolerances.tol(dtype))
 
-        rng = numpy.random.default_rng(11)
-        for op, dtype, rows, n, w_dtype in checks:
-            offset = numpy.where(numpy.arange(rows) % 3 == 1, 40.0, 0.0)[:, None]
-            hx = (rng.standard_normal((rows, n)) + offset).astype(dtype)
-            hw = (1 + 0.1 * rng.standard_normal(n)).astype(w_dtype)
-            hb = (0.1 * rng.standard_normal(n)).astype(w_dtype)
-            x, w = cupy.asarray(hx), cupy.asarray(hw)
-            st = stats_tol(dtype)
-            try:
-                if op == "rms_norm":
-                    y, rstd = cunorm.rms_norm(x, w, return_stats=True)
-                    ry, rrstd = reference.rms_norm(hx, hw, return_stats=True)
-                else:
-                    y, mean, rstd = cunorm.layer_norm(x, w, cupy.asarray(hb), return_stats=True)
-                    ry, rmean, rrstd = reference.layer_norm(hx, hw, hb, return_stats=True)
-                    assert_close("mean", mean, rmean, st, st * 50)
-                assert_close("rstd", rstd, rrstd, st, st)
-                assert_close("y", y, ry, *tol(dtype))
-                outcome = "ok"
-            except AssertionError as e:
-                outcome = f"FAILED {e}"
-            log(f"check {name} {op} {numpy.dtype(dtype).name}/w:{numpy.dtype(w_dtype).name} ({rows}, {n}) "
-                f"forward: {outcome}")
-        return []
-
-    return extra
+    return _reference_checks(checks, log, 11, run, lambda *case: " forward")
 
 
 def fused_rows(name: str, round_: int, copy: float, log=print) -> list[dict]:
