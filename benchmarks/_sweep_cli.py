@@ -101,13 +101,12 @@ def alternate_builds(variants: dict, rounds: int, log=print):
     return alternate(variants, rounds, rebuild_row_norms, _compile.COMPILE_OPTIONS, log)
 
 
-def _reference_checks(checks, log, seed: int, run, describe):
-    """A pass_sweep ``extra`` that, in each variant's first round, draws host rows for each of
-    ``checks``, (op, dtype, rows, N, parameters' dtype) (rows at an offset of 40 among plain
-    ones, a weight near 1, a small bias), calls ``run(op, dtype, rows, hx, hw, hb, tolerances)``
-    (the tests' tolerances module; it asserts against the float64 reference) and logs the
-    outcome after ``describe(op, dtype, rows, n, w_dtype)``: a variant build that times fast
-    but computes wrong shows here."""
+def forward_checks(checks, log=print, describe=lambda *case: ""):
+    """A pass_sweep ``extra`` that, in each variant's first round, runs the GPU tests' check
+    (tests/norm_cases.check: forward and backward against the float64 reference, the tests'
+    per-dtype tolerances) on each of ``checks``, (op, dtype, rows, N, parameters' dtype), with
+    rows at an offset of 40, and logs the outcome after ``describe(op, dtype, rows, n,
+    w_dtype)``: a variant build that times fast but computes wrong shows here."""
 
     def extra(name: str, round_: int, copy: float, log=log) -> list[dict]:
         if round_ != 1:
@@ -118,17 +117,13 @@ def _reference_checks(checks, log, seed: int, run, describe):
         import numpy
 
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-        import tolerances
+        from norm_cases import check
 
-        rng = numpy.random.default_rng(seed)
+        rng = numpy.random.default_rng(7)
         for op, dtype, rows, n, w_dtype in checks:
-            offset = numpy.where(numpy.arange(rows) % 3 == 1, 40.0, 0.0)[:, None]
-            hx = (rng.standard_normal((rows, n)) + offset).astype(dtype)
-            hw = (1 + 0.1 * rng.standard_normal(n)).astype(w_dtype)
-            hb = (0.1 * rng.standard_normal(n)).astype(w_dtype)
             detail = describe(op, dtype, rows, n, w_dtype)
             try:
-                run(op, dtype, rows, hx, hw, hb, tolerances)
+                check(op, rng, (rows, n), dtype, param_dtype=w_dtype, x_offset=40.0)
                 outcome = "ok"
             except AssertionError as e:
                 outcome = f"FAILED {e}"
@@ -140,9 +135,7 @@ def _reference_checks(checks, log, seed: int, run, describe):
 
 
 def backward_checks(checks, log=print):
-    """_reference_checks of dx / dW (/ dB) for ``checks`` (the forward's statistics feed them),
-    logged with the backward plan's block size."""
-    import numpy
+    """forward_checks logged with the backward plan's block size."""
 
     def describe(op, dtype, rows, n, w_dtype):
         from cunorm.ops import _row_norm
@@ -151,58 +144,7 @@ def backward_checks(checks, log=print):
                                        0)
         return f": block {plan.block}, blocks {plan.blocks}, groups {plan.groups}"
 
-    def run(op, dtype, rows, hx, hw, hb, tolerances):
-        import cupy
-
-        import cunorm
-        from cunorm import reference
-
-        hdy = numpy.random.default_rng(rows).standard_normal(hx.shape).astype(dtype)
-        x, dy, w = cupy.asarray(hx), cupy.asarray(hdy), cupy.asarray(hw)
-        if op == "rms_norm":
-            _, rstd = cunorm.rms_norm(x, w, return_stats=True)
-            dx, dw = cunorm.rms_norm_backward(dy, x, w, rstd)
-            rdx, rdw = reference.rms_norm_backward(hdy, hx, hw, cupy.asnumpy(rstd))
-            db = rdb = None
-        else:
-            _, mean, rstd = cunorm.layer_norm(x, w, cupy.asarray(hb), return_stats=True)
-            dx, dw, db = cunorm.layer_norm_backward(dy, x, w, mean, rstd, has_bias=True)
-            rdx, rdw, rdb = reference.layer_norm_backward(hdy, hx, hw, cupy.asnumpy(mean), cupy.asnumpy(rstd),
-                                                          has_bias=True)
-        rtol, atol = tolerances.tol(dtype)
-        tolerances.assert_close("dx", dx, rdx, rtol, atol * max(1.0, float(rstd.max())))
-        acc = numpy.dtype(numpy.float32)
-        red = tolerances.reduction_tol(dtype if hw.dtype == numpy.dtype(dtype) else acc, rows)
-        tolerances.assert_close("dweight", dw, rdw, *red)
-        if db is not None:
-            tolerances.assert_close("dbias", db, rdb, *red)
-
-    return _reference_checks(checks, log, 7, run, describe)
-
-
-def forward_checks(checks, log=print):
-    """_reference_checks of y and the statistics for ``checks`` (mean within 50x the
-    statistics' tolerance: rows far from zero)."""
-
-    def run(op, dtype, rows, hx, hw, hb, tolerances):
-        import cupy
-
-        import cunorm
-        from cunorm import reference
-
-        x, w = cupy.asarray(hx), cupy.asarray(hw)
-        st = tolerances.stats_tol(dtype)
-        if op == "rms_norm":
-            y, rstd = cunorm.rms_norm(x, w, return_stats=True)
-            ry, rrstd = reference.rms_norm(hx, hw, return_stats=True)
-        else:
-            y, mean, rstd = cunorm.layer_norm(x, w, cupy.asarray(hb), return_stats=True)
-            ry, rmean, rrstd = reference.layer_norm(hx, hw, hb, return_stats=True)
-            tolerances.assert_close("mean", mean, rmean, st, st * 50)
-        tolerances.assert_close("rstd", rstd, rrstd, st, st)
-        tolerances.assert_close("y", y, ry, *tolerances.tol(dtype))
-
-    return _reference_checks(checks, log, 11, run, lambda *case: " forward")
+    return forward_checks(checks, log, describe)
 
 
 def fused_rows(name: str, round_: int, copy: float, log=print) -> list[dict]:

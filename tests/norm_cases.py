@@ -76,14 +76,14 @@ def check(op, rng, shape, dtype, *, nd=1, weight=True, bias=True, param_dtype=No
 
     hdy = host_array(rng, shape, dtype)
     dy = cupy.asarray(hdy)
-    hmean = None if mean is None else mean.get()
+    hmean = None if mean is None else cupy.asnumpy(mean)
     if rms:
         dx, dw = cunorm.rms_norm_backward(dy, x, w, rstd, normalized_ndim=nd)
-        rdx, rdw = reference.rms_norm_backward(hdy, hx, hw, rstd.get(), normalized_ndim=nd)
+        rdx, rdw = reference.rms_norm_backward(hdy, hx, hw, cupy.asnumpy(rstd), normalized_ndim=nd)
         db = rdb = None
     else:
         dx, dw, db = cunorm.layer_norm_backward(dy, x, w, mean, rstd, normalized_ndim=nd, has_bias=hb is not None)
-        rdx, rdw, rdb = reference.layer_norm_backward(hdy, hx, hw, hmean, rstd.get(), normalized_ndim=nd,
+        rdx, rdw, rdb = reference.layer_norm_backward(hdy, hx, hw, hmean, cupy.asnumpy(rstd), normalized_ndim=nd,
                                                       has_bias=hb is not None)
     assert dx.dtype == dtype and dx.shape == tuple(shape)
     # dx = rstd * (terms of order 1): its rounding error scales with rstd (316 for N=1, eps=1e-5)

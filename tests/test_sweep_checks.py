@@ -66,7 +66,7 @@ def test_forward_checks_pass_right_outputs_and_report_a_wrong_one(monkeypatch):
     cases = [("layer_norm", BFLOAT16, 5, 64, f32), ("rms_norm", f32, 3, 96, f32)]
     lines = []
     _sweep_cli.forward_checks(cases, lines.append)("v", 1, 0.0)
-    assert len(lines) == 2 and all(line.endswith("forward: ok") for line in lines), lines
+    assert len(lines) == 2 and all(line.endswith(": ok") for line in lines), lines
     right = cunorm.rms_norm
     monkeypatch.setattr(cunorm, "rms_norm", lambda *a, **k: (lambda y, r: (y, r * 1.01))(*right(*a, **k)))
     lines = []
