@@ -281,7 +281,7 @@ def test_wide_cluster_shared_memory_fits_sm90(nvrtc_ready):
     options = [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS, f"-DCUNORM_SMEM_OPTIN={optin}"]
     cases = {}
     for t, w in (("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float32", "float32")):
-        itemsize, w_itemsize = (2 if t == "bfloat16" else 4), (2 if w == "bfloat16" else 4)
+        itemsize, w_itemsize = _row_norm._itemsize(t), _row_norm._itemsize(w)
         for rms in (False, True):
             for cfg in _config.wide_cluster_bwd_configs(itemsize):
                 tile = _config.TileConfig(cfg.vec, cfg.packs, cfg.tpb)
