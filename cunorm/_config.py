@@ -480,7 +480,16 @@ def wide_bwd_weight_bytes(tile: TileConfig, itemsize: int, depth: int, smem_opti
     # slots it lost 0.04 of copy at 12288-16384 (H200, against main before v81), while its
     # clusters gained 0.02-0.03 (NOTES v83)
     serves = itemsize == 4 or rms or cluster
-    return slots if WIDE_BWD_WEIGHT_SMEM and serves and ring + slots + WIDE_BWD_STATIC_SMEM <= smem_optin else 0
+    budget = wide_block_smem_budget(tile, smem_optin)
+    return slots if WIDE_BWD_WEIGHT_SMEM and serves and ring + slots + WIDE_BWD_STATIC_SMEM <= budget else 0
+
+
+def wide_block_smem_budget(tile: TileConfig, smem_optin: int) -> int:
+    """Shared memory one wide backward block may take: what a block may opt in to, or for
+    blocks of fewer than 1024 threads (v109), which share their SM with a second block, half
+    of the SM's (the opt-in plus the KiB the GPU reserves a block) less their own reserved
+    KiB (kernels/row_norm.cuh WideBlockSmem)."""
+    return smem_optin if tile.tpr >= 1024 else (smem_optin + 1024) // 2 - 1024
 
 
 def wide_bwd_smem(tile: TileConfig, itemsize: int, depth: int, smem_optin: int, rms: bool, cluster: bool,
@@ -504,7 +513,8 @@ def wide_bwd_depth(tile: TileConfig, rms: bool, n: int, itemsize: int, smem_opti
         depth = 2  # v104: two rows and the float32 weight's slots beside them
     if tile == WIDE_CLUSTER_BWD_NARROW.get(itemsize):
         depth = WIDE_CLUSTER_BWD_NARROW_DEPTH
-    while depth >= min(WIDE_BWD_DEPTHS) and depth * wide_bwd_row_bytes(tile, itemsize) + WIDE_BWD_STATIC_SMEM > smem_optin:
+    budget = wide_block_smem_budget(tile, smem_optin)
+    while depth >= min(WIDE_BWD_DEPTHS) and depth * wide_bwd_row_bytes(tile, itemsize) + WIDE_BWD_STATIC_SMEM > budget:
         depth -= 1
     return depth if depth >= min(WIDE_BWD_DEPTHS) else None
 
@@ -567,32 +577,68 @@ WIDE_CLUSTER_BWD_NONPORTABLE_SIZES = tuple(range(9, 17))
 # precision in blocks of 8192 columns lost (bf16 LayerNorm 32768 / 65536 0.58 / 0.54 ->
 # 0.47-0.48, RMSNorm 65536 0.58 -> 0.48-0.55), so it keeps v68's.
 WIDE_CLUSTER_BWD_NARROW_DEPTH = 3
+# v109: half-precision RMSNorm rows with float32 parameters (torch.autocast's) to
+# WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO in blocks of 512 threads and 8192 columns (two packs
+# of 8 a thread, as the 1024-thread blocks of 16384 hold), two blocks an SM, each with two rows
+# in its ring and the weight's float slots (96 KiB of the half SM wide_block_smem_budget
+# allows). H200, backward of copy, bf16 rows with float32 parameters; first with the fenced
+# exchange (results/sweep-wide-cluster-half-blocks-v109-h200.txt): RMSNorm 24576 / 32768 /
+# 65536 / 131072 0.617 / 0.712 / 0.633 / 0.621 -> 0.730 / 0.727 / 0.670 / 0.633, LayerNorm
+# 32768 / 65536 / 131072 0.578 / 0.523 / 0.522 -> 0.593 / 0.551 / 0.528; with a weight in x's
+# dtype (v101's half slots) the same blocks lost 0.01-0.10 in every case but RMSNorm 65536.
+# Then with the pushed row sums ((p8), (p9): kernels/layer_norm_cluster.cu
+# WideClusterExchange; results/sweep-wide-push-rule-h200.txt), these blocks against v93's:
+# RMSNorm 24576 / 32768 0.678 / 0.729 -> 0.793 / 0.766, but 65536 / 131072 0.771 / 0.740 ->
+# 0.742 / 0.698, and LayerNorm 32768 / 65536 / 131072 0.667 / 0.624 / 0.598 -> 0.627 / 0.604
+# / 0.568: so RMSNorm alone, to 32768. None: v93's blocks for every half-precision row.
+WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS = TileConfig(8, 2, 512)
+WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO = 32768
 
 
-def wide_cluster_bwd_tiles(itemsize: int) -> tuple[TileConfig, ...]:
-    """The tiles a wide cluster block may hold for this element size, narrowest first."""
+def _wide_cluster_narrow(itemsize: int, w_itemsize: int | None, rms: bool) -> TileConfig | None:
+    """The narrow tile of the wide clusters for these element sizes (x's, the parameters';
+    None: x's), if any: v99's float32 one, v109's for half-precision RMSNorm rows with float32
+    parameters."""
+    if itemsize == 2 and w_itemsize == 4 and rms and WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS is not None:
+        return WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS
+    return WIDE_CLUSTER_BWD_NARROW.get(itemsize)
+
+
+def _wide_cluster_narrow_to(itemsize: int, nonportable: bool) -> int:
+    """The longest row the narrow tile takes (v99's float32 tile: in non-portable clusters of
+    9-16 blocks too, where they run; v109's: WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO)."""
+    if itemsize == 2:
+        return WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO
+    return max(WIDE_CLUSTER_BWD_NARROW_TO, WIDE_CLUSTER_BWD_NONPORTABLE_TO if nonportable else 0)
+
+
+def wide_cluster_bwd_tiles(itemsize: int, w_itemsize: int | None = None, rms: bool = False) -> tuple[TileConfig, ...]:
+    """The tiles a wide cluster block may hold for these element sizes, narrowest first."""
     wide = {2: WIDE_BWD_TILE, 4: WIDE_BWD_TILE_FP32}.get(itemsize)
-    narrow = WIDE_CLUSTER_BWD_NARROW.get(itemsize)
+    narrow = _wide_cluster_narrow(itemsize, w_itemsize, rms)
     return tuple(t for t in (narrow, wide) if t is not None)
 
 
-def wide_cluster_bwd_tile(itemsize: int, n: int, nonportable: bool = False) -> TileConfig | None:
+def wide_cluster_bwd_tile(itemsize: int, n: int, nonportable: bool = False,
+                          w_itemsize: int | None = None, rms: bool = False) -> TileConfig | None:
     """The wide tile a cluster block holds for rows of ``n`` elements (None: float64);
-    ``nonportable``: clusters of 9-16 blocks may run (v100)."""
-    tiles = wide_cluster_bwd_tiles(itemsize)
+    ``nonportable``: clusters of 9-16 blocks may run (v100); ``w_itemsize``: the parameters'
+    element size (None: x's)."""
+    tiles = wide_cluster_bwd_tiles(itemsize, w_itemsize, rms)
     if not tiles:
         return None
-    narrow_to = max(WIDE_CLUSTER_BWD_NARROW_TO, WIDE_CLUSTER_BWD_NONPORTABLE_TO if nonportable else 0)
-    return tiles[0] if n <= narrow_to else tiles[-1]
+    return tiles[0] if n <= _wide_cluster_narrow_to(itemsize, nonportable) else tiles[-1]
 
 
-def wide_cluster_bwd_configs(itemsize: int) -> list[ClusterConfig]:
-    """Every cluster the wide cluster backward may take for this element size."""
+def wide_cluster_bwd_configs(itemsize: int, w_itemsize: int | None = None, rms: bool = False) -> list[ClusterConfig]:
+    """Every cluster the wide cluster backward may take for these element sizes: the
+    portable sizes of each tile, and the non-portable ones of v99's float32 tile."""
     narrow = WIDE_CLUSTER_BWD_NARROW.get(itemsize)
     nonportable = [(narrow, c) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES] \
         if narrow is not None and WIDE_CLUSTER_BWD_NONPORTABLE_TO else []
+    tiles = wide_cluster_bwd_tiles(itemsize, w_itemsize, rms)
     return [ClusterConfig(t.vec, t.packs, t.tpr, c)
-            for t, c in [(t, c) for t in wide_cluster_bwd_tiles(itemsize) for c in WIDE_CLUSTER_BWD_SIZES] + nonportable]
+            for t, c in [(t, c) for t in tiles for c in WIDE_CLUSTER_BWD_SIZES] + nonportable]
 
 
 def wide_cluster_bwd_from(itemsize: int, rms: bool) -> int:
@@ -600,12 +646,12 @@ def wide_cluster_bwd_from(itemsize: int, rms: bool) -> int:
     return WIDE_CLUSTER_BWD_FROM.get((itemsize, rms), 0)
 
 
-def wide_cluster_bwd_config(n: int, vec: int, itemsize: int, rms: bool = False,
-                            nonportable: bool = False) -> ClusterConfig | None:
+def wide_cluster_bwd_config(n: int, vec: int, itemsize: int, rms: bool = False, nonportable: bool = False,
+                            w_itemsize: int | None = None) -> ClusterConfig | None:
     """The fewest wide blocks that hold a row of ``n`` elements in ``vec``-packs, or None
     (the single wide block takes it, or eight blocks, or with ``nonportable`` sixteen
-    narrow ones, do not hold it)."""
-    t = wide_cluster_bwd_tile(itemsize, n, nonportable)
+    narrow ones, do not hold it); ``w_itemsize``: the parameters' element size (None: x's)."""
+    t = wide_cluster_bwd_tile(itemsize, n, nonportable, w_itemsize, rms)
     blocks = -(-n // t.tile) if t is not None and t.vec == vec and n >= wide_cluster_bwd_from(itemsize, rms) else 0
     narrow = t is not None and t == WIDE_CLUSTER_BWD_NARROW.get(itemsize)
     sizes = WIDE_CLUSTER_BWD_SIZES + (WIDE_CLUSTER_BWD_NONPORTABLE_SIZES if nonportable and narrow else ())

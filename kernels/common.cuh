@@ -322,11 +322,47 @@ __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned
 #endif
 }
 
+// (p10) K (1 or 2) floats into the shared memory of cluster rank `rank` at this block's
+// `local` address, counted as 4 K bytes against that rank's mbarrier at this block's `bar`
+// address: no fence, the barrier's phase completion makes them visible to its waiters.
+template <int K>
+__device__ __forceinline__ void push_cluster_values(float* local, unsigned long long* bar, unsigned rank,
+                                             const float (&v)[K]) {
+  static_assert(K == 1 || K == 2, "one or two floats a push");
+#if CUNORM_BULK_COPIES
+  unsigned remote, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(shared_address(bar)), "r"(rank));
+  if constexpr (K == 2)
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(remote),
+                 "f"(v[0]), "f"(v[1]), "r"(remote_bar)
+                 : "memory");
+  else
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [%0], %1, [%2];" ::"r"(remote),
+                 "f"(v[0]), "r"(remote_bar)
+                 : "memory");
+#endif
+}
+
 // An arrival on `bar` once this thread's earlier cp.async copies have landed (counted in the
 // barrier's arrivals: .noinc).
 __device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
 #if CUNORM_BULK_COPIES
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
+#endif
+}
+
+// (p8) `v` into the shared memory of cluster rank `rank` at this block's `local` address,
+// counted as 8 bytes against that rank's mbarrier at this block's `bar` address: no fence,
+// the barrier's phase completion makes the bytes visible to its waiters.
+__device__ __forceinline__ void push_cluster(float2* local, unsigned long long* bar, unsigned rank, float2 v) {
+#if CUNORM_BULK_COPIES
+  unsigned remote, remote_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(shared_address(bar)), "r"(rank));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(remote),
+               "f"(v.x), "f"(v.y), "r"(remote_bar)
+               : "memory");
 #endif
 }
 
@@ -343,6 +379,14 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
 
 // A compile-time branch taken by a generic lambda (``if constexpr (decltype(flag)::value)``).
 template <bool B> struct Flag { static constexpr bool value = B; };
+// A compile-time choice of type (std::conditional, which NVRTC's headers lack).
+template <bool B, typename A, typename C> struct Select { typedef A type; };
+template <typename A, typename C> struct Select<false, A, C> { typedef C type; };
+// A type without its reference (std::remove_reference): a forwarding reference's deduced
+// type names the reference for an lvalue argument.
+template <typename T> struct RemoveRef { typedef T type; };
+template <typename T> struct RemoveRef<T&> { typedef T type; };
+template <typename T> struct RemoveRef<T&&> { typedef T type; };
 
 // ---- row addressing ------------------------------------------------------------------
 // Maps a flat row index to an element offset for up to four leading axes with arbitrary

@@ -24,7 +24,7 @@ using namespace cunorm;
 // alternate two slots, since a block may still be reading the other one of its neighbours.
 // Every thread of every block of the cluster calls it.
 // cluster_publish then cluster_collect; v90 puts a row's work between the two.
-template <int K>
+template <int CLUSTER = 0, int K>
 __device__ __forceinline__ void cluster_publish(const float (&mine)[K], float* slot) {
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -42,17 +42,58 @@ __device__ __forceinline__ void cluster_collect(const float* slot, float (&their
     theirs[k] = threadIdx.x < CLUSTER ? load_cluster(slot + k, threadIdx.x) : 0.0f;
 }
 
+// (p10) norm_fwd_cluster's exchanges by push (MailSlot below): no fence and no cluster barrier
+// a row, the statistics' bits unchanged; which tiles take it: ClusterFwdPush. 1: by its rule;
+// 2: every tile (sweeps); 0: none (v48's fenced exchange, cluster_publish above).
+#ifndef CUNORM_CLUSTER_FWD_PUSH
+#define CUNORM_CLUSTER_FWD_PUSH 1
+#endif
+// The same exchange by push: thread 0 sends the block's K values into every
+// rank's mail (this set's [CLUSTER][2] floats of each block), counted on that rank's mbarrier
+// of the set, and the collect waits on its own block's and reads the ranks' values from its
+// own mail: lane r < CLUSTER of warp 0 gets rank r's, as cluster_collect's, so the sums
+// after it keep their bits. No fence (thread 0's compiles to MEMBAR.ALL.GPU and an L1
+// invalidation, NOTES "(p7)") and no cluster barrier. Two sets alternate: every collect the
+// forward makes is followed by a block barrier (the broadcast's) before its next publish, so
+// a rank's push of exchange k + 2 (after it has all of k + 1) finds every rank done reading
+// its mail of k. `parity`: this set's phase, counted by the caller (every thread alike).
+struct MailSlot {
+  float* mail;              // this set's [CLUSTER][2] floats, this block's
+  unsigned long long* bar;  // this set's mbarrier, this block's
+  unsigned parity;
+};
 template <int CLUSTER, int K>
-__device__ __forceinline__ void cluster_gather(const float (&mine)[K], float* slot, float (&theirs)[K]) {
-  cluster_publish(mine, slot);
+__device__ __forceinline__ void cluster_publish_push(const float (&mine)[K], MailSlot slot) {
+  if (threadIdx.x == 0) {
+    mbar_arrive_expect(slot.bar, CLUSTER * K * sizeof(float));
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) push_cluster_values(slot.mail + 2 * cluster_rank(), slot.bar, r, mine);
+  }
+}
+template <int CLUSTER, int K>
+__device__ __forceinline__ void cluster_collect(MailSlot slot, float (&theirs)[K]) {
+  // every thread waits: warp 0 alone ((p10b), its lanes read the mail) measured level or
+  // 0.001-0.008 lower (NOTES "(p10) outcome")
+  mbar_wait(slot.bar, slot.parity);
+#pragma unroll
+  for (int k = 0; k < K; ++k) theirs[k] = threadIdx.x < CLUSTER ? slot.mail[2 * threadIdx.x + k] : 0.0f;
+}
+template <int CLUSTER, int K>
+__device__ __forceinline__ void cluster_publish(const float (&mine)[K], MailSlot slot) {
+  cluster_publish_push<CLUSTER>(mine, slot);
+}
+
+template <int CLUSTER, int K, typename Slot>
+__device__ __forceinline__ void cluster_gather(const float (&mine)[K], Slot slot, float (&theirs)[K]) {
+  cluster_publish<CLUSTER>(mine, slot);
   cluster_collect<CLUSTER>(slot, theirs);
 }
 
 // The rank-order sums of the K values each block published in `slot`: the same bits in
 // every block. `bcast` is K block-local words; ends with a block barrier, the sums in every
 // thread.
-template <int CLUSTER, int K>
-__device__ __forceinline__ void cluster_collect_sums(float (&v)[K], const float* slot, float* bcast) {
+template <int CLUSTER, int K, typename Slot>
+__device__ __forceinline__ void cluster_collect_sums(float (&v)[K], Slot slot, float* bcast) {
   float theirs[K];
   cluster_collect<CLUSTER>(slot, theirs);
   if (threadIdx.x < kWarp) {
@@ -68,17 +109,17 @@ __device__ __forceinline__ void cluster_collect_sums(float (&v)[K], const float*
 }
 
 // Sums over the cluster of K values a block, in rank order (cluster_collect_sums).
-template <int CLUSTER, int K>
-__device__ __forceinline__ void cluster_sums(float (&v)[K], float* slot, float* bcast) {
-  cluster_publish(v, slot);
+template <int CLUSTER, int K, typename Slot>
+__device__ __forceinline__ void cluster_sums(float (&v)[K], Slot slot, float* bcast) {
+  cluster_publish<CLUSTER>(v, slot);
   cluster_collect_sums<CLUSTER>(v, slot, bcast);
 }
 
 // The row's mean (relative to the pivot) and M2 from each block's slice sum and slice M2
 // (about the slice's own mean), merged in rank order by Chan's formula: the same bits in
 // every block. A rank's element count follows from its rank, the row length and the slice.
-template <int CLUSTER>
-__device__ __forceinline__ void cluster_mean_m2(float sum, float m2, float* slot, float* bcast, i64 n, i64 slice,
+template <int CLUSTER, typename Slot>
+__device__ __forceinline__ void cluster_mean_m2(float sum, float m2, Slot slot, float* bcast, i64 n, i64 slice,
                                                 float& mean, float& row_m2) {
   typedef float A;
   const A mine[2] = {sum, m2};
@@ -167,7 +208,6 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 #ifndef CUNORM_CLUSTER_FWD_PIPE
 #define CUNORM_CLUSTER_FWD_PIPE 1
 #endif
-
 // v105: RMSNorm's weight staged once a block in shared memory after its rows (OwnSlot: half
 // precision in its own packs, float32 as floats), for y to read there instead of loading it
 // from global memory every row: a row's parameters are as many bytes as the row, more than
@@ -239,6 +279,18 @@ struct ClusterFwdParamSlots {
                                 WeightSlotsFit<kRowBytes, (RMS ? 1 : 2) * kParamBytes>::value;
 };
 
+// Whether a cluster forward tile exchanges by push (p10). H200, forward of copy (NOTES "(p10)
+// outcome", two sweeps): +0.015-0.146 at 65536-262144 (bf16, fp16, float32, float32
+// parameters), level at 32768, but -0.02-0.03 in RMSNorm's half-precision clusters of eight
+// 256-thread blocks with the weight in shared memory (65536: bf16 0.822 -> 0.794, fp16 0.826
+// -> 0.806), which keep the fence.
+template <typename T, typename W, int VEC, int PACKS, int TPB, int CLUSTER, bool RMS>
+struct ClusterFwdPush {
+  static constexpr bool kLost =
+      RMS && sizeof(T) == 2 && CLUSTER == 8 && ClusterFwdParamSlots<T, W, VEC, PACKS, TPB, RMS>::value;
+  static constexpr bool value = CUNORM_CLUSTER_FWD_PUSH == 2 || (CUNORM_CLUSTER_FWD_PUSH == 1 && !kLost);
+};
+
 template <typename T, typename W, int VEC, int PACKS, int TPB, int CLUSTER, bool RMS>
 __global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TPB, 1024 / TPB)
 norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
@@ -258,6 +310,25 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   const RowMap xmap = CUNORM_ROWMAP(xm);
   const i64 clusters = gridDim.x / CLUSTER, first = blockIdx.x / CLUSTER;
   int exchange = 0;
+  constexpr bool kPush = ClusterFwdPush<T, W, VEC, PACKS, TPB, CLUSTER, RMS>::value;
+  __shared__ float mail[2][kPush ? CLUSTER : 1][2];  // [set][rank][K]: the ranks' pushed values (p10)
+  __shared__ unsigned long long mail_bars[2];
+  unsigned phases = 0;  // bit e: the parity of set e's next phase
+  if constexpr (kPush) {
+    if (threadIdx.x == 0) {
+      mbar_init(mail_bars, 1);  // thread 0's arrival a phase; the pushes' bytes complete it
+      mbar_init(mail_bars + 1, 1);
+    }
+    cluster_barrier();  // every rank's barriers initialised before any push reaches them
+  }
+  auto xslot = [&](int e) {  // exchange e's slot (MailSlot) or slots (fenced)
+    if constexpr (kPush) return MailSlot{&mail[e][0][0], mail_bars + e, (phases >> e) & 1u};
+    else return &slots[e][0];
+  };
+  auto advance = [&] {  // after an exchange's collect
+    if constexpr (kPush) phases ^= 1u << exchange;
+    exchange ^= 1;
+  };
   static_assert(sizeof(Pack<T, VEC>) == 16, "cluster tiles are 16-byte packs (scalar packs take the split path)");
   constexpr int kStage = ClusterFwdStage<T, TPB, RMS>::rows, kSet = PACKS * TPB;
   constexpr bool kOnePass = !RMS && sizeof(T) == 2 && CUNORM_CLUSTER_FWD_ONE_PASS;
@@ -353,15 +424,15 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     if constexpr (RMS) {
       A sum_sq[1] = {q};
       sum_sq[0] = group_sum<TPB>(sum_sq[0], smem);
-      cluster_sums<CLUSTER>(sum_sq, slots[exchange], bcast);
+      cluster_sums<CLUSTER>(sum_sq, xslot(exchange), bcast);
       var = sum_sq[0] / A(N);
     } else {
       q = group_sum<TPB>(q, smem);
       A m2;
-      cluster_mean_m2<CLUSTER>(slice_sum, q, slots[exchange], bcast, N, kSlice, mu, m2);
+      cluster_mean_m2<CLUSTER>(slice_sum, q, xslot(exchange), bcast, N, kSlice, mu, m2);
       var = m2 / A(N);
     }
-    exchange ^= 1;
+    advance();
   };
   auto read_row = [&](int b, Pack<T, VEC>(&raw)[PACKS]) {  // this thread's slots of buffer b
 #pragma unroll
@@ -407,7 +478,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     if (first < M) {
       copies_wait<kBufs - 2>();  // row j = 0's copies (this thread's; it reads only its own)
       block_sums(0, pv[0], next);
-      cluster_publish(next, slots[exchange]);
+      cluster_publish<CLUSTER>(next, xslot(exchange));
     }
     int buf = 0;
     for (i64 row = first; row < M; row += clusters) {  // uniform over the cluster
@@ -420,8 +491,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
         block_sums(after, pv[1], next);
       }
       A tot[K];
-      cluster_collect_sums<CLUSTER>(tot, slots[exchange], bcast);
-      exchange ^= 1;
+      cluster_collect_sums<CLUSTER>(tot, xslot(exchange), bcast);
+      advance();
       Pack<T, VEC> raw[PACKS];
       read_row(buf, raw);
       A mu = A(0), var;
@@ -442,7 +513,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
           two_pass(raw, pv[0], mu, var);
         }
       }
-      if (more) cluster_publish(next, slots[exchange]);
+      if (more) cluster_publish<CLUSTER>(next, xslot(exchange));
       if (one_pass) write_y(row, pv[0], mu, rsqrt_acc(var + eps), raw, Flag<!RMS && !kPivot>());
       else write_y(row, pv[0], mu, rsqrt_acc(var + eps), raw, Flag<false>());
 #pragma unroll
@@ -486,8 +557,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
         }
       });
       group_sum2<TPB>(sums[0], sums[1], smem);
-      cluster_sums<CLUSTER>(sums, slots[exchange], bcast);
-      exchange ^= 1;
+      cluster_sums<CLUSTER>(sums, xslot(exchange), bcast);
+      advance();
       const A mu = sums[0] / A(N), var = sums[1] / A(N) - mu * mu;
       // uniform over the cluster (every block holds the same bits): rows whose pivot lies
       // far from their mean, and constant rows, take the two passes below (nothing of this
@@ -668,17 +739,158 @@ struct ClusterRowSums {
   }
 };
 
-template <typename T, typename W, bool RMS, int DEPTH, int COLS, int CLUSTER>
-__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(1024, 1)
+// The wide clusters' row sums pushed, not fenced (NOTES "(p8), (p9)" and their outcome). The
+// fenced exchange (ClusterRowSums: thread 0's fence, MEMBAR.ALL.GPU and an L1 invalidation a
+// row, NOTES "(p7)", then the cluster barrier) becomes st.async pushes into every rank's
+// slots, counted against that rank's mbarrier for the exchange; the sums are taken in rank
+// order, the same bits in every block.
+// ClusterPushSums ((p8)): block_sums stops at each warp's two sums, which lane 0 pushes (thread
+// 0 arms its own mbarrier with the kWarps x CLUSTER x 8 bytes it expects); every warp waits on
+// its block's mbarrier and sums the slots, lane w warp w's over the ranks, then the butterfly:
+// no fence, no cluster barrier and no block barrier a row. Two slot sets alternate; a rank
+// pushes exchange k + 2 only once it has all of k + 1, which each warp of every rank pushed
+// after reading its slots of k, so none is overwritten unread.
+template <int CLUSTER, int TPB>
+struct ClusterPushSums {
+  static constexpr int kWarps = TPB / kWarp, kSets = 2, kSlots = kSets * CLUSTER * kWarps;
+  static constexpr unsigned kBytes = CLUSTER * kWarps * sizeof(float2);  // an exchange's pushes into a block
+  float2* slots;             // [kSets][CLUSTER ranks][kWarps] this block's
+  unsigned long long* bars;  // [kSets] this block's
+  unsigned exchange = 0;     // exchanges so far: set exchange & 1, phase parity (exchange >> 1) & 1
+  __device__ __forceinline__ void publish(float c1, float c2) {  // this warp's sums, every lane
+    const unsigned set = exchange & 1;
+    if (threadIdx.x == 0) mbar_arrive_expect(bars + set, kBytes);
+    if (threadIdx.x % kWarp == 0) {
+      float2* slot = slots + (set * CLUSTER + cluster_rank()) * kWarps + threadIdx.x / kWarp;
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r) push_cluster(slot, bars + set, r, make_float2(c1, c2));
+    }
+  }
+  __device__ __forceinline__ void collect(float& c1, float& c2) {
+    const unsigned set = exchange & 1;
+    mbar_wait(bars + set, (exchange >> 1) & 1);
+    ++exchange;
+    const float2* mine = slots + set * CLUSTER * kWarps;
+    const int lane = threadIdx.x % kWarp;
+    float s1 = 0.0f, s2 = 0.0f;
+    if (lane < kWarps) {  // blocks of fewer than 32 warps: the other lanes add nothing
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r) {
+        const float2 v = mine[r * kWarps + lane];
+        s1 += v.x;
+        s2 += v.y;
+      }
+    }
+    c1 = group_warp_sum<kWarp>(s1);
+    c2 = group_warp_sum<kWarp>(s2);
+  }
+  __device__ __forceinline__ void operator()(float& c1, float& c2) {
+    publish(c1, c2);
+    collect(c1, c2);
+  }
+};
+// ClusterPushRowSums ((p9)): the block sums as before (with their closing barrier), thread 0
+// pushing the block's two into every rank's slots; every thread waits on its block's mbarrier
+// and sums the ranks' in rank order: no fence, no cluster barrier, no broadcast barrier a row.
+// Three sets: a rank pushes exchange k + 3 once it has all of k + 2, which each rank's thread 0
+// pushed after the block barrier of its block sums of k + 2, which every thread of it reached
+// after reading its slots of k (v91's pipeline publishes k + 1 right after collecting k, with
+// no barrier between, so two sets would not do).
+template <int CLUSTER>
+struct ClusterPushRowSums {
+  static constexpr int kSets = 3, kSlots = kSets * CLUSTER;
+  float2* slots;             // [kSets][CLUSTER ranks] this block's
+  unsigned long long* bars;  // [kSets] this block's
+  unsigned exchange = 0;     // exchanges so far: set exchange % kSets, parity (exchange / kSets) & 1
+  __device__ __forceinline__ void publish(float c1, float c2) {  // the block's sums, every thread
+    const unsigned set = exchange % kSets;
+    if (threadIdx.x == 0) {
+      mbar_arrive_expect(bars + set, CLUSTER * sizeof(float2));
+#pragma unroll
+      for (int r = 0; r < CLUSTER; ++r)
+        push_cluster(slots + set * CLUSTER + cluster_rank(), bars + set, r, make_float2(c1, c2));
+    }
+  }
+  __device__ __forceinline__ void collect(float& c1, float& c2) {
+    const unsigned set = exchange % kSets;
+    mbar_wait(bars + set, (exchange / kSets) & 1);
+    ++exchange;
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) {
+      const float2 v = slots[set * CLUSTER + r];
+      s1 += v.x;
+      s2 += v.y;
+    }
+    c1 = s1;
+    c2 = s2;
+  }
+  __device__ __forceinline__ void operator()(float& c1, float& c2) {
+    publish(c1, c2);
+    collect(c1, c2);
+  }
+};
+
+namespace cunorm {
+template <int CLUSTER, int TPB>
+struct ExchangeTakesWarpSums<ClusterPushSums<CLUSTER, TPB>> {
+  static constexpr bool value = true;
+};
+}  // namespace cunorm
+
+// The exchange a wide cluster takes: 0 the fenced ClusterRowSums, 1 ClusterPushSums, 2
+// ClusterPushRowSums. Measured on the H200 with 1024-thread blocks (NOTES "(p8), (p9)
+// outcome"), backward of copy: half precision in clusters of two, (p8) -0.008-+0.09, (p9)
+// -0.065-+0.055; in clusters of three to eight, (p9) +0.057-0.070, (p8) at most +0.027;
+// float32 in clusters of three or four, (p8) -0.06-0.07, (p9) -0.03-+0.002; in clusters of
+// sixteen, (p9) +0.08. CUNORM_WIDE_PUSH_SUMS (0-2) forces one (sweeps); -1 the rule.
+#ifndef CUNORM_WIDE_PUSH_SUMS
+#define CUNORM_WIDE_PUSH_SUMS -1
+#endif
+template <typename T, int CLUSTER, int TPB>
+struct WideClusterExchange {
+  static constexpr int kByRule = sizeof(T) == 2 ? (CLUSTER == 2 ? 1 : 2) : (CLUSTER >= 8 ? 2 : 0);
+  // (p8)'s slots past 1 KiB (more than 2048 threads a cluster) leave too little of the host's
+  // static reserve (four blocks: 240 bytes by ptxas' count, and the H200 refused the launch's
+  // shared memory): a forced (p8) takes the rule there
+  static constexpr bool kP8Fits = CLUSTER * TPB <= 2048;
+  static constexpr int value =
+      CUNORM_WIDE_PUSH_SUMS >= 0 && (CUNORM_WIDE_PUSH_SUMS != 1 || kP8Fits) ? CUNORM_WIDE_PUSH_SUMS : kByRule;
+};
+
+// v109 (TPB 512, half precision): blocks of half the threads and columns, two an SM, so one
+// block's barriers and exchange waits leave the SM the other's work (one 1024-thread block an
+// SM at 64 registers stalls whole at each: ncu, bf16 LayerNorm 65536, barrier 19% and the
+// cluster barrier's wait 3% of samples, issue active ~60%). The host sizes each block's ring
+// and slots to half the SM (WideBlockSmem, _config.wide_block_smem_budget).
+template <typename T, typename W, bool RMS, int DEPTH, int COLS, int CLUSTER, int TPB>
+__global__ void __cluster_dims__(CLUSTER, 1, 1) __launch_bounds__(TPB, 1024 / TPB)
 norm_bwd_wide_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const T* __restrict__ x,
                       CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight, const float* __restrict__ mean,
                       const float* __restrict__ rstd, const float* __restrict__ row_sums, T* __restrict__ dx,
                       float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N, i64 C) {
-  __shared__ float slots[2][2];  // [exchange][sum w*dy, sum w*dy*xhat]
   __shared__ float bcast[2];
   const i64 group = blockIdx.x / CLUSTER, groups = gridDim.x / CLUSTER;
-  wide_bwd_rows<T, W, RMS, DEPTH, COLS, bool(CUNORM_WIDE_CLUSTER_OPEN_SUMS), true>(
-      dy, CUNORM_ROWMAP(dym), x, CUNORM_ROWMAP(xm), weight, mean, rstd, dx, dw_part, db_part, M, N,
-      i64(cluster_rank()) * COLS, group, groups, group, ClusterRowSums<CLUSTER>{&slots[0][0], bcast});
+  constexpr int kExchange = WideClusterExchange<T, CLUSTER, TPB>::value;
+  auto rows = [&](auto open_sums, auto&& exchange) {
+    wide_bwd_rows<T, W, RMS, DEPTH, COLS, decltype(open_sums)::value, true, TPB>(
+        dy, CUNORM_ROWMAP(dym), x, CUNORM_ROWMAP(xm), weight, mean, rstd, dx, dw_part, db_part, M, N,
+        i64(cluster_rank()) * COLS, group, groups, group, exchange);
+  };
+  if constexpr (kExchange == 0) {
+    __shared__ float slots[2][2];  // [exchange][sum w*dy, sum w*dy*xhat]
+    rows(Flag<bool(CUNORM_WIDE_CLUSTER_OPEN_SUMS)>(), ClusterRowSums<CLUSTER>{&slots[0][0], bcast});
+  } else {
+    typedef typename Select<kExchange == 1, ClusterPushSums<CLUSTER, TPB>, ClusterPushRowSums<CLUSTER>>::type Push;
+    // at most 1 KiB of slots ((p8) in clusters of two 1024-thread blocks) within the host's
+    // reserve for static buffers (_config.WIDE_BWD_STATIC_SMEM) beside the ring and weight slots
+    static_assert(Push::kSlots * sizeof(float2) <= 1024, "the push slots fit the static reserve");
+    __shared__ float2 push_slots[Push::kSlots];
+    __shared__ unsigned long long push_bars[Push::kSets];
+    if (threadIdx.x == 0)
+      for (int set = 0; set < Push::kSets; ++set) mbar_init(push_bars + set, 1);  // thread 0's arrival a phase
+    cluster_barrier();  // every rank's barriers initialised before any push reaches them
+    rows(Flag<false>(), Push{push_slots, push_bars});
+  }
   cluster_barrier();  // no block leaves while another may still read its slots
 }

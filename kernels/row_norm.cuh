@@ -657,10 +657,17 @@ __device__ __forceinline__ void unstage_tile(const Pack<T, VEC>* slots, A (&v)[P
 #ifndef CUNORM_SMEM_OPTIN
 #define CUNORM_SMEM_OPTIN 232448
 #endif
-template <int RING_BYTES, int SLOT_BYTES>
+template <int RING_BYTES, int SLOT_BYTES, i64 BUDGET = CUNORM_SMEM_OPTIN>
 struct WeightSlotsFit {
   // 2 KiB for the kernels' other static buffers (block sums, staged statistics: under 1.1 KiB)
-  static constexpr bool value = i64(RING_BYTES) + SLOT_BYTES + 2048 <= i64(CUNORM_SMEM_OPTIN);
+  static constexpr bool value = i64(RING_BYTES) + SLOT_BYTES + 2048 <= BUDGET;
+};
+// v109: a wide block of fewer than 1024 threads shares its SM with a second one, so each may
+// take half of the SM's shared memory (the opt-in plus the 1 KiB the GPU reserves a block),
+// less its own reserved KiB (_config.wide_block_smem_budget mirrors this)
+template <int TPB>
+struct WideBlockSmem {
+  static constexpr i64 value = TPB >= 1024 ? i64(CUNORM_SMEM_OPTIN) : (i64(CUNORM_SMEM_OPTIN) + 1024) / 2 - 1024;
 };
 
 // A thread's pack p of the staged weight: float4 slots of the widened values (v71), or the
@@ -774,21 +781,31 @@ template <typename T, typename W, bool CLUSTER>
 struct WideHalfSlots {
   static constexpr bool value = CUNORM_WIDE_HALF_SLOTS && CLUSTER && sizeof(T) == 2 && sizeof(W) == 2;
 };
-template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool CLUSTER>
+template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool CLUSTER, int TPB = 1024>
 struct WideWeightSlots {
   static constexpr int kRingBytes = DEPTH * (COLS * int(sizeof(T)) <= 32768 ? 2 : 1) * COLS * int(sizeof(T));
   static constexpr int kSlotBytes = COLS * (WideHalfSlots<T, W, CLUSTER>::value ? 2 : 4);
   static constexpr bool kServes = sizeof(T) == 4 || RMS || CLUSTER;
-  static constexpr bool value = CUNORM_WIDE_WEIGHT_SMEM && kServes && WeightSlotsFit<kRingBytes, kSlotBytes>::value;
+  static constexpr bool value = CUNORM_WIDE_WEIGHT_SMEM && kServes &&
+                                WeightSlotsFit<kRingBytes, kSlotBytes, WideBlockSmem<TPB>::value>::value;
 };
 
-// The rows of norm_bwd_wide (layer_norm.cu, where its design is told): a 1024-thread block's
+// Whether wide_bwd_rows' exchange E takes each warp's two sums, not the block's (below).
+template <typename E>
+struct ExchangeTakesWarpSums {
+  static constexpr bool value = false;
+};
+
+// The rows of norm_bwd_wide (layer_norm.cu, where its design is told): a TPB-thread block's
 // COLS columns from c0 of rows first, first + step, ... (uniform over the block, and over the
 // cluster in norm_bwd_wide_cluster). `exchange(c1, c2)` turns the block's two row sums into
 // the row's (nothing to do where one block holds the row); dW / dB go to partial row
 // `partial`. Every block holds part of the row (c0 < N: the host sizes clusters so), which
 // keeps norm_bwd_wide's code as it was before this function took c0 (a test of c0 against N
 // cost it 8 instructions). Every thread of the block calls it.
+// An exchange whose ExchangeTakesWarpSums is true ((p8): norm_bwd_wide_cluster's
+// ClusterPushSums) takes each warp's sums and sums them over the cluster itself: the block
+// sums then stop at the warps'.
 // OPEN_SUMS (v78): the block sums leave out their closing barrier, for an exchange whose own
 // barriers (the cluster barrier of norm_bwd_wide_cluster: every thread arrives after reading
 // the partials) order the next row's writes of them.
@@ -821,7 +838,7 @@ struct WideWeightSlots {
 #define CUNORM_WIDE_DX_AFFINE 1
 #endif
 template <typename T, typename W, bool RMS, int DEPTH, int COLS, bool OPEN_SUMS = false, bool CLUSTER = false,
-          typename Exchange>
+          int TPB = 1024, typename Exchange>
 __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const RowMap& dymap, const T* __restrict__ x,
                                               const RowMap& xmap, const W* __restrict__ weight,
                                               const float* __restrict__ mean, const float* __restrict__ rstd,
@@ -829,7 +846,7 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
                                               float* __restrict__ db_part, i64 M, i64 N, i64 c0, i64 first, i64 step,
                                               i64 partial, Exchange&& exchange) {
   typedef float A;
-  constexpr int VEC = 16 / sizeof(T), TPB = 1024, PACKS = COLS / (TPB * VEC), kSet = PACKS * TPB;
+  constexpr int VEC = 16 / sizeof(T), PACKS = COLS / (TPB * VEC), kSet = PACKS * TPB;
   // dy staged too where a row's x takes at most 32 KiB (the host mirrors this:
   // _config.wide_bwd_row_bytes)
   constexpr bool kStageDy = COLS * sizeof(T) <= 32768;
@@ -842,7 +859,7 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
   __shared__ A stats[DEPTH * 2 * StatsSlots<TPB, TPB>::value];
   extern __shared__ __align__(16) unsigned char stage_smem[];  // [DEPTH][x, dy][PACKS][block] packs
   Pack<T, VEC>* const tiles = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
-  constexpr bool kWeightSlots = WideWeightSlots<T, W, RMS, DEPTH, COLS, CLUSTER>::value;
+  constexpr bool kWeightSlots = WideWeightSlots<T, W, RMS, DEPTH, COLS, CLUSTER, TPB>::value;
   constexpr bool kHalfSlots = WideHalfSlots<T, W, CLUSTER>::value;
   float4* const wslots = reinterpret_cast<float4*>(tiles + DEPTH * kSets * kSet);  // after the ring
   Pack<W, VEC>* const hslots = reinterpret_cast<Pack<W, VEC>*>(wslots);  // v101: the same place
@@ -899,7 +916,10 @@ __device__ __forceinline__ void wide_bwd_rows(const T* __restrict__ dy, const Ro
       }
     }
     if constexpr (kFoldRstd) c2 *= st.rstd;
-    if constexpr (OPEN_SUMS) {
+    if constexpr (ExchangeTakesWarpSums<typename RemoveRef<Exchange>::type>::value) {  // the exchange sums the warps' sums
+      if constexpr (!RMS) c1 = group_warp_sum<kWarp>(c1);
+      c2 = group_warp_sum<kWarp>(c2);
+    } else if constexpr (OPEN_SUMS) {
       if constexpr (RMS) c2 = group_sum_open<TPB>(c2, smem);
       else group_sum2_open<TPB>(c1, c2, smem);
     } else {

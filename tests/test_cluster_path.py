@@ -325,14 +325,17 @@ def test_wide_cluster_backward(rng, wide_clusters, op, dtype, n, rows):
 def test_wide_backward_half_rows_float32_weight(rng, wide_clusters, n, rows):
     """v104: half-precision RMSNorm rows with a float32 weight (torch autocast's parameters)
     keep two rows in the wide ring and the weight's float slots beside them, in the single
-    block (16384) and the clusters (24576, 65536)."""
+    block (16384) and the clusters (24576: v109's 512-thread blocks, two an SM; 65536: v93's
+    1024-thread blocks)."""
     f32 = numpy.dtype(numpy.float32)
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), BFLOAT16, f32, BFLOAT16, 1, True, 0, 0, 0)
-    tile = _config.WIDE_BWD_TILE
+    v109 = _config.WIDE_BWD_TILE.tile < n <= _config.WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO
+    tile = _config.WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS if v109 else _config.WIDE_BWD_TILE
+    cluster = n > _config.WIDE_BWD_TILE.tile
     optin = _row_norm.smem_limits(0)[0]
-    slots = _config.wide_bwd_weight_bytes(tile, 2, 2, optin, True, n > tile.tile, 4)
-    assert slots == tile.tile * 4 and plan.smem == 2 * _config.wide_bwd_row_bytes(tile, 2) + slots, \
-        "two rows and the float32 weight's slots"
+    slots = _config.wide_bwd_weight_bytes(tile, 2, 2, optin, True, cluster, 4)
+    assert plan.block == tile.tpr and slots == tile.tile * 4 and \
+        plan.smem == 2 * _config.wide_bwd_row_bytes(tile, 2) + slots, "two rows and the float32 weight's slots"
     check("rms_norm", rng, (rows, n), BFLOAT16, param_dtype=f32)
 
 
@@ -344,7 +347,7 @@ def _assert_wide_cluster_plan(op, dtype, n, rows):
     assert cfg in (_config.wide_cluster_bwd_config(n, 16 // itemsize, itemsize, rms, nonportable)
                    for nonportable in (False, True))
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, 0, 0, 0)
-    assert plan.split is None and plan.grid_rows is None and plan.block == 1024 and \
+    assert plan.split is None and plan.grid_rows is None and plan.block == cfg.block and \
         plan.blocks == plan.groups * cfg.cluster, "the wide cluster backward"
     optin = _row_norm.smem_limits(0)[0]
     assert depth == _config.wide_bwd_depth(tile, rms, tile.tile, itemsize, optin, True, itemsize)
@@ -423,7 +426,8 @@ def test_wide_backward_rows_far_from_zero(rng, wide_clusters, op, dtype, n):
     rows, rms, f32 = 40, op == "rms_norm", numpy.dtype(numpy.float32)
     pdt = f32 if rms else dtype
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, pdt, dtype, 1, rms, 0, 0, 0)
-    assert plan.split is None and plan.grid_rows is None and plan.block == 1024, "the wide backward"
+    block = 1024 if n <= 16384 else _config.wide_cluster_bwd_config(n, 8, 2, rms, False, pdt.itemsize).block
+    assert plan.split is None and plan.grid_rows is None and plan.block == block, "the wide backward"
     assert (plan.blocks > plan.groups) == (n > 16384), "clusters past the single block"
     hx = rng.standard_normal((rows, n)).astype(numpy.float32)
     hx[1::4] += 50.0
@@ -480,6 +484,20 @@ def test_wide_cluster_configs():
     assert cfg(16392, 8, 2) == _config.ClusterConfig(8, 2, 1024, 2)
     assert [cfg(n, 8, 2).cluster for n in (32768, 32776, 49152, 49160, 65536)] == [2, 3, 3, 4, 4]
     assert [cfg(n, 8, 2).cluster for n in (65544, 81920, 81928, 131072)] == [5, 5, 6, 8]
+    # v109: half-precision RMSNorm rows with float32 parameters to 32768 in blocks of 512
+    # threads and 8192 columns, two an SM; longer rows, LayerNorm and half-precision weights
+    # keep v93's blocks
+    half, v93 = _config.TileConfig(8, 2, 512), _config.WIDE_BWD_TILE
+    assert _config.WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS == half
+    assert _config.WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO == 32768
+    assert [cfg(n, 8, 2, True, False, 4) for n in (20479, 20480)] == [None, _config.ClusterConfig(8, 2, 512, 3)]
+    assert [cfg(n, 8, 2, True, nonportable, 4).cluster for n in (24576, 32768)
+            for nonportable in (False, True)] == [3, 3, 4, 4]
+    assert [cfg(n, 8, 2, True, True, 4) for n in (32776, 131072)] == \
+        [_config.ClusterConfig(8, 2, 1024, 3), _config.ClusterConfig(8, 2, 1024, 8)], "v93's blocks past 32768"
+    assert cfg(32768, 8, 2, False, True, 4) == _config.ClusterConfig(8, 2, 1024, 2), "LayerNorm: v93's blocks"
+    assert cfg(24576, 8, 2, True, False, 2) == cfg(24576, 8, 2, True), "a half-precision weight: v93's blocks"
+    assert _config.wide_cluster_bwd_tiles(2, 4, True) == (half, v93) and _config.wide_cluster_bwd_tiles(2, 4) == (v93,)
     assert cfg(131080, 8, 2) is None, "past eight blocks: the grid rows"
     assert cfg(131072, 4, 4) == _config.ClusterConfig(4, 4, 1024, 8)
     assert cfg(65537, 4, 4) == _config.ClusterConfig(4, 4, 1024, 5), "past the narrow float32 blocks"

@@ -206,18 +206,19 @@ def test_wide_weight_slots_match_the_host(nvrtc_ready, optin):
     WideWeightSlots (kernels/row_norm.cuh) says so, and the host sizes the dynamic shared
     memory by _config.wide_bwd_weight_bytes: were the kernel to use slots the host did not
     allocate, it would write past its shared memory. NVRTC checks the two agree for every
-    wide tile (a single block's and a cluster block's, v99's float32 8192 columns among
-    them) and ring depth, compiled with each GPU's opt-in."""
+    wide tile (a single block's and a cluster block's, v99's float32 8192 columns and v109's
+    half-precision 512-thread blocks, two an SM, among them) and ring depth, compiled with
+    each GPU's opt-in."""
     checks = []
     for itemsize, ctype in ((2, "__nv_bfloat16"), (4, "float")):
         for w_itemsize, wtype in ((itemsize, ctype), (4, "float")):  # v101: half weights' own slots
             for rms in (False, True):
                 tiles = [(t, False) for t in _config.wide_bwd_tiles(itemsize, rms)] + \
-                    [(t, True) for t in _config.wide_cluster_bwd_tiles(itemsize)]
+                    [(t, True) for t in _config.wide_cluster_bwd_tiles(itemsize, w_itemsize, rms)]
                 for tile, cluster in tiles:
                     for depth in _config.WIDE_BWD_DEPTHS:
                         host = _config.wide_bwd_weight_bytes(tile, itemsize, depth, optin, rms, cluster, w_itemsize) > 0
-                        flags = f"{wtype}, {str(rms).lower()}, {depth}, {tile.tile}, {str(cluster).lower()}"
+                        flags = f"{wtype}, {str(rms).lower()}, {depth}, {tile.tile}, {str(cluster).lower()}, {tile.tpr}"
                         checks.append(f"static_assert(cunorm::WideWeightSlots<{ctype}, {flags}>::value == "
                                       f"{str(host).lower()}, \"{ctype} {flags}\");")
     _static_asserts_hold(checks, "WideWeightSlots and _config.wide_bwd_weight_bytes disagree",
@@ -273,26 +274,30 @@ def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:
 def test_wide_cluster_shared_memory_fits_sm90(nvrtc_ready):
     """The wide cluster backward's static buffers (block sums, staged statistics, exchange
     slots) beside the ring and weight slots the host sizes (_config.wide_bwd_smem) fit an
-    sm_90 block's opt-in for every cluster, element size, parameter size and ring the host
-    may pick (ring and slots leave the host's WIDE_BWD_STATIC_SMEM free): a kernel past the
-    opt-in would fail to launch where ring and slots fill the rest (the parked (p8)'s
-    exchange slots, 2832 static bytes at four blocks and three rows, fit by 240)."""
+    sm_90 block's share (its opt-in; half the SM for v109's 512-thread blocks,
+    _config.wide_block_smem_budget) for every cluster, element size, parameter size and ring
+    the host may pick (ring and slots leave the host's WIDE_BWD_STATIC_SMEM free): a kernel
+    past it would fail to launch, or lose its second block an SM, where ring and slots fill
+    the rest ((p8)'s exchange slots forced at four 1024-thread blocks: 2832 static bytes, 240
+    to spare by this count, and the H200 refused the launch; WideClusterExchange keeps (p8)
+    to clusters of 2048 threads)."""
     optin = SMEM_OPTINS[-1]
     options = [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS, f"-DCUNORM_SMEM_OPTIN={optin}"]
     cases = {}
     for t, w in (("bfloat16", "bfloat16"), ("bfloat16", "float32"), ("float32", "float32")):
         itemsize, w_itemsize = _row_norm._itemsize(t), _row_norm._itemsize(w)
         for rms in (False, True):
-            for cfg in _config.wide_cluster_bwd_configs(itemsize):
+            for cfg in _config.wide_cluster_bwd_configs(itemsize, w_itemsize, rms):  # v109's: RMSNorm, float32 w
                 tile = _config.TileConfig(cfg.vec, cfg.packs, cfg.tpb)
+                budget = _config.wide_block_smem_budget(tile, optin)
                 for depth in _config.WIDE_BWD_DEPTHS:
                     dynamic = _config.wide_bwd_smem(tile, itemsize, depth, optin, rms, True, w_itemsize)
-                    if dynamic + _config.WIDE_BWD_STATIC_SMEM <= optin:
-                        cases[_row_norm._wide_cluster_name(t, w, rms, depth, cfg)] = dynamic
+                    if dynamic + _config.WIDE_BWD_STATIC_SMEM <= budget:
+                        cases[_row_norm._wide_cluster_name(t, w, rms, depth, cfg)] = (dynamic, budget)
     static = _static_smem("layer_norm_cluster.cu", list(cases), options)
     assert len(cases) >= 24
-    for name, dynamic in cases.items():
-        assert static[name] + dynamic <= optin, f"{name}: {static[name]} + {dynamic} bytes past {optin}"
+    for name, (dynamic, budget) in cases.items():
+        assert static[name] + dynamic <= budget, f"{name}: {static[name]} + {dynamic} bytes past {budget}"
 
 
 @pytest.mark.parametrize("optin", SMEM_OPTINS)

@@ -81,6 +81,29 @@ def test_sanitizer_refusing_the_device_is_recorded_not_counted(tmp_path, monkeyp
     assert not r["ran"] and "Device not supported" in r["reason"]
 
 
+def test_sanitizer_timeout_ends_the_tools_whole_process_group(tmp_path, monkeypatch):
+    """A tool past its time is recorded as not run, and the process it started ends with it
+    (the thirty-third session's racecheck timeout left its Python on the GPU)."""
+    import os
+    import shutil
+    import time
+
+    pid_file, sleep = tmp_path / "child.pid", shutil.which("sleep")  # the fake's PATH is its own folder
+    _fake_sanitizer(tmp_path, monkeypatch, f'{sleep} 30 &\necho $! > {pid_file}\nwait\n')
+    start = time.monotonic()
+    r = gpucheck.run_sanitizer("racecheck", tmp_path, timeout_s=1)
+    assert r == {"tool": "racecheck", "ran": False, "reason": "timed out after 1 s"}
+    assert time.monotonic() - start < 20, "the tool's pipes closed with its group"
+    child = int(pid_file.read_text())
+    time.sleep(0.2)
+    stat = pathlib.Path(f"/proc/{child}/stat")
+    # gone, or a zombie its new parent has not reaped yet (containers' PID 1 may never reap)
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z", "the tool's child still runs"
+    if not pathlib.Path("/proc").is_dir():
+        with pytest.raises(ProcessLookupError):
+            os.kill(child, 0)
+
+
 def test_sanitizer_missing_is_recorded(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert gpucheck.run_sanitizer("memcheck", tmp_path) == {

@@ -157,7 +157,8 @@ def cluster_instantiations() -> list[str]:
         for cfg in _config.all_cluster_staged_bwd_configs(vec, itemsize):
             names += [_staged_cluster_name(t, w, cfg, rms) for rms in (False, True)]
         for rms in (False, True):
-            names += [_wide_cluster_name(t, w, rms, d, cfg) for cfg in _config.wide_cluster_bwd_configs(itemsize)
+            names += [_wide_cluster_name(t, w, rms, d, cfg)
+                      for cfg in _config.wide_cluster_bwd_configs(itemsize, _itemsize(w), rms)
                       for d in _config.WIDE_BWD_DEPTHS]
     return names
 
@@ -185,7 +186,8 @@ def _wide_plan(itemsize: int, w_itemsize: int, n: int, vec: int, rms: bool,
 
 
 def _wide_cluster_name(t: str, w: str, rms: bool, depth: int, cfg: _config.ClusterConfig) -> str:
-    return f"norm_bwd_wide_cluster<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {cfg.block_columns}, {cfg.cluster}>"
+    return (f"norm_bwd_wide_cluster<{c_type(t)}, {c_type(w)}, {_b(rms)}, {depth}, {cfg.block_columns}, {cfg.cluster}, "
+            f"{cfg.block}>")
 
 
 def _wide_cluster_plan(t: str, wn: str, itemsize: int, n: int, vec: int, rms: bool, device: int):
@@ -195,8 +197,8 @@ def _wide_cluster_plan(t: str, wn: str, itemsize: int, n: int, vec: int, rms: bo
     if not (USE_WIDE_CLUSTER_BACKWARD and USE_WIDE_BACKWARD and STAGE_BACKWARD and _clusters_serve(t, device)):
         return None
     for nonportable in (True, False):  # v100's clusters of 9-16 blocks where the GPU runs them
-        cfg = _config.wide_cluster_bwd_config(n, vec, itemsize, rms, nonportable)
-        tile = _config.wide_cluster_bwd_tile(itemsize, n, nonportable)
+        cfg = _config.wide_cluster_bwd_config(n, vec, itemsize, rms, nonportable, _itemsize(wn))
+        tile = _config.wide_cluster_bwd_tile(itemsize, n, nonportable, _itemsize(wn), rms)
         depth = None if cfg is None else _wide_depth(tile, rms, tile.tile, itemsize, device, True, _itemsize(wn))
         if depth is not None and (cfg.cluster <= 8 or
                                   _nonportable_clusters_run(t, wn, itemsize, rms, depth, cfg, tile, device)):
