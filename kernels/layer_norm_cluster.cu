@@ -302,7 +302,12 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   constexpr i64 kSlice = i64(TPB) * PACKS * VEC;  // columns a block holds
   __shared__ A smem[2 * kWarp];
   __shared__ A slots[2][2];  // [exchange][sum, M2]
-  __shared__ A bcast[2];
+  // [exchange parity][K]: a pushed exchange (p10) has no barrier before thread 0 writes its
+  // sums, and v90's pipeline none between one row's collect and the next where no block
+  // sums come between (a cluster's last row): alternating two sets, exchange n's write
+  // follows exchange n - 1's barrier, which every thread passes after reading n - 2's
+  // (racecheck found the single set's write-after-read in the first check of p10)
+  __shared__ A bcast[2][2];
   static_assert(sizeof(A) == 4, "clusters serve float accumulation (float64 takes the split path)");
   const unsigned rank = cluster_rank();
   const i64 c0 = i64(rank) * kSlice;
@@ -424,12 +429,12 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     if constexpr (RMS) {
       A sum_sq[1] = {q};
       sum_sq[0] = group_sum<TPB>(sum_sq[0], smem);
-      cluster_sums<CLUSTER>(sum_sq, xslot(exchange), bcast);
+      cluster_sums<CLUSTER>(sum_sq, xslot(exchange), bcast[exchange]);
       var = sum_sq[0] / A(N);
     } else {
       q = group_sum<TPB>(q, smem);
       A m2;
-      cluster_mean_m2<CLUSTER>(slice_sum, q, xslot(exchange), bcast, N, kSlice, mu, m2);
+      cluster_mean_m2<CLUSTER>(slice_sum, q, xslot(exchange), bcast[exchange], N, kSlice, mu, m2);
       var = m2 / A(N);
     }
     advance();
@@ -491,7 +496,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
         block_sums(after, pv[1], next);
       }
       A tot[K];
-      cluster_collect_sums<CLUSTER>(tot, xslot(exchange), bcast);
+      cluster_collect_sums<CLUSTER>(tot, xslot(exchange), bcast[exchange]);
       advance();
       Pack<T, VEC> raw[PACKS];
       read_row(buf, raw);
@@ -557,7 +562,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
         }
       });
       group_sum2<TPB>(sums[0], sums[1], smem);
-      cluster_sums<CLUSTER>(sums, xslot(exchange), bcast);
+      cluster_sums<CLUSTER>(sums, xslot(exchange), bcast[exchange]);
       advance();
       const A mu = sums[0] / A(N), var = sums[1] / A(N) - mu * mu;
       // uniform over the cluster (every block holds the same bits): rows whose pivot lies
@@ -839,17 +844,20 @@ struct ExchangeTakesWarpSums<ClusterPushSums<CLUSTER, TPB>> {
 }  // namespace cunorm
 
 // The exchange a wide cluster takes: 0 the fenced ClusterRowSums, 1 ClusterPushSums, 2
-// ClusterPushRowSums. Measured on the H200 with 1024-thread blocks (NOTES "(p8), (p9)
-// outcome"), backward of copy: half precision in clusters of two, (p8) -0.008-+0.09, (p9)
-// -0.065-+0.055; in clusters of three to eight, (p9) +0.057-0.070, (p8) at most +0.027;
-// float32 in clusters of three or four, (p8) -0.06-0.07, (p9) -0.03-+0.002; in clusters of
-// sixteen, (p9) +0.08. CUNORM_WIDE_PUSH_SUMS (0-2) forces one (sweeps); -1 the rule.
+// ClusterPushRowSums. Measured on the H200 with 1024-thread blocks (NOTES "(p8), (p9), (p10)
+// outcome"), backward of copy: half precision in clusters of two, (p8) -0.012-+0.09, (p9)
+// -0.065-+0.055; in clusters of three to eight, (p9) +0.054-0.085 (but -0.008 at six), (p8)
+// at most +0.027; float32 in clusters of three to five level, (p8) -0.06-0.07, (p9) -0.03-
+// +0.002; in clusters of eight to sixteen, (p9) +0.03-0.08. (p8) is not taken: racecheck
+// warns of its shared memory (the staged statistics' reuse is ordered only through its
+// mbarrier, not by a block barrier), so clusters of two keep the fence until that is
+// settled. CUNORM_WIDE_PUSH_SUMS (0-2) forces one (sweeps); -1 the rule.
 #ifndef CUNORM_WIDE_PUSH_SUMS
 #define CUNORM_WIDE_PUSH_SUMS -1
 #endif
 template <typename T, int CLUSTER, int TPB>
 struct WideClusterExchange {
-  static constexpr int kByRule = sizeof(T) == 2 ? (CLUSTER == 2 ? 1 : 2) : (CLUSTER >= 8 ? 2 : 0);
+  static constexpr int kByRule = sizeof(T) == 2 ? (CLUSTER == 2 ? 0 : 2) : (CLUSTER >= 8 ? 2 : 0);
   // (p8)'s slots past 1 KiB (more than 2048 threads a cluster) leave too little of the host's
   // static reserve (four blocks: 240 bytes by ptxas' count, and the H200 refused the launch's
   // shared memory): a forced (p8) takes the rule there
