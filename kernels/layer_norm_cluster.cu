@@ -845,19 +845,22 @@ struct ExchangeTakesWarpSums<ClusterPushSums<CLUSTER, TPB>> {
 
 // The exchange a wide cluster takes: 0 the fenced ClusterRowSums, 1 ClusterPushSums, 2
 // ClusterPushRowSums. Measured on the H200 with 1024-thread blocks (NOTES "(p8), (p9), (p10)
-// outcome"), backward of copy: half precision in clusters of two, (p8) -0.012-+0.09, (p9)
-// -0.065-+0.055; in clusters of three to eight, (p9) +0.054-0.085 (but -0.008 at six), (p8)
-// at most +0.027; float32 in clusters of three to five level, (p8) -0.06-0.07, (p9) -0.03-
-// +0.002; in clusters of eight to sixteen, (p9) +0.03-0.08. (p8) is not taken: racecheck
-// warns of its shared memory (the staged statistics' reuse is ordered only through its
-// mbarrier, not by a block barrier), so clusters of two keep the fence until that is
-// settled. CUNORM_WIDE_PUSH_SUMS (0-2) forces one (sweeps); -1 the rule.
+// outcome"), backward of copy: half precision in clusters of two with parameters in x's
+// dtype, (p9) -0.006 to -0.065, (p8) -0.012 to +0.084; with float32 parameters, (p9) +0.02
+// to +0.055 (LayerNorm bf16 32768 0.576 -> 0.630), (p8) +0.06-0.09; in clusters of three to
+// eight, (p9) +0.054-0.085 (but -0.008 at six), (p8) at most +0.027; float32 in clusters of
+// three to five, (p9) -0.03 to +0.002, (p8) -0.06-0.07; of eight to sixteen, (p9) +0.03-0.08.
+// (p8) is left out: racecheck warns of it (the staged statistics' reuse is ordered only
+// through its mbarrier, since it drops the block barriers a row), so clusters of two with
+// parameters in x's dtype keep the fence until that is settled. CUNORM_WIDE_PUSH_SUMS (0-2)
+// forces one (sweeps); -1 the rule.
 #ifndef CUNORM_WIDE_PUSH_SUMS
 #define CUNORM_WIDE_PUSH_SUMS -1
 #endif
-template <typename T, int CLUSTER, int TPB>
+template <typename T, typename W, int CLUSTER, int TPB>
 struct WideClusterExchange {
-  static constexpr int kByRule = sizeof(T) == 2 ? (CLUSTER == 2 ? 0 : 2) : (CLUSTER >= 8 ? 2 : 0);
+  static constexpr int kByRule =
+      sizeof(T) == 2 ? (CLUSTER > 2 || sizeof(W) == 4 ? 2 : 0) : (CLUSTER >= 8 ? 2 : 0);
   // (p8)'s slots past 1 KiB (more than 2048 threads a cluster) leave too little of the host's
   // static reserve (four blocks: 240 bytes by ptxas' count, and the H200 refused the launch's
   // shared memory): a forced (p8) takes the rule there
@@ -879,7 +882,7 @@ norm_bwd_wide_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const
                       float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N, i64 C) {
   __shared__ float bcast[2];
   const i64 group = blockIdx.x / CLUSTER, groups = gridDim.x / CLUSTER;
-  constexpr int kExchange = WideClusterExchange<T, CLUSTER, TPB>::value;
+  constexpr int kExchange = WideClusterExchange<T, W, CLUSTER, TPB>::value;
   auto rows = [&](auto open_sums, auto&& exchange) {
     wide_bwd_rows<T, W, RMS, DEPTH, COLS, decltype(open_sums)::value, true, TPB>(
         dy, CUNORM_ROWMAP(dym), x, CUNORM_ROWMAP(xm), weight, mean, rstd, dx, dw_part, db_part, M, N,
