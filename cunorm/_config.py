@@ -632,13 +632,21 @@ def wide_cluster_bwd_tile(itemsize: int, n: int, nonportable: bool = False,
 
 def wide_cluster_bwd_configs(itemsize: int, w_itemsize: int | None = None, rms: bool = False) -> list[ClusterConfig]:
     """Every cluster the wide cluster backward may take for these element sizes: the
-    portable sizes of each tile, and the non-portable ones of v99's float32 tile."""
+    portable sizes of each tile (v109's up to the blocks its rows to
+    WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO need), and the non-portable ones of v99's float32
+    tile."""
     narrow = WIDE_CLUSTER_BWD_NARROW.get(itemsize)
     nonportable = [(narrow, c) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES] \
         if narrow is not None and WIDE_CLUSTER_BWD_NONPORTABLE_TO else []
     tiles = wide_cluster_bwd_tiles(itemsize, w_itemsize, rms)
+    half_narrow = WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS if itemsize == 2 else None
+
+    def sizes(t: TileConfig) -> tuple[int, ...]:
+        most = -(-WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO // t.tile) if t == half_narrow else max(WIDE_CLUSTER_BWD_SIZES)
+        return tuple(c for c in WIDE_CLUSTER_BWD_SIZES if c <= most)
+
     return [ClusterConfig(t.vec, t.packs, t.tpr, c)
-            for t, c in [(t, c) for t in tiles for c in WIDE_CLUSTER_BWD_SIZES] + nonportable]
+            for t, c in [(t, c) for t in tiles for c in sizes(t)] + nonportable]
 
 
 def wide_cluster_bwd_from(itemsize: int, rms: bool) -> int:
