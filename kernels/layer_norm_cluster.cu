@@ -23,7 +23,8 @@ using namespace cunorm;
 // warp 0 gets rank r's values in `theirs` (other lanes and threads: zeros). Exchanges
 // alternate two slots, since a block may still be reading the other one of its neighbours.
 // Every thread of every block of the cluster calls it.
-// cluster_publish then cluster_collect; v90 puts a row's work between the two.
+// cluster_publish then cluster_collect; v90 puts a row's work between the two. (CLUSTER is
+// unused here: callers name it as they do for the pushed exchange's publish below.)
 template <int CLUSTER = 0, int K>
 __device__ __forceinline__ void cluster_publish(const float (&mine)[K], float* slot) {
   if (threadIdx.x == 0) {
@@ -48,15 +49,17 @@ __device__ __forceinline__ void cluster_collect(const float* slot, float (&their
 #ifndef CUNORM_CLUSTER_FWD_PUSH
 #define CUNORM_CLUSTER_FWD_PUSH 1
 #endif
-// The same exchange by push: thread 0 sends the block's K values into every
-// rank's mail (this set's [CLUSTER][2] floats of each block), counted on that rank's mbarrier
-// of the set, and the collect waits on its own block's and reads the ranks' values from its
-// own mail: lane r < CLUSTER of warp 0 gets rank r's, as cluster_collect's, so the sums
-// after it keep their bits. No fence (thread 0's compiles to MEMBAR.ALL.GPU and an L1
-// invalidation, NOTES "(p7)") and no cluster barrier. Two sets alternate: every collect the
-// forward makes is followed by a block barrier (the broadcast's) before its next publish, so
-// a rank's push of exchange k + 2 (after it has all of k + 1) finds every rank done reading
-// its mail of k. `parity`: this set's phase, counted by the caller (every thread alike).
+// The same exchange by push: thread 0 sends the block's K values into every rank's mail (this
+// set's [CLUSTER][2] floats of each block), counted on that rank's mbarrier of the set, and
+// the collect waits on its own block's and reads the ranks' values from its own mail: lane
+// r < CLUSTER of warp 0 gets rank r's, as cluster_collect's, so the sums after it keep their
+// bits. No fence (thread 0's compiles to MEMBAR.ALL.GPU and an L1 invalidation, NOTES "(p7)")
+// and no cluster barrier. Two sets alternate: every collect the forward makes is followed by
+// a block barrier (the broadcast's) before its next publish, so a rank's push of exchange
+// k + 2 (after it has all of k + 1) finds every rank done reading its mail of k. What the
+// cluster barrier also ordered inside a block, the broadcast word's reuse, norm_fwd_cluster
+// orders itself (its bcast). `parity`: this set's phase, counted by the caller (every thread
+// alike).
 struct MailSlot {
   float* mail;              // this set's [CLUSTER][2] floats, this block's
   unsigned long long* bar;  // this set's mbarrier, this block's
@@ -208,6 +211,7 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 #ifndef CUNORM_CLUSTER_FWD_PIPE
 #define CUNORM_CLUSTER_FWD_PIPE 1
 #endif
+
 // v105: RMSNorm's weight staged once a block in shared memory after its rows (OwnSlot: half
 // precision in its own packs, float32 as floats), for y to read there instead of loading it
 // from global memory every row: a row's parameters are as many bytes as the row, more than
