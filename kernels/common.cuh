@@ -322,9 +322,10 @@ __device__ __forceinline__ void bulk_copy(void* smem, const void* gmem, unsigned
 #endif
 }
 
-// (p10) K (1 or 2) floats into the shared memory of cluster rank `rank` at this block's
-// `local` address, counted as 4 K bytes against that rank's mbarrier at this block's `bar`
-// address: no fence, the barrier's phase completion makes them visible to its waiters.
+// K (1 or 2) floats into the shared memory of cluster rank `rank` at this block's `local`
+// address, counted as 4 K bytes against that rank's mbarrier at this block's `bar` address:
+// no fence, the barrier's phase completion makes them visible to its waiters (the pushed
+// exchanges of layer_norm_cluster.cu; K = 2 needs `local` 8-byte aligned).
 template <int K>
 __device__ __forceinline__ void push_cluster_values(float* local, unsigned long long* bar, unsigned rank,
                                              const float (&v)[K]) {
@@ -349,20 +350,6 @@ __device__ __forceinline__ void push_cluster_values(float* local, unsigned long 
 __device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
 #if CUNORM_BULK_COPIES
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
-#endif
-}
-
-// (p8) `v` into the shared memory of cluster rank `rank` at this block's `local` address,
-// counted as 8 bytes against that rank's mbarrier at this block's `bar` address: no fence,
-// the barrier's phase completion makes the bytes visible to its waiters.
-__device__ __forceinline__ void push_cluster(float2* local, unsigned long long* bar, unsigned rank, float2 v) {
-#if CUNORM_BULK_COPIES
-  unsigned remote, remote_bar;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_bar) : "r"(shared_address(bar)), "r"(rank));
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(remote),
-               "f"(v.x), "f"(v.y), "r"(remote_bar)
-               : "memory");
 #endif
 }
 

@@ -318,11 +318,13 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   const int limit = N <= c0 ? 0 : int(N - c0 < kSlice ? N - c0 : kSlice);
   const RowMap xmap = CUNORM_ROWMAP(xm);
   const i64 clusters = gridDim.x / CLUSTER, first = blockIdx.x / CLUSTER;
-  int exchange = 0;
+  // exchanges collected so far: the two sets of slots (and of mail, and of bcast) alternate,
+  // so the next exchange's set is exchange & 1 and its mbarrier's phase parity
+  // (exchange >> 1) & 1
+  unsigned exchange = 0;
   constexpr bool kPush = ClusterFwdPush<T, W, VEC, PACKS, TPB, CLUSTER, RMS>::value;
   __shared__ float mail[2][kPush ? CLUSTER : 1][2];  // [set][rank][K]: the ranks' pushed values (p10)
   __shared__ unsigned long long mail_bars[2];
-  unsigned phases = 0;  // bit e: the parity of set e's next phase
   if constexpr (kPush) {
     if (threadIdx.x == 0) {
       mbar_init(mail_bars, 1);  // thread 0's arrival a phase; the pushes' bytes complete it
@@ -330,14 +332,12 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     }
     cluster_barrier();  // every rank's barriers initialised before any push reaches them
   }
-  auto xslot = [&](int e) {  // exchange e's slot (MailSlot) or slots (fenced)
-    if constexpr (kPush) return MailSlot{&mail[e][0][0], mail_bars + e, (phases >> e) & 1u};
+  auto xslot = [&] {  // the next exchange's slot (MailSlot) or slots (fenced)
+    const unsigned e = exchange & 1;
+    if constexpr (kPush) return MailSlot{&mail[e][0][0], mail_bars + e, (exchange >> 1) & 1};
     else return &slots[e][0];
   };
-  auto advance = [&] {  // after an exchange's collect
-    if constexpr (kPush) phases ^= 1u << exchange;
-    exchange ^= 1;
-  };
+  auto xbcast = [&] { return bcast[exchange & 1]; };  // the next exchange's broadcast words
   static_assert(sizeof(Pack<T, VEC>) == 16, "cluster tiles are 16-byte packs (scalar packs take the split path)");
   constexpr int kStage = ClusterFwdStage<T, TPB, RMS>::rows, kSet = PACKS * TPB;
   constexpr bool kOnePass = !RMS && sizeof(T) == 2 && CUNORM_CLUSTER_FWD_ONE_PASS;
@@ -433,15 +433,15 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     if constexpr (RMS) {
       A sum_sq[1] = {q};
       sum_sq[0] = group_sum<TPB>(sum_sq[0], smem);
-      cluster_sums<CLUSTER>(sum_sq, xslot(exchange), bcast[exchange]);
+      cluster_sums<CLUSTER>(sum_sq, xslot(), xbcast());
       var = sum_sq[0] / A(N);
     } else {
       q = group_sum<TPB>(q, smem);
       A m2;
-      cluster_mean_m2<CLUSTER>(slice_sum, q, xslot(exchange), bcast[exchange], N, kSlice, mu, m2);
+      cluster_mean_m2<CLUSTER>(slice_sum, q, xslot(), xbcast(), N, kSlice, mu, m2);
       var = m2 / A(N);
     }
-    advance();
+    ++exchange;
   };
   auto read_row = [&](int b, Pack<T, VEC>(&raw)[PACKS]) {  // this thread's slots of buffer b
 #pragma unroll
@@ -487,7 +487,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     if (first < M) {
       copies_wait<kBufs - 2>();  // row j = 0's copies (this thread's; it reads only its own)
       block_sums(0, pv[0], next);
-      cluster_publish<CLUSTER>(next, xslot(exchange));
+      cluster_publish<CLUSTER>(next, xslot());
     }
     int buf = 0;
     for (i64 row = first; row < M; row += clusters) {  // uniform over the cluster
@@ -500,8 +500,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
         block_sums(after, pv[1], next);
       }
       A tot[K];
-      cluster_collect_sums<CLUSTER>(tot, xslot(exchange), bcast[exchange]);
-      advance();
+      cluster_collect_sums<CLUSTER>(tot, xslot(), xbcast());
+      ++exchange;
       Pack<T, VEC> raw[PACKS];
       read_row(buf, raw);
       A mu = A(0), var;
@@ -522,7 +522,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
           two_pass(raw, pv[0], mu, var);
         }
       }
-      if (more) cluster_publish<CLUSTER>(next, xslot(exchange));
+      if (more) cluster_publish<CLUSTER>(next, xslot());
       if (one_pass) write_y(row, pv[0], mu, rsqrt_acc(var + eps), raw, Flag<!RMS && !kPivot>());
       else write_y(row, pv[0], mu, rsqrt_acc(var + eps), raw, Flag<false>());
 #pragma unroll
@@ -566,8 +566,8 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
         }
       });
       group_sum2<TPB>(sums[0], sums[1], smem);
-      cluster_sums<CLUSTER>(sums, xslot(exchange), bcast[exchange]);
-      advance();
+      cluster_sums<CLUSTER>(sums, xslot(), xbcast());
+      ++exchange;
       const A mu = sums[0] / A(N), var = sums[1] / A(N) - mu * mu;
       // uniform over the cluster (every block holds the same bits): rows whose pivot lies
       // far from their mean, and constant rows, take the two passes below (nothing of this
@@ -772,7 +772,7 @@ struct ClusterPushSums {
     if (threadIdx.x % kWarp == 0) {
       float2* slot = slots + (set * CLUSTER + cluster_rank()) * kWarps + threadIdx.x / kWarp;
 #pragma unroll
-      for (int r = 0; r < CLUSTER; ++r) push_cluster(slot, bars + set, r, make_float2(c1, c2));
+      for (int r = 0; r < CLUSTER; ++r) push_cluster_values(&slot->x, bars + set, r, {c1, c2});
     }
   }
   __device__ __forceinline__ void collect(float& c1, float& c2) {
@@ -817,7 +817,7 @@ struct ClusterPushRowSums {
       mbar_arrive_expect(bars + set, CLUSTER * sizeof(float2));
 #pragma unroll
       for (int r = 0; r < CLUSTER; ++r)
-        push_cluster(slots + set * CLUSTER + cluster_rank(), bars + set, r, make_float2(c1, c2));
+        push_cluster_values(&slots[set * CLUSTER + cluster_rank()].x, bars + set, r, {c1, c2});
     }
   }
   __device__ __forceinline__ void collect(float& c1, float& c2) {
