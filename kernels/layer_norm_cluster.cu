@@ -66,7 +66,7 @@ struct MailSlot {
   unsigned parity;
 };
 template <int CLUSTER, int K>
-__device__ __forceinline__ void cluster_publish_push(const float (&mine)[K], MailSlot slot) {
+__device__ __forceinline__ void cluster_publish(const float (&mine)[K], MailSlot slot) {
   if (threadIdx.x == 0) {
     mbar_arrive_expect(slot.bar, CLUSTER * K * sizeof(float));
 #pragma unroll
@@ -80,10 +80,6 @@ __device__ __forceinline__ void cluster_collect(MailSlot slot, float (&theirs)[K
   mbar_wait(slot.bar, slot.parity);
 #pragma unroll
   for (int k = 0; k < K; ++k) theirs[k] = threadIdx.x < CLUSTER ? slot.mail[2 * threadIdx.x + k] : 0.0f;
-}
-template <int CLUSTER, int K>
-__device__ __forceinline__ void cluster_publish(const float (&mine)[K], MailSlot slot) {
-  cluster_publish_push<CLUSTER>(mine, slot);
 }
 
 template <int CLUSTER, int K, typename Slot>
@@ -884,7 +880,6 @@ norm_bwd_wide_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const
                       CUNORM_ROWMAP_PARAMS(xm), const W* __restrict__ weight, const float* __restrict__ mean,
                       const float* __restrict__ rstd, const float* __restrict__ row_sums, T* __restrict__ dx,
                       float* __restrict__ dw_part, float* __restrict__ db_part, i64 M, i64 N, i64 C) {
-  __shared__ float bcast[2];
   const i64 group = blockIdx.x / CLUSTER, groups = gridDim.x / CLUSTER;
   constexpr int kExchange = WideClusterExchange<T, W, CLUSTER, TPB>::value;
   auto rows = [&](auto open_sums, auto&& exchange) {
@@ -894,6 +889,7 @@ norm_bwd_wide_cluster(const T* __restrict__ dy, CUNORM_ROWMAP_PARAMS(dym), const
   };
   if constexpr (kExchange == 0) {
     __shared__ float slots[2][2];  // [exchange][sum w*dy, sum w*dy*xhat]
+    __shared__ float bcast[2];
     rows(Flag<bool(CUNORM_WIDE_CLUSTER_OPEN_SUMS)>(), ClusterRowSums<CLUSTER>{&slots[0][0], bcast});
   } else {
     typedef typename Select<kExchange == 1, ClusterPushSums<CLUSTER, TPB>, ClusterPushRowSums<CLUSTER>>::type Push;
