@@ -173,11 +173,21 @@ def stats(name: str, s, x, nd: int) -> None:
         raise TypeError(f"{name}: dtype {s.dtype} must be {want} for x of dtype {x.dtype}")
 
 
+def default_rms_eps(dtype) -> float:
+    """RMSNorm's eps when none is given, as torch computes it: the machine epsilon of the
+    computation dtype (float32 for float16, bfloat16 and float32 inputs, float64 for float64),
+    not of the input's own dtype, whatever torch.nn.functional.rms_norm's docstring says
+    (aten's rms_norm takes numeric_limits<opmath_type>::epsilon(); its decomposition
+    finfo(float32).eps): for bfloat16 that is 1.19e-7, not 7.8e-3."""
+    return float(numpy.finfo(acc_dtype(numpy.dtype(dtype))).eps)
+
+
 def eps(value, dtype, *, default_to_finfo: bool = False) -> float:
+    """A valid eps; ``None`` with ``default_to_finfo`` is RMSNorm's default (default_rms_eps)."""
     if type(value) is float and 0.0 < value < math.inf:  # the common case, without ABC checks
         return value
     if value is None and default_to_finfo:
-        return float(ml_finfo(dtype).eps)
+        return default_rms_eps(dtype)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"eps: expected a real number, got {type(value).__name__}")
     value = float(value)

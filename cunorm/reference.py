@@ -55,11 +55,12 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, return
 def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, return_stats=False, residual=None, weight_offset=0.0):
     """y = h * rstd * (weight + weight_offset), rstd = 1 / sqrt(mean(h^2) + eps), h as in
     layer_norm; y, (y, h) with a residual, rstd appended with ``return_stats``. ``eps=None``
-    means finfo(x.dtype).eps, as torch.nn.functional.rms_norm."""
+    means the computation dtype's machine epsilon (float32's for half and float32 x, float64's
+    for float64), as torch.nn.functional.rms_norm computes it."""
     if eps is None:
-        from ._checks import ml_finfo
+        from ._checks import default_rms_eps
 
-        eps = float(ml_finfo(numpy.asarray(x).dtype).eps)
+        eps = default_rms_eps(numpy.asarray(x).dtype)
     out = layer_norm(x, weight, None, eps, normalized_ndim=normalized_ndim, return_stats=True, residual=residual,
                      weight_offset=weight_offset, _rms=True)
     out = out[:-2] + out[-1:] if return_stats else out[:-2]

@@ -125,6 +125,15 @@ def test_cpu_bfloat16_and_mixed_parameters(cpu):
     _check_values_and_grads(x, w.astype(jnp.bfloat16), b, dy, "layer_norm", 6)
 
 
+def test_cpu_rms_norm_default_eps_is_float32s_for_half_x(cpu):
+    # as torch's rms_norm: the computation dtype's epsilon (bfloat16's own, 7.8e-3, would
+    # swamp these rows' mean square of 1e-6)
+    x = (1e-3 * jax.random.normal(jax.random.key(7), (4, 64))).astype(jnp.bfloat16)
+    got = numpy.asarray(cj.rms_norm(x).astype(jnp.float32))
+    want = numpy.asarray(_jnp_rms_norm(x, None, float(jnp.finfo(jnp.float32).eps)).astype(jnp.float32))
+    assert_close("y", got, want, *tol(BFLOAT16))
+
+
 def test_cpu_normalized_ndim_2_and_empty(cpu):
     x, _, _, _ = _inputs((3, 4, 8), jnp.float32)
     w = jnp.ones((4, 8))

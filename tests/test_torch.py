@@ -146,6 +146,25 @@ def test_cpu_compile_fullgraph_forward_and_backward():
     assert x.grad is not None and model[1].weight.grad is not None
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64],
+                         ids=["fp16", "bf16", "fp32", "fp64"])
+def test_cpu_rms_norm_default_eps_is_torchs(dtype):
+    """eps=None (torch.nn.RMSNorm's default) must be torch's own: the computation dtype's
+    epsilon, float32's for half inputs. Rows whose mean square (1e-6) is far under bfloat16's
+    own epsilon (7.8e-3) show any other choice as an O(1) error in y."""
+    x = (1e-3 * torch.randn(4, 64, dtype=torch.float64)).to(dtype)
+    w = torch.rand(64, dtype=dtype) + 0.5
+    want = F.rms_norm(x, (64,), w)
+    torch.testing.assert_close(ct.rms_norm(x, (64,), w), want)
+    torch.testing.assert_close(ct.RMSNorm(64, dtype=dtype)(x), torch.nn.RMSNorm(64, dtype=dtype)(x))
+    # the CuPy / NumPy API's default, on the host
+    import cunorm
+
+    got = cunorm.rms_norm(ct._cpu._numpy_view(x), ct._cpu._numpy_view(w))
+    torch.testing.assert_close(torch.from_numpy(numpy.asarray(got, dtype=numpy.float64)), want.double(),
+                               **({} if dtype == torch.float64 else {"atol": 1e-2, "rtol": 1e-2}))
+
+
 def test_cpu_bf16_round_trip():
     x = torch.randn(4, 16, dtype=torch.bfloat16)
     w = torch.rand(16, dtype=torch.float32)
@@ -178,7 +197,9 @@ def _reference_grads(op, x, params, dy):
     """torch's own op in float64 on upcast copies: (y, grads of x and params)."""
     x64 = x.detach().double().requires_grad_()
     p64 = [None if p is None else p.detach().double().requires_grad_(p.requires_grad) for p in params]
-    kwargs = {"eps": torch.finfo(x.dtype).eps} if op == "rms_norm" else {}
+    # torch's default for x's own dtype (its computation dtype's epsilon), not float64's
+    kwargs = {"eps": torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps} \
+        if op == "rms_norm" else {}
     y = getattr(F, op)(x64, x.shape[-1:], *p64, **kwargs)
     y.backward(dy.double())
     return y, [t.grad for t in (x64, *p64)]

@@ -25,6 +25,12 @@ def _call(op, x, w, b=None, **kw):
     return ct.layer_norm(x, (n,), w, b, **kw) if op == "layer_norm" else ct.rms_norm(x, (n,), w, **kw)
 
 
+def _default_rms_eps(dtype) -> float:
+    """torch.nn.functional.rms_norm's eps=None for x of this dtype: its computation dtype's
+    epsilon (float32's for half inputs)."""
+    return torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).eps
+
+
 def _composition(op, x, r, w, b, offset, eps=None, h_dtype=None):
     """torch's unfused ops in float64: (y, h). With h_dtype, h is rounded to it as stored (the
     gradient passes the rounding unchanged), so dweight sees the h the backward reads."""
@@ -35,7 +41,7 @@ def _composition(op, x, r, w, b, offset, eps=None, h_dtype=None):
     w64 = None if w is None else w.double() + offset
     if op == "layer_norm":
         return F.layer_norm(h, (n,), w64, None if b is None else b.double()), h
-    return F.rms_norm(h, (n,), w64, torch.finfo(x.dtype).eps if eps is None else eps), h
+    return F.rms_norm(h, (n,), w64, _default_rms_eps(x.dtype) if eps is None else eps), h
 
 
 # ---- CPU wiring -------------------------------------------------------------------------------
@@ -207,7 +213,7 @@ def test_gpu_residual_forward_and_backward(op, dtype, shape, h_dtype):
     leaves = [t for t in (x, r, w, b) if t is not None]
     ref = [t.detach().double().requires_grad_() for t in leaves]
     y64, h64 = _composition(op, ref[0], ref[1], ref[2], ref[3] if b is not None else None, 1.0,
-                            eps=torch.finfo(dtype).eps, h_dtype=h.dtype)
+                            eps=_default_rms_eps(dtype), h_dtype=h.dtype)
     torch.autograd.backward((y64, h64), (dy.double(), dh.double()))
     assert_close("y", y.detach(), y64.detach().cpu().numpy(), *tol(_np(dtype)))
     assert_close("h", h.detach(), h64.detach().cpu().numpy(), *tol(_np(h.dtype)))
@@ -236,7 +242,7 @@ def test_gpu_fp8_output(op, fp8, n):
     w = torch.rand(n, device="cuda")
     q, amax = _call(op, x, w, out_dtype=fp8, out_scale=8.0, return_amax=True)
     assert q.dtype == fp8 and q.device == x.device
-    y64, _ = _composition(op, x, None, w, None, 0.0, eps=torch.finfo(x.dtype).eps)
+    y64, _ = _composition(op, x, None, w, None, 0.0, eps=_default_rms_eps(x.dtype))
     want, amax_ref = reference.quantize(y64.cpu().numpy(), FP8[fp8], 8.0)
     got = q.float().cpu().numpy().astype(numpy.float64)
     bad = numpy.abs(got - want) > fp8_step(want, FP8[fp8]) * 1.001

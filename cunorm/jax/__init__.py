@@ -85,7 +85,8 @@ layer_norm.__doc__ = ("""Layer normalization over the last ``normalized_ndim`` a
     ``weight``/``bias`` of shape ``x.shape[-normalized_ndim:]``, any float dtype. Returns y
     with x's shape and dtype.""" + _FUSED_DOC)
 rms_norm.__doc__ = ("""RMS normalization over the last ``normalized_ndim`` axes of ``x``; ``eps=None`` is
-    the machine epsilon of x's dtype (as ``torch.nn.functional.rms_norm``).""" + _FUSED_DOC)
+    the machine epsilon of the computation dtype, float32's for half and float32 x, float64's for
+    float64 (as ``torch.nn.functional.rms_norm`` computes it).""" + _FUSED_DOC)
 
 
 def _apply(x, weight, bias, eps: float, nd: int, rms: bool):

@@ -8,8 +8,9 @@ from . import _fused_api, _row_norm_cupy
 def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, return_stats=False, residual=None, residual_dtype=None,
              weight_offset=0.0, out_dtype=None, out_scale=None, return_amax=False):
     """RMS normalization over the last ``normalized_ndim`` axes: ``x * rstd * weight`` with
-    ``rstd = 1 / sqrt(mean(x**2) + eps)``; ``eps=None`` means ``finfo(x.dtype).eps`` as in
-    ``torch.nn.functional.rms_norm``. Returns ``y`` or ``(y, rstd)`` with ``return_stats``
+    ``rstd = 1 / sqrt(mean(x**2) + eps)``; ``eps=None`` means the computation dtype's
+    machine epsilon (float32's for half and float32 ``x``, float64's for float64), as
+    ``torch.nn.functional.rms_norm`` computes it. Returns ``y`` or ``(y, rstd)`` with ``return_stats``
     (one float32 value per row, float64 for float64 ``x``). Layout rules and the fused
     options (``residual``, ``residual_dtype``, ``weight_offset``, ``out_dtype``,
     ``out_scale``, ``return_amax``; outputs y, h, rstd, amax) as :func:`cunorm.layer_norm`.

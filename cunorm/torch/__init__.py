@@ -44,13 +44,15 @@ def _normalized_ndim(input, normalized_shape) -> int:
     return nd
 
 
-_FINFO_EPS = {d: torch.finfo(d).eps for d in _NUMPY_DTYPE}
+# float64 inputs compute in float64, the others in float32 (_checks.default_rms_eps)
+_DEFAULT_EPS = {d: torch.finfo(torch.float64 if d == torch.float64 else torch.float32).eps for d in _NUMPY_DTYPE}
 
 
 def _default_eps(dtype: torch.dtype) -> float:
-    """torch.nn.functional.rms_norm's default eps: the input dtype's machine epsilon."""
+    """torch.nn.functional.rms_norm's default eps: the computation dtype's machine epsilon
+    (float32's for half inputs: 1.19e-7, where the input's own would be 7.8e-3 for bfloat16)."""
     try:
-        return _FINFO_EPS[dtype]
+        return _DEFAULT_EPS[dtype]
     except KeyError:
         raise TypeError(f"input: dtype {dtype} is not supported (float16, bfloat16, float32, float64)") from None
 
@@ -193,7 +195,8 @@ def rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optio
 
 layer_norm.__doc__ = "``torch.nn.functional.layer_norm`` on cunorm's kernels (same signature)." + _FUSED_DOC
 rms_norm.__doc__ = ("``torch.nn.functional.rms_norm`` on cunorm's kernels (same signature; ``eps=None`` is "
-                    "``torch.finfo(input.dtype).eps``)." + _FUSED_DOC)
+                    "torch's own default, the machine epsilon of the computation dtype: float32's for half "
+                    "and float32 inputs, float64's for float64)." + _FUSED_DOC)
 
 
 # ---- modules ------------------------------------------------------------------------------
