@@ -131,3 +131,49 @@ def test_optax_training_loop_matches_flax(device):
         ours, flax_losses = runs
         numpy.testing.assert_allclose(ours, flax_losses, rtol=1e-3)
         assert ours[-1] < ours[0], "the loop should learn"
+
+
+# ---- BatchNorm ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("axis,shape", [(-1, (8, 5, 5, 6)), (1, (8, 6, 5, 5)), (-1, (16, 6))],
+                         ids=["nhwc", "nchw", "nc"])
+def test_batch_norm_trains_and_evaluates_as_flax(device, axis, shape):
+    """Three training steps (values, running mean and var as Flax updates them), then eval
+    and the parameters' gradients, against flax.nnx.BatchNorm from the same state."""
+    with jax.default_device(_device(device)):
+        ours, theirs = (cls(6, axis=axis, momentum=0.9, rngs=nnx.Rngs(0)) for cls in (cnnx.BatchNorm, nnx.BatchNorm))
+        assert isinstance(ours, nnx.BatchNorm)
+        state = jax.tree.map(lambda p: p + 0.1 * jax.random.normal(jax.random.key(2), p.shape, p.dtype),
+                             nnx.state(theirs, nnx.Param))
+        nnx.update(theirs, state)
+        nnx.update(ours, state)
+        for step in range(3):
+            x = 2 * jax.random.normal(jax.random.key(step), shape) + 1
+            assert_close(f"y, step {step}", ours(x), theirs(x), 1e-5, 1e-5)
+            assert_close("mean", ours.mean[...], theirs.mean[...], 1e-5, 1e-6)
+            assert_close("var", ours.var[...], theirs.var[...], 1e-5, 1e-6)
+        assert_close("eval y", ours(x, use_running_average=True), theirs(x, use_running_average=True), 1e-5, 1e-5)
+        g_ours, g_theirs = (nnx.grad(lambda m: (m(x) ** 2).sum())(m) for m in (ours, theirs))
+        for a, b in zip(jax.tree.leaves(g_ours), jax.tree.leaves(g_theirs)):
+            assert_close("grad", a, b, 1e-4, 1e-3)
+
+
+def test_batch_norm_default_configuration_runs_cunorm(monkeypatch):
+    calls = []
+    real = cnnx._batch_norm
+    monkeypatch.setattr(cnnx, "_batch_norm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with jax.default_device(jax.devices("cpu")[0]):
+        cnnx.BatchNorm(4, rngs=nnx.Rngs(0))(jnp.arange(24.0).reshape(6, 4))
+    assert calls == [1]
+
+
+def test_batch_norm_configurations_the_kernels_do_not_serve_run_flax():
+    # a feature axis other than 1 or -1 and masks are Flax's own path, unchanged
+    with jax.default_device(jax.devices("cpu")[0]):
+        x = jax.random.normal(jax.random.key(0), (4, 3, 5, 6))
+        ours, theirs = (cls(5, axis=2, rngs=nnx.Rngs(0)) for cls in (cnnx.BatchNorm, nnx.BatchNorm))
+        assert_close("y, axis 2", ours(x), theirs(x), 0, 0)
+        ours, theirs = (cls(6, rngs=nnx.Rngs(0)) for cls in (cnnx.BatchNorm, nnx.BatchNorm))
+        mask = jnp.broadcast_to((jnp.arange(4) < 3)[:, None, None, None], x.shape)
+        assert_close("y, masked", ours(x, mask=mask), theirs(x, mask=mask), 0, 0)

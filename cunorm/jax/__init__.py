@@ -1,5 +1,5 @@
-"""JAX adapter: LayerNorm and RMSNorm on cunorm's kernels, inside ``jax.jit``, ``jax.grad``
-and ``jax.vmap``.
+"""JAX adapter: LayerNorm, RMSNorm and BatchNorm on cunorm's kernels, inside ``jax.jit``,
+``jax.grad`` and ``jax.vmap``.
 
     import cunorm.jax as cj
     y = cj.layer_norm(x, weight, bias)            # eager or under jit
@@ -23,19 +23,10 @@ import numpy
 from .. import _checks
 from ..ops import _row_norm
 from . import _callbacks, _fused
+from ._args import as_array
+from ._batch_norm import batch_norm
 
-__all__ = ["layer_norm", "rms_norm"]
-
-
-def _as_array(name: str, a):
-    if a is None:
-        return None
-    if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-        try:
-            a = jnp.asarray(a)
-        except TypeError:
-            raise TypeError(f"{name}: expected a JAX array, got {type(a).__name__}") from None
-    return a
+__all__ = ["batch_norm", "layer_norm", "rms_norm"]
 
 
 def _acc(dtype) -> numpy.dtype:
@@ -54,13 +45,13 @@ _FUSED_DOC = """
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, residual=None, residual_dtype=None,
                weight_offset=0.0, out_dtype=None, out_scale=None, return_amax=False):
-    x, weight, bias = _as_array("x", x), _as_array("weight", weight), _as_array("bias", bias)
+    x, weight, bias = as_array("x", x), as_array("weight", weight), as_array("bias", bias)
     _checks.float_dtype("x", x)
     nd = _checks.normalized_ndim(x, normalized_ndim)
     _checks.param("weight", weight, x, nd)
     _checks.param("bias", bias, x, nd)
     eps = _checks.eps(eps, x.dtype)
-    opts = _fused.options(x, weight, _as_array("residual", residual), residual_dtype, weight_offset, out_dtype,
+    opts = _fused.options(x, weight, as_array("residual", residual), residual_dtype, weight_offset, out_dtype,
                           out_scale, return_amax)
     if opts is not None:
         return _fused.apply(lambda h, w, b: _apply(h, w, b, eps, nd, False), x, weight, bias, opts, eps, nd, False)
@@ -69,12 +60,12 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, normalized_ndim=1, residu
 
 def rms_norm(x, weight=None, eps=None, *, normalized_ndim=1, residual=None, residual_dtype=None, weight_offset=0.0,
              out_dtype=None, out_scale=None, return_amax=False):
-    x, weight = _as_array("x", x), _as_array("weight", weight)
+    x, weight = as_array("x", x), as_array("weight", weight)
     _checks.float_dtype("x", x)
     nd = _checks.normalized_ndim(x, normalized_ndim)
     _checks.param("weight", weight, x, nd)
     eps = _checks.eps(eps, x.dtype, default_to_finfo=True)
-    opts = _fused.options(x, weight, _as_array("residual", residual), residual_dtype, weight_offset, out_dtype,
+    opts = _fused.options(x, weight, as_array("residual", residual), residual_dtype, weight_offset, out_dtype,
                           out_scale, return_amax)
     if opts is not None:
         return _fused.apply(lambda h, w, b: _apply(h, w, None, eps, nd, True), x, weight, None, opts, eps, nd, True)

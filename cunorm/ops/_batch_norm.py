@@ -529,6 +529,23 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
                    scalar_bits(param, p.acc))
 
 
+def forward_scratch(p: Plan, training: bool, act: int, param: float, rdtype, device: int, residual: bool) -> list:
+    """The (shape, dtype) of each ``alloc`` forward makes with this plan, in order, for a
+    frontend that must size its scratch beforehand (JAX): the first pass's partials."""
+    if not training or p.staged:
+        return []
+    q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, residual)
+    return [((p.lay.C, p.stats.chunks if p.stats else q.first_chunks, 2), p.acc)]
+
+
+def backward_scratch(p: Plan, training: bool, act: int, param: float, device: int, residual_grad: bool) -> list:
+    """backward's ``alloc`` calls, as forward_scratch: the partials, then coef."""
+    if p.staged_bwd:
+        return []
+    q = _passes(p, True, training, act, param, "", device, residual_grad)
+    return [((p.lay.C, (p.sums.chunks if p.sums else q.first_chunks) + 1, 2), p.acc)]
+
+
 def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int, running_var: int, rdtype,
             mean: int, rstd: int, training: bool, factor: float, eps: float, act: int, param: float, alloc,
             stream: int, device: int) -> None:

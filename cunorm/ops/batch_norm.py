@@ -3,6 +3,7 @@ kernels) and NumPy arrays (the float64 reference on the CPU)."""
 from __future__ import annotations
 
 import numbers
+from typing import NamedTuple
 
 import numpy
 
@@ -53,6 +54,39 @@ def batch_norm(x, weight=None, bias=None, running_mean=None, running_var=None, *
     """
     kind = _checks.backend(x=x, weight=weight, bias=bias, running_mean=running_mean, running_var=running_var,
                            residual=residual)
+    axis, act, param, eps, factor = checked_forward(x, weight, bias, running_mean, running_var, training, momentum,
+                                                    eps, residual, activation, activation_param, channel_axis,
+                                                    num_batches_tracked)
+    if training and (running_mean is not None or running_var is not None):
+        _checks.updated_in_place(dict(running_mean=running_mean, running_var=running_var),
+                                 dict(x=x, weight=weight, bias=bias, residual=residual))
+    if kind == "numpy":
+        y, mean, rstd = reference.batch_norm(
+            x, weight, bias, running_mean, running_var, training=training, momentum=factor if training else momentum,
+            eps=eps, residual=residual, activation=activation, activation_param=param, channel_axis=axis,
+            return_stats=True)
+        acc = _checks.acc_dtype(x.dtype)
+        y, mean, rstd = y.astype(x.dtype), mean.astype(acc), rstd.astype(acc)
+    else:
+        from . import _batch_norm_cupy
+
+        y, mean, rstd = _batch_norm_cupy.forward(x, weight, bias, running_mean, running_var, training, factor, eps,
+                                                 residual, act, param, axis)
+    return (y, mean, rstd) if return_stats else y
+
+
+class Checked(NamedTuple):
+    axis: int  # the channel axis, in [0, ndim)
+    act: int  # the kernels' activation id
+    param: float  # the activation's parameter
+    eps: float
+    factor: float  # the running statistics' update factor; 0 where none are updated
+
+
+def checked_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, residual, activation,
+                    activation_param, channel_axis, num_batches_tracked) -> Checked:
+    """batch_norm's arguments checked (each error names its argument), for every frontend
+    (CuPy / NumPy here, JAX): anything with shape and dtype."""
     _check_x("x", x)
     axis = _channel_axis(x, channel_axis)
     channels = x.shape[axis]
@@ -71,24 +105,10 @@ def batch_norm(x, weight=None, bias=None, running_mean=None, running_var=None, *
             raise ValueError(f"x: expected more than 1 value per channel when training, got shape {tuple(x.shape)}")
         if running_mean is not None or running_var is not None:
             factor = _factor(momentum, num_batches_tracked)
-            _checks.updated_in_place(dict(running_mean=running_mean, running_var=running_var),
-                                     dict(x=x, weight=weight, bias=bias, residual=residual))
     elif running_mean is None or running_var is None:
         raise ValueError("running_mean: eval (training=False) normalizes with the running statistics; "
                          "running_mean and running_var are required")
-    if kind == "numpy":
-        y, mean, rstd = reference.batch_norm(
-            x, weight, bias, running_mean, running_var, training=training, momentum=factor if training else momentum,
-            eps=eps, residual=residual, activation=activation, activation_param=param, channel_axis=axis,
-            return_stats=True)
-        acc = _checks.acc_dtype(x.dtype)
-        y, mean, rstd = y.astype(x.dtype), mean.astype(acc), rstd.astype(acc)
-    else:
-        from . import _batch_norm_cupy
-
-        y, mean, rstd = _batch_norm_cupy.forward(x, weight, bias, running_mean, running_var, training, factor, eps,
-                                                 residual, act, param, axis)
-    return (y, mean, rstd) if return_stats else y
+    return Checked(axis, act, param, eps, factor)
 
 
 def _factor(momentum, num_batches_tracked) -> float:
