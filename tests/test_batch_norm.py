@@ -894,3 +894,41 @@ def test_gpu_channels_last_passes_on_their_own_grids(rng, fresh_plans, activatio
     assert q.slices[0][1][0] == _batch_norm._cl_chunks(p, q.apply, dev)[0]
     assert q.first_chunks * p.grid_y <= _batch_norm.blocks_per_sm(q.first, _batch_norm.BLOCK) * \
         _batch_norm.sm_count(dev)
+
+
+# ---- the scratch a frontend sizes beforehand (JAX) -------------------------------------------
+
+@pytest.mark.parametrize("shape,axis", [((32, 256, 56, 56), 1), ((64, 1024, 14, 14), 1), ((256, 2048, 7, 7), 1),
+                                        ((8, 7, 13, 9), 1), ((4, 9, 11, 24), -1), ((64, 14, 14, 1024), -1),
+                                        ((33, 5), 1)])
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float32)], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_scratch_lists_are_the_allocations(fresh_plans, monkeypatch, shape, axis, dtype, training):
+    """forward_scratch / backward_scratch list exactly the alloc calls forward / backward make
+    (JAX hands out scratch sized from them at trace time): the launches stubbed, every path
+    the H200 planner takes for these shapes (staged, flat, per-channel, channels last)."""
+    for name in ("launch", "launch_cluster", "allow_smem", "make_current"):
+        monkeypatch.setattr(_batch_norm, name, lambda *a, **k: None)
+    monkeypatch.setattr(_batch_norm, "function_ptr", lambda *a: 1)
+    monkeypatch.setattr(_batch_norm, "blocks_per_sm", lambda *a: 4)
+    with _sm_count(132):
+        lay = _batch_norm.dense_layout(shape, contiguous_strides(shape), axis % len(shape))
+        p = _batch_norm.plan(lay, dtype, numpy.dtype(numpy.float32), 0, 0)
+        for residual in (False, True):
+            made = []
+
+            def alloc(shape, dt):
+                made.append((tuple(shape), numpy.dtype(dt)))
+                return 256 * (len(made) + 1)
+
+            _batch_norm.forward(p, 256, 512 if residual else 0, 768, 1024, 1280, 1536, 1792, numpy.float32, 2048,
+                                2304, training, 0.1, 1e-5, 1, 0.0, alloc, 0, 0)
+            listed = [(tuple(s), numpy.dtype(d)) for s, d in
+                      _batch_norm.forward_scratch(p, training, 1, 0.0, numpy.float32, 0, residual)]
+            assert made == listed, "forward"
+            made.clear()
+            _batch_norm.backward(p, 256, 512, 768 if residual else 0, 1024, 1280 if residual else 0, 1536, 1792,
+                                 2048, 2304, 2560, 2816, training, 1, 0.0, alloc, 0, 0)
+            listed = [(tuple(s), numpy.dtype(d)) for s, d in
+                      _batch_norm.backward_scratch(p, training, 1, 0.0, 0, residual)]
+            assert made == listed, "backward"
