@@ -80,7 +80,7 @@ class Checked(NamedTuple):
     act: int  # the kernels' activation id
     param: float  # the activation's parameter
     eps: float
-    factor: float  # the running statistics' update factor; 0 where none are updated
+    factor: float  # the running statistics' update factor (0 without them in training, and in eval)
 
 
 def checked_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, residual, activation,
