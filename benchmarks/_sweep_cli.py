@@ -42,13 +42,13 @@ def rebuild_row_norms(options) -> None:
 def rebuild_batch_norm(options) -> None:
     """rebuild_row_norms for the BatchNorm kernels: these NVRTC options, the loaded modules
     dropped and every BatchNorm cache that holds a kernel pointer or a plan sized by one
-    cleared (plan, _passes, _staged_kernel)."""
+    cleared (plan, _passes, _staged_kernel, _staged_cl_kernel)."""
     from cunorm import _compile
     from cunorm.ops import _batch_norm
 
     _compile.COMPILE_OPTIONS = tuple(options)
     _compile.drop_modules()
-    for cache in (_batch_norm.plan, _batch_norm._passes, _batch_norm._staged_kernel):
+    for cache in (_batch_norm.plan, _batch_norm._passes, _batch_norm._staged_kernel, _batch_norm._staged_cl_kernel):
         cache.cache_clear()
 
 

@@ -3,7 +3,8 @@ passes against the per-channel ones, their piece length and register bound, the 
 pass's own in-flight bytes and the block size, bn_stats_flat's settings, against the defaults. Kernel time
 (_bench.queued_time_ms), training forward and backward, fractions of copy.
 
-    [BN_SWEEP_SHAPES=NxCxHxW,...] python benchmarks/sweep_bn_variants.py [--json out.json] [--variants a,b]
+    [BN_SWEEP_SHAPES=NxCxHxW,...] [BN_SWEEP_LAYOUTS=nhwc] python benchmarks/sweep_bn_variants.py \
+        [--json out.json] [--variants a,b]
 """
 from __future__ import annotations
 
@@ -58,14 +59,28 @@ VARIANTS = {
     "one_cl_grid": ((), 256, {"CL_GRID_FITS": False}),
     # v82: the channels-last sums pass's 64 in-flight bytes (the default) against the shared 32
     "sums_cl_inflight_32": (("-DCUNORM_BN_SUMS_CL_INFLIGHT_BYTES=32",), 256, {}),
+    # BatchNorm v23: the sums passes' cp.async ring, 8 slots (the default; the backward sums
+    # 4), 4 (2), and off (the walks' packs in registers, as before)
+    "cl_ring_4": (("-DCUNORM_BN_CL_RING=4",), 256, {}),
+    "cl_ring_off": (("-DCUNORM_BN_CL_RING=0",), 256, {}),
     # BatchNorm v19: the half-precision channels-last backward apply with x's mean folded
     # into a constant (the default) against x - mean an element
     "bwd_cl_no_fold": (("-DCUNORM_BN_BWD_FOLD_MEAN=0",), 256, {}),
+    # BatchNorm v21: channels-last stages (the default) against the passes, one block an SM
+    # (wider spans), narrower spans, the forward staged alone
+    "staged_cl_off": ((), 256, {"USE_STAGED_CL": False, "USE_STAGED_CL_BWD": False}),
+    "staged_cl_forward_only": ((), 256, {"USE_STAGED_CL_BWD": False}),
+    "staged_cl_resident_1": ((), 256, {"STAGED_CL_MIN_RESIDENT": 1}),
+    "staged_cl_spans_64": ((), 256, {"STAGED_CL_SPANS": (64, 32, 16)}),
+    "staged_cl_spans_32": ((), 256, {"STAGED_CL_SPANS": (32, 16)}),
+    # BatchNorm v22: the NCHW staged walks' words read through a reference (narrow loads)
+    "staged_narrow_loads": (("-DCUNORM_BN_STAGED_WORD_LOADS=0",), 256, {}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
                  "USE_STAGED", "USE_STAGED_BWD", "STAGED_MIN_RESIDENT", "STAGED_PREFER_WIDE", "STAGED_MIN_WORD",
-                 "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL", "CL_GRID_FITS")
+                 "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL", "CL_GRID_FITS", "USE_STAGED_CL",
+                 "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS")
 
 
 def _use(options, block: int, settings: dict) -> None:
@@ -81,6 +96,12 @@ def _shapes() -> tuple:
     return tuple(tuple(int(d) for d in s.split("x")) for s in given.split(",")) if given else SHAPES
 
 
+def _layouts() -> tuple:
+    """(False, True): NCHW and NHWC, or BN_SWEEP_LAYOUTS's (``nchw``, ``nhwc`` or both)."""
+    given = os.environ.get("BN_SWEEP_LAYOUTS", "nchw,nhwc").split(",")
+    return tuple(cl for cl, name in ((False, "nchw"), (True, "nhwc")) if name in given)
+
+
 def sweep(log=print, names=None) -> list[dict]:
     defaults = (_compile.COMPILE_OPTIONS, _batch_norm.BLOCK, {k: getattr(_batch_norm, k) for k in HOST_SETTINGS})
     copy = _bench.copy_gbps()
@@ -92,7 +113,7 @@ def sweep(log=print, names=None) -> list[dict]:
             _use(options, block, {**defaults[2], **settings})
             for shape in _shapes():
                 for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
-                    for cl in (False, True):
+                    for cl in _layouts():
                         f, b = _case(shape, dtype, cl)
                         row = {"variant": name, "shape": list(shape), "dtype": dtype.name,
                                "layout": "nhwc" if cl else "nchw", "fwd_of_copy": round(f / copy, 3),

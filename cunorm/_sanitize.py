@@ -72,12 +72,16 @@ def run(log=print) -> int:
                                    dx_dtype=x.dtype, residual_dtype=numpy.float32)
         cunorm.rms_norm(x, w, out_dtype=ml_dtypes.float8_e4m3fn, out_scale=4.0, return_amax=True)
         calls += 3
-    # BatchNorm, NCHW and channels last through the passes, then the staged kernels (float32
-    # one channel a stage; bf16 two, the last stage one; float32 forward stages over clusters
-    # of 2 blocks, 6 + 5 images, on sm_90), training forward and backward
-    for shape, axis, dt in (((4, 24, 9, 11), 1, numpy.float32), ((4, 9, 11, 24), -1, numpy.float32),
+    # BatchNorm, NCHW and channels last through the passes (22 float32 channels: positions
+    # off 16 bytes), then the staged kernels (float32 one channel a stage; bf16 two, the last
+    # stage one; float32 forward stages over clusters of 2 blocks, 6 + 5 images, on sm_90),
+    # and the channels-last staged kernels (float32 24 channels in one block; bf16 64 over
+    # clusters of 2 forward and 4 backward, 40 over 4 and 8 with a stage past C on sm_90),
+    # training forward and backward
+    for shape, axis, dt in (((4, 24, 9, 11), 1, numpy.float32), ((4, 9, 11, 22), -1, numpy.float32),
                             ((8, 20, 14, 14), 1, numpy.float32), ((4, 5, 14, 14), 1, ml_dtypes.bfloat16),
-                            ((11, 2, 64, 64), 1, numpy.float32)):
+                            ((11, 2, 64, 64), 1, numpy.float32), ((4, 9, 11, 24), -1, numpy.float32),
+                            ((3, 17, 23, 64), -1, ml_dtypes.bfloat16), ((5, 25, 21, 40), -1, ml_dtypes.bfloat16)):
         x = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt))
         c = shape[axis]
         w, b = cupy.ones(c, numpy.float32), cupy.zeros(c, numpy.float32)

@@ -209,6 +209,112 @@ __device__ __forceinline__ void walk_cl(i64 p0, i64 p1, int ty, int rshift, i64 
   }
 }
 
+// v23: the sums passes (bn_stats_cl / _nc, bn_bwd_sums_cl / _nc) load through a ring of RING
+// shared-memory slots a thread and stream (cp.async, 16-byte packs): RING - 1 packs of every
+// stream in flight a thread without holding them in registers (bf16 bn_bwd_sums_cl: 123 ->
+// 56, with ReLU 201 -> 80), where the walks' U packs in registers left the channels-last
+// statistics pass reading at 2.0-2.3 TB/s (ncu: long scoreboard 11-13 at 41% active warps,
+// NOTES "Stall reasons"; bn_pass_times: bf16 (32, 256, 56, 56) NHWC 22.1 us for 51 MB).
+// CUNORM_BN_CL_RING: the statistics passes' slots (the backward sums', reading two or three
+// streams, half as many); 0: the register walks, as before.
+#ifndef CUNORM_BN_CL_RING
+#define CUNORM_BN_CL_RING 8
+#endif
+constexpr int kClRing = CUNORM_BN_CL_RING;
+// The backward sums' ring: measured on the H200 (thirty-sixth session, one round, NOTES
+// "BatchNorm v21-v23 outcome"), its backward read 0.006-0.015 of copy lower than the register
+// walk at bf16 56 x 56 NHWC and 112 x 112 NCHW (level elsewhere) while the statistics' ring
+// gained 0.008-0.020: 0 keeps the backward sums on the register walk. 1: the ring.
+#ifndef CUNORM_BN_BWD_SUMS_RING
+#define CUNORM_BN_BWD_SUMS_RING 0
+#endif
+
+// A thread's slots: slot[r][s][t] is thread t's slot r of stream s (consecutive threads'
+// slots consecutive: no bank conflicts).
+template <int RING, int NS, typename T, int VEC>
+struct ClRing {
+  Pack<T, VEC> slot[RING][NS][kBnBlock];
+};
+
+// The ring's slots for a pass of 16-byte packs (RING of them, NS streams), or none.
+template <typename T, int VEC>
+constexpr bool ring_packs() { return kClRing > 0 && sizeof(Pack<T, VEC>) == 16; }
+
+// A walk's cursor for walk_ring: channels last, every pack whole, ``step`` apart.
+template <int VEC>
+struct ClCursor {
+  i64 at, step;
+  __device__ __forceinline__ Slot slot() const { return Slot{at, 0, VEC}; }
+  __device__ __forceinline__ void next() { at += step; }
+};
+
+// Channel-major: walk_nc's cursor (its packs may be masked at the runs' ends).
+template <int VEC>
+struct NcRingCursor {
+  const NcWalk<VEC>& w;
+  NcCursor<VEC> c;
+  __device__ __forceinline__ Slot slot() const { return c.slot(w); }
+  __device__ __forceinline__ void next() { c.next(w); }
+};
+
+// K packs of a thread's walk in order (cursor ``cur`` at the first), of NS streams (src[s] +
+// the slot's offset; a null stream is not read): f(v, slot) with the packs by value, each
+// copied RING - 1 packs ahead into this thread's own slots (no other thread reads them, so
+// no block barrier; a slot is refilled one pack after the pack that read it). A pack with no
+// element of the tensor is not copied (its slot is stale: f masks by the slot).
+template <int RING, int NS, int VEC, typename T, typename Cur, typename F>
+__device__ __forceinline__ void walk_ring(int K, Cur cur, const T* const* src, ClRing<RING, NS, T, VEC>& ring,
+                                          F&& f) {
+  static_assert(RING >= 2 && (RING & (RING - 1)) == 0 && sizeof(Pack<T, VEC>) == 16, "ring of 16-byte packs");
+  const int t = threadIdx.x;
+  Cur ahead = cur;  // the next pack to copy
+  const auto issue = [&](int k) {
+    if (k < K) {
+      const Slot sl = ahead.slot();
+      if (sl.any()) {
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+          if (src[s]) copy16_async(&ring.slot[k & (RING - 1)][s][t], src[s] + sl.off, true);
+      }
+      ahead.next();
+    }
+    copies_commit();  // empty past the walk's end: every thread's group count stays the same
+  };
+#pragma unroll
+  for (int d = 0; d < RING - 1; ++d) issue(d);
+  for (int k = 0; k < K; ++k) {
+    copies_wait<RING - 2>();  // pack k's group has landed
+    Pack<T, VEC> v[NS];
+#pragma unroll
+    for (int s = 0; s < NS; ++s) v[s] = ring.slot[k & (RING - 1)][s][t];
+    issue(k + RING - 1);  // into the slot pack k - 1 read
+    const Slot sl = cur.slot();
+    cur.next();
+    if (sl.any()) f(v, sl);
+  }
+  copies_wait<0>();  // the empty groups: nothing lands after the walk
+}
+
+// walk_cl's positions through the ring (a thread's row ty of 1 << rshift, so apart).
+template <int RING, int NS, int VEC, typename T, typename F>
+__device__ __forceinline__ void walk_cl_ring(i64 p0, i64 p1, int ty, int rshift, i64 so, i64 c, const T* const* src,
+                                             ClRing<RING, NS, T, VEC>& ring, F&& f) {
+  const i64 first = p0 + ty;
+  const int K = first < p1 ? int((p1 - 1 - first) >> rshift) + 1 : 0;
+  walk_ring(K, ClCursor<VEC>{first * so + c, (i64(1) << rshift) * so}, src, ring, f);
+}
+
+// walk_nc's packs (not reversed) through the ring; src[s] point at the channel's base.
+template <int RING, int NS, int VEC, typename T, typename F>
+__device__ __forceinline__ void walk_nc_ring(const T* xc, i64 p0, i64 p1, i64 so, i64 I, i64 IP, const T* const* src,
+                                             ClRing<RING, NS, T, VEC>& ring, F&& f) {
+  const i64 first = p0 + threadIdx.x;
+  const int K = first < p1 ? int((p1 - 1 - first) / kBnBlock) + 1 : 0;
+  const NcWalk<VEC> w(so, I, IP);
+  const i64 base_mis = i64(reinterpret_cast<unsigned long long>(xc) / sizeof(T));
+  walk_ring(K, NcRingCursor<VEC>{w, NcCursor<VEC>(w, first, base_mis)}, src, ring, f);
+}
+
 // Calls g(k) for the elements k of a pack that belong to the tensor; a masked pack's store.
 template <int VEC, typename G>
 __device__ __forceinline__ void each(const Slot& s, G&& g) {
@@ -311,19 +417,26 @@ bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 I, i64 IP, i64 packs, i
   const A K = cvt<A>(xc[0]);
   const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(packs, p0 + per_chunk);
   A s = A(0), q = A(0);
-  walk_nc<U, VEC, false>(xc, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
-    Pack<T, VEC> v[U];
+  const auto add = [&](const Pack<T, VEC>& v, const Slot& sl) {
+    A xv[VEC];
+    unpack(v, xv);
+    each<VEC>(sl, [&](int k) { const A d = xv[k] - K; s += d; q += d * d; });
+  };
+  if constexpr (ring_packs<T, VEC>()) {
+    __shared__ ClRing<(kClRing > 1 ? kClRing : 2), 1, T, VEC> ring;
+    const T* const src[1] = {xc};
+    walk_nc_ring(xc, p0, p1, so, I, IP, src, ring, [&](const Pack<T, VEC> (&v)[1], const Slot& sl) { add(v[0], sl); });
+  } else {
+    walk_nc<U, VEC, false>(xc, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
+      Pack<T, VEC> v[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) v[u] = load_raw<VEC>(xc + sl[u].off);
+      for (int u = 0; u < U; ++u)
+        if (sl[u].any()) v[u] = load_raw<VEC>(xc + sl[u].off);
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        A xv[VEC];
-        unpack(v[u], xv);
-        each<VEC>(sl[u], [&](int k) { const A d = xv[k] - K; s += d; q += d * d; });
-      }
-  });
+      for (int u = 0; u < U; ++u)
+        if (sl[u].any()) add(v[u], sl[u]);
+    });
+  }
   group_sum2<kBnBlock>(s, q, smem);
   if (threadIdx.x == 0) {
     A* out = part + (c * gridDim.x + blockIdx.x) * 2;
@@ -344,7 +457,20 @@ bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cs
   A K[VEC], s[VEC], q[VEC];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) { K[k] = A(0); s[k] = A(0); q[k] = A(0); }
-  if (ok_c) {
+  const auto add = [&](const Pack<T, VEC>& v) {
+    A xv[VEC];
+    unpack(v, xv);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) { const A d = xv[k] - K[k]; s[k] += d; q[k] += d * d; }
+  };
+  if constexpr (ring_packs<T, VEC>()) {
+    __shared__ ClRing<(kClRing > 1 ? kClRing : 2), 1, T, VEC> ring;
+    if (ok_c) {
+      const T* const src[1] = {x};
+      load_pack<A, T, VEC>(x + t.c, K);
+      walk_cl_ring(p0, p1, t.ty, t.rshift, so, t.c, src, ring, [&](const Pack<T, VEC> (&v)[1], Slot) { add(v[0]); });
+    }
+  } else if (ok_c) {
     load_pack<A, T, VEC>(x + t.c, K);
     walk_cl<U, VEC, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
       Pack<T, VEC> v[U];
@@ -353,12 +479,7 @@ bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cs
         if (sl[u].any()) v[u] = load_raw<VEC>(x + sl[u].off);
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (sl[u].any()) {
-          A xv[VEC];
-          unpack(v[u], xv);
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) { const A d = xv[k] - K[k]; s[k] += d; q[k] += d * d; }
-        }
+        if (sl[u].any()) add(v[u]);
     });
   }
   sum_rows<VEC>(s, red, t);
@@ -726,27 +847,43 @@ bn_bwd_sums_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
   constexpr int U = unroll_of<T, VEC, kSumsInflightBytes>();
   const auto tag = act_tag<ACT>(act);
   const bool with_res = ACT != 0 && res;
-  __shared__ A smem[2 * kWarp];
+  constexpr bool kRing = CUNORM_BN_BWD_SUMS_RING && ring_packs<T, VEC>();
+  // x, dy and (an activation's) the residual through the ring, half the statistics pass's
+  // slots a stream; the block sum's buffer shares its shared memory (static: 48 KB at most)
+  constexpr int NS = ACT != 0 ? 3 : 2, RING = kClRing / 2 > 1 ? kClRing / 2 : 2;
+  __shared__ union {
+    typename Select<kRing, ClRing<RING, NS, T, VEC>, char>::type ring;  // none in a register walk
+    A red[2 * kWarp];
+  } sm;
   const i64 c = blockIdx.y;
   const Channel<A> ch = channel_of(c, mean, rstd, w, b);
   const i64 base = c * sc, p0 = i64(blockIdx.x) * per_chunk, p1 = min(packs, p0 + per_chunk);
   A s1 = A(0), s2 = A(0);
-  walk_nc<U, VEC, false>(x + base, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
-    Pack<T, VEC> v[U], g[U], r[U];
-    load_x_dy_res<U, VEC>(x, dy, res, with_res, base, sl, v, g, r);
+  const auto add = [&](const Pack<T, VEC>& v, const Pack<T, VEC>& g, const Pack<T, VEC>& r, const Slot& sl) {
+    A xv[VEC], gv[VEC], rv[VEC], dz[VEC];
+    unpack(v, xv);
+    unpack(g, gv);
+    unpack_or_zero(with_res, r, rv);
+    dz_of<ACT>(tag, ch, xv, gv, rv, param, dz);
+    each<VEC>(sl, [&](int k) { s1 += dz[k]; s2 += dz[k] * (xv[k] - ch.mean); });
+  };
+  if constexpr (kRing) {
+    const T* const src[3] = {x + base, dy + base, with_res ? res + base : nullptr};  // the first NS
+    walk_nc_ring(x + base, p0, p1, so, I, IP, src, sm.ring, [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
+      add(v[0], v[1], v[NS - 1], sl);  // v[NS - 1] is unread without a residual (with_res false)
+    });
+    __syncthreads();  // every thread's slots read before the block sum reuses them
+  } else {
+    walk_nc<U, VEC, false>(x + base, p0, p1, so, I, IP, [&](const Slot (&sl)[U]) {
+      Pack<T, VEC> v[U], g[U], r[U];
+      load_x_dy_res<U, VEC>(x, dy, res, with_res, base, sl, v, g, r);
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        A xv[VEC], gv[VEC], rv[VEC], dz[VEC];
-        unpack(v[u], xv);
-        unpack(g[u], gv);
-        unpack_or_zero(with_res, r[u], rv);
-        dz_of<ACT>(tag, ch, xv, gv, rv, param, dz);
-        each<VEC>(sl[u], [&](int k) { s1 += dz[k]; s2 += dz[k] * (xv[k] - ch.mean); });
-      }
-  });
+      for (int u = 0; u < U; ++u)
+        if (sl[u].any()) add(v[u], g[u], r[u], sl[u]);
+    });
+  }
   s2 *= rstd[c];
-  group_sum2<kBnBlock>(s1, s2, smem);
+  group_sum2<kBnBlock>(s1, s2, sm.red);
   if (threadIdx.x == 0) {
     A* out = part + (c * gridDim.x + blockIdx.x) * 2;
     out[0] = s1; out[1] = s2;
@@ -763,7 +900,15 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
   constexpr int U = unroll_of<T, VEC, kSumsClInflightBytes>();
   const auto tag = act_tag<ACT>(act);
   const bool with_res = ACT != 0 && res;
-  __shared__ A red[kBnBlock * VEC];
+  constexpr bool kRing = CUNORM_BN_BWD_SUMS_RING && ring_packs<T, VEC>();
+  // x, dy and (an activation's) the residual through the ring, half the statistics pass's
+  // slots a stream; the row sums' buffer shares its shared memory (static: 48 KB at most)
+  constexpr int NS = ACT != 0 ? 3 : 2, RING = kClRing / 2 > 1 ? kClRing / 2 : 2;
+  __shared__ union {
+    typename Select<kRing, ClRing<RING, NS, T, VEC>, char>::type ring;  // none in a register walk
+    A red[kBnBlock * VEC];
+  } sm;
+  A* red = sm.red;
   const ClTile t(cshift, VEC);
   const bool ok_c = t.c < C;
   A s1[VEC], s2[VEC];
@@ -774,27 +919,36 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
 #pragma unroll
     for (int k = 0; k < VEC; ++k) ch[k] = channel_of(t.c + k, mean, rstd, w, b);
     const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(O, p0 + per_chunk);
-    walk_cl<U, VEC, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
-      Pack<T, VEC> v[U], g[U], r[U];
-      load_x_dy_res<U, VEC>(x, dy, res, with_res, 0, sl, v, g, r);
+    const auto add = [&](const Pack<T, VEC>& v, const Pack<T, VEC>& g, const Pack<T, VEC>& r) {
+      A xv[VEC], gv[VEC], rv[VEC];
+      unpack(v, xv);
+      unpack(g, gv);
+      unpack_or_zero(with_res, r, rv);
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (sl[u].any()) {
-          A xv[VEC], gv[VEC], rv[VEC];
-          unpack(v[u], xv);
-          unpack(g[u], gv);
-          unpack_or_zero(with_res, r[u], rv);
+      for (int k = 0; k < VEC; ++k) {
+        const A dz = element_dz<ACT>(tag, ch[k], xv[k], gv[k], rv[k], param);
+        s1[k] += dz;
+        s2[k] += dz * (xv[k] - ch[k].mean);
+      }
+    };
+    if constexpr (kRing) {
+      const T* const src[3] = {x, dy, with_res ? res : nullptr};  // the first NS
+      walk_cl_ring(p0, p1, t.ty, t.rshift, so, t.c, src, sm.ring, [&](const Pack<T, VEC> (&v)[NS], Slot) {
+        add(v[0], v[1], v[NS - 1]);  // v[NS - 1] is unread without a residual (with_res false)
+      });
+    } else {
+      walk_cl<U, VEC, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
+        Pack<T, VEC> v[U], g[U], r[U];
+        load_x_dy_res<U, VEC>(x, dy, res, with_res, 0, sl, v, g, r);
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) {
-            const A dz = element_dz<ACT>(tag, ch[k], xv[k], gv[k], rv[k], param);
-            s1[k] += dz;
-            s2[k] += dz * (xv[k] - ch[k].mean);
-          }
-        }
-    });
+        for (int u = 0; u < U; ++u)
+          if (sl[u].any()) add(v[u], g[u], r[u]);
+      });
+    }
 #pragma unroll
     for (int k = 0; k < VEC; ++k) s2[k] *= rstd[t.c + k];
   }
+  if constexpr (kRing) __syncthreads();  // every thread's slots read before red reuses them
   sum_rows<VEC>(s1, red, t);
   sum_rows<VEC>(s2, red, t);
   if (t.ty == 0 && ok_c) {
@@ -1252,6 +1406,24 @@ bn_bwd_apply_flat(const T* __restrict__ dy, const T* __restrict__ x, const T* __
 #define CUNORM_BN_STAGED_THREADS_PER_SM 1024  // 1536: 40 registers, 84-232 bytes spilled
 #endif
 
+// A staged word of VEC elements by value: one shared-memory load of the word's width. v22:
+// unpacking through a reference into shared memory compiled to 4-byte loads (SASS, NVRTC
+// 13.0 sm_90: bn_fwd_staged's bf16 8-byte words two LDS each, 29 LDS and one LDS.64 in all,
+// 17 and 7 by value; float32 16-byte words four LDS, 92 LDS and one LDS.128, 68 and 7 by
+// value). CUNORM_BN_STAGED_WORD_LOADS=0: the reference, as before (sweep_bn_variants.py
+// staged_narrow_loads).
+#ifndef CUNORM_BN_STAGED_WORD_LOADS
+#define CUNORM_BN_STAGED_WORD_LOADS 1
+#endif
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> staged_word(const void* p) {
+#if CUNORM_BN_STAGED_WORD_LOADS
+  return load_raw<VEC>(reinterpret_cast<const T*>(p));
+#else
+  return *reinterpret_cast<const Pack<T, VEC>*>(p);
+#endif
+}
+
 // Every (image, word) of one channel's staged runs, EPW elements a word, lanes over them
 // flattened (a lane's next word is ``lanes`` further on, across runs), its shared-memory
 // element offset kept without a division a word: f(offset, image, word in the run).
@@ -1460,7 +1632,7 @@ __device__ __forceinline__ void staged_forward(const T* __restrict__ x, const T*
   if (active)
     walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int, int) {
       A v[EPW];
-      unpack_words(*reinterpret_cast<const Word*>(sx + off), v);
+      unpack_words(staged_word<T, EPW>(sx + off), v);
 #pragma unroll
       for (int e = 0; e < EPW; ++e) {
         const A d = v[e] - pivot;
@@ -1483,7 +1655,7 @@ __device__ __forceinline__ void staged_forward(const T* __restrict__ x, const T*
     const T* rc = res ? (CLUSTER ? res + base + gI : res + c * I) : nullptr;
     walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int o, int iw) {
       A v[EPW], r[EPW], out[EPW];
-      unpack_words(*reinterpret_cast<const Word*>(sx + off), v);
+      unpack_words(staged_word<T, EPW>(sx + off), v);
       if (rc) {
         unpack(*reinterpret_cast<const Word*>(rc + o * so + iw * EPW), r);
       } else {
@@ -1570,8 +1742,8 @@ __device__ __forceinline__ void staged_backward(const T* __restrict__ dy, const 
   const T* rc = ACT != 0 && res ? res + c * I : nullptr;
   const auto dz_at = [&](int off, int o, int iw, A (&xv)[EPW], A (&dz)[EPW]) {
     A gv[EPW], rv[EPW];
-    unpack_words(*reinterpret_cast<const Word*>(sx + off), xv);
-    unpack_words(*reinterpret_cast<const Word*>(sg + off), gv);
+    unpack_words(staged_word<T, EPW>(sx + off), xv);
+    unpack_words(staged_word<T, EPW>(sg + off), gv);
     if (rc) {
       unpack(*reinterpret_cast<const Word*>(rc + o * so + iw * EPW), rv);
     } else {
@@ -1632,4 +1804,351 @@ bn_bwd_staged(const T* __restrict__ dy, const T* __restrict__ x, const T* __rest
   else
     staged_backward<BLOCK, 4, T, W, EPW, ACT>(dy, x, res, dx, dres, so, I, O, C, G, mean, rstd, w, b, act, param,
                                               training, dw, db, staged_spans, red);
+}
+
+// ---- one-read forward and backward, channels last (NOTES "BatchNorm v21") -----------------
+// x as (O positions, C channels innermost, position stride so). A stage is G consecutive
+// channels (``pitch`` = G * sizeof(T) bytes a position: 16, 32, 64 or 128) over the positions,
+// split over the K blocks of a thread-block cluster (OB positions a block from rank r's first;
+// K = 1 unclustered). The forward stages x, the backward x and dy, with 16-byte cp.async
+// copies (the host sees to pointers and so * sizeof(T) being multiples of 16). Thread t takes
+// the 16-byte word t % WPP (VEC channels; WPP = G / VEC words a position) of its block's
+// positions t / WPP, t / WPP + BLOCK / WPP, ...: a warp reads 512 contiguous staged bytes (no
+// bank conflicts). A channel's two sums go lanes (butterfly over the lanes of one word) ->
+// warps (in warp order, through shared memory) -> blocks (in rank order, through distributed
+// shared memory): the same bits in every block of the cluster, run after run. Then threads
+// t < G fold channel t's constants into shared memory, every thread takes its word's, writes
+// its results over the staged x, and the block stores the spans. The passes read x (and dy)
+// twice, and their channels-last kernels hold 8 channels' constants a thread across a
+// strided walk (NOTES "BatchNorm v2", v19).
+constexpr int kClStageBytes = 128;  // a position's span of a stage at most (one 128-byte line)
+
+template <typename T>
+struct ClStage {
+  static constexpr int kVec = 16 / int(sizeof(T));              // channels a word
+  static constexpr int kMaxChannels = kClStageBytes / int(sizeof(T));  // G at most
+};
+
+// This thread's word of a position (``word``, its first channel ``cw`` in the stage) and rows.
+struct ClWord {
+  int word, cw, row, rows;
+  __device__ __forceinline__ ClWord(int wshift, int block, int vec) {
+    word = threadIdx.x & ((1 << wshift) - 1);
+    cw = word * vec;
+    row = threadIdx.x >> wshift;
+    rows = block >> wshift;
+  }
+};
+
+// A stage's shared scratch: the warps' sums, the block's (xpart, read by the cluster's other
+// blocks), the cluster's, and the channels' folded constants (three a channel).
+template <typename A, int BLOCK, int MAXG, bool CLUSTER>
+struct ClScratch {
+  A red[BLOCK / kWarp * 2 * MAXG];
+  A xpart[2 * MAXG];
+  A tot_cluster[CLUSTER ? 2 * MAXG : 1];
+  A cons[3 * MAXG];
+  __device__ __forceinline__ A* tot() { return CLUSTER ? tot_cluster : xpart; }
+  // channel t's three constants (thread t < G), then, after a block barrier, a word's VEC
+  // channels' from cw as Ch (Channel, ChannelGrad)
+  __device__ __forceinline__ void fold(int t, int G, A a, A b, A c) {
+    cons[t] = a;
+    cons[G + t] = b;
+    cons[2 * G + t] = c;
+  }
+  template <typename Ch, int VEC>
+  __device__ __forceinline__ void take(Ch (&out)[VEC], int cw, int G) const {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[e] = Ch{cons[cw + e], cons[G + cw + e], cons[2 * G + cw + e]};
+  }
+};
+
+// The block's part of its stage: positions (O of them from the share's first, ``rank`` in the
+// cluster), channels [c0, c0 + count), bytes a position (span live, pitch staged), the first
+// position's element offset in x and the position stride in bytes.
+struct ClPart {
+  int O, rank, c0, count, span, pitch;
+  i64 base, so_bytes;
+  template <bool CLUSTER>
+  __device__ __forceinline__ ClPart(Flag<CLUSTER>, int K, int OB, int O_total, int C, int G, i64 so, int itemsize) {
+    const StagedShare<CLUSTER> sh(K, OB, O_total);
+    O = sh.O;
+    rank = sh.rank;
+    c0 = sh.stage * G;
+    count = min(G, C - c0);
+    span = count * itemsize;
+    pitch = G * itemsize;
+    base = c0 + i64(sh.o0) * so;
+    so_bytes = so * itemsize;
+  }
+};
+
+// The block's (cluster's) per-channel totals of the two sums s, q (VEC channels a thread from
+// cw) -> sm.tot()[0, G) and [G, 2G), through sm.red (BLOCK / kWarp * 2 * G values) and
+// sm.xpart (2 G, read by the cluster's other blocks until the kernel's closing cluster_wait).
+// All threads call it; it ends with a block barrier.
+template <int BLOCK, int VEC, bool CLUSTER, typename A, typename Scratch>
+__device__ __forceinline__ void cl_stage_sums(A (&s)[VEC], A (&q)[VEC], Scratch& sm, int G, int wpp, int cw, int K) {
+  constexpr int kWarps = BLOCK / kWarp;
+  A *red = sm.red, *xpart = sm.xpart, *tot = sm.tot();
+  for (int m = wpp; m < kWarp; m <<= 1)  // the lanes of one word are wpp apart
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      s[e] += shfl_xor(s[e], m);
+      q[e] += shfl_xor(q[e], m);
+    }
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, t = threadIdx.x;
+  if (lane < wpp)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      red[warp * 2 * G + cw + e] = s[e];
+      red[warp * 2 * G + G + cw + e] = q[e];
+    }
+  __syncthreads();
+  if (t < 2 * G) {
+    A sum = A(0);
+    for (int w = 0; w < kWarps; ++w) sum += red[w * 2 * G + t];
+    xpart[t] = sum;
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(CUNORM_HIP)
+  if (CLUSTER) {
+    if (t < 2 * G) cluster_fence();
+    cluster_barrier();
+    if (t < 2 * G) {
+      A sum = A(0);
+      for (int r = 0; r < K; ++r) sum += load_cluster(xpart + t, unsigned(r));
+      tot[t] = sum;
+    }
+    cluster_arrive();  // this block has read the others' xpart; each waits before it exits
+  }
+#endif
+  __syncthreads();
+}
+
+// No block of a cluster exits while another may still read its xpart.
+template <bool CLUSTER>
+__device__ __forceinline__ void cl_stage_end() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(CUNORM_HIP)
+  if (CLUSTER) cluster_wait();
+#endif
+}
+
+// The residual's word at rw + off in global memory, or zeros where there is none (rw null).
+template <typename A, typename T, int VEC>
+__device__ __forceinline__ void residual_word(const T* rw, i64 off, A (&r)[VEC]) {
+  if (rw) {
+    unpack(load_raw<VEC>(rw + off), r);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) r[e] = A(0);
+  }
+}
+
+// VEC results of a word of channels from cw, stored to p in global memory: whole, or the
+// channels before ``count`` alone (the stage's last word may run past C).
+template <typename T, typename A, int VEC>
+__device__ __forceinline__ void store_word_part(T* p, const A (&v)[VEC], int cw, int count) {
+  if (cw + VEC <= count) {
+    store_pack<T>(p, v);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      if (cw + e < count) p[e] = cvt<T>(v[e]);
+  }
+}
+
+template <int BLOCK, typename T, typename W, typename R, int ACT, bool CLUSTER>
+__global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
+bn_fwd_staged_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, int O_total, int C,
+                 int G, int wshift, int K, int OB, const W* __restrict__ w, const W* __restrict__ b, int act,
+                 typename AccOf<T>::type param, double eps, double factor, R* __restrict__ running_mean,
+                 R* __restrict__ running_var, typename AccOf<T>::type* __restrict__ mean,
+                 typename AccOf<T>::type* __restrict__ rstd) {
+  typedef typename AccOf<T>::type A;
+  constexpr int VEC = ClStage<T>::kVec, kMaxG = ClStage<T>::kMaxChannels;
+  typedef Pack<T, VEC> Word;
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ ClScratch<A, BLOCK, kMaxG, CLUSTER> sm;
+  const A* tot = sm.tot();
+  const auto tag = act_tag<ACT>(act);
+  const ClPart pt(Flag<CLUSTER>{}, K, OB, O_total, C, G, so, sizeof(T));
+  const int O = pt.O, c0 = pt.c0, count = pt.count, pitch = pt.pitch;
+  const i64 base = pt.base;
+  stage_in<BLOCK, 16>(staged, reinterpret_cast<const unsigned char*>(x + base), pt.so_bytes, O, pt.span, pitch);
+  copies_commit();
+  const ClWord wd(wshift, BLOCK, VEC);
+  const bool active = wd.cw < count;
+  // while the copies land: the word's pivots (each channel's first element: every block of
+  // the cluster shares them), and channel t's parameters, pivot and running statistics
+  A pivot[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) pivot[e] = wd.cw + e < count ? cvt<A>(x[c0 + wd.cw + e]) : A(0);
+  const int t = threadIdx.x;
+  const bool chan = t < count, writer = chan && pt.rank == 0;
+  const i64 c = c0 + t;
+  const A wc = chan && w ? cvt<A>(w[c]) : A(1), bc = chan && b ? cvt<A>(b[c]) : A(0);
+  const A pc = chan ? cvt<A>(x[c]) : A(0);
+  const A rm = writer && running_mean ? cvt<A>(running_mean[c]) : A(0);
+  const A rv = writer && running_var ? cvt<A>(running_var[c]) : A(0);
+  copies_wait<0>();
+  __syncthreads();
+  A s[VEC], q[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) s[e] = q[e] = A(0);
+  if (active)
+    for (int o = wd.row; o < O; o += wd.rows) {
+      A v[VEC];
+      unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * 16), v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A d = v[e] - pivot[e];
+        s[e] += d;
+        q[e] += d * d;
+      }
+    }
+  cl_stage_sums<BLOCK, VEC, CLUSTER>(s, q, sm, G, 1 << wshift, wd.cw, K);
+  if (t < G) {  // channel t's constants (zeros past C: computed on, never stored)
+    A cm = A(0), cs = A(0);
+    if (chan) {
+      const double n = double(O_total);
+      const StagedMoments<A> mo(tot[t], tot[G + t], pc, A(n), eps);
+      cm = mo.mean;
+      cs = mo.rstd * wc;
+      if (writer) {  // mean and rstd as y uses them; the running statistics from the same sums in double
+        mean[c] = mo.mean;
+        rstd[c] = mo.rstd;
+        update_running(c, moments_of(ChunkSums{double(tot[t]), double(tot[G + t])}, double(pc), n), n, factor, rm,
+                       rv, running_mean, running_var);
+      }
+    }
+    sm.fold(t, G, cm, cs, bc);
+  }
+  __syncthreads();
+  if (active) {
+    Channel<A> ch[VEC];
+    sm.take(ch, wd.cw, G);
+    const T* rw = res ? res + base + wd.cw : nullptr;
+    for (int o = wd.row; o < O; o += wd.rows) {
+      Word* p = reinterpret_cast<Word*>(staged + o * pitch + wd.word * 16);
+      A v[VEC], r[VEC], out[VEC];
+      unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * 16), v);
+      residual_word(rw, o * so, r);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) out[e] = act_forward(tag(), ch[e].z(v[e], r[e]), param);
+      *p = convert_pack<T>(out);
+    }
+  }
+  __syncthreads();
+  stage_out<BLOCK, 16, sizeof(T)>(reinterpret_cast<unsigned char*>(y + base), staged, pt.so_bytes, O, pt.span,
+                                  pitch);
+  cl_stage_end<CLUSTER>();
+}
+
+// The backward: x and dy staged (dy's spans after x's), dz = dy act'(z) (z recomputed from x
+// and the residual, read from global memory where an activation needs it), the sums of dz and
+// dz (x - mean) per channel as above, dres = dz to global memory where asked for; rank 0
+// writes dbias and dweight; then dx over the staged x. One launch reading x and dy once, where
+// the passes take three launches and read both twice. With an activation the first walk
+// writes dz (rounded to T, as dres is) over the staged dy, so the second reads it instead of
+// recomputing it: the residual is read once, and the forward's constants (three a channel)
+// are not live beside dx's. Exact for ReLU (dz is dy or 0) and for float32 / float64 x; half
+// precision's smooth activations take dz rounded to T in dx's first term. (NVRTC 13.0 sm_90,
+// bf16 with ReLU at 64 registers: recomputed dz and 16-byte words spilled 76 bytes, dz
+// written back 64, that and 8-byte words none.)
+template <int BLOCK, typename T, typename W, int ACT, bool CLUSTER>
+__global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
+bn_bwd_staged_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
+                 T* __restrict__ dres, i64 so, int O_total, int C, int G, int wshift, int K, int OB,
+                 const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
+                 const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
+                 int training, W* __restrict__ dw, W* __restrict__ db) {
+  typedef typename AccOf<T>::type A;
+  // half precision with an activation walks 8-byte words (4 channels a thread: the forward's
+  // constants and dx's for 8 channels spilled 64 bytes at 64 registers with ReLU)
+  constexpr int kWordBytes = ACT != 0 && sizeof(T) == 2 ? 8 : 16;
+  constexpr int VEC = kWordBytes / int(sizeof(T)), kMaxG = ClStage<T>::kMaxChannels;
+  typedef Pack<T, VEC> Word;
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ ClScratch<A, BLOCK, kMaxG, CLUSTER> sm;
+  const A* tot = sm.tot();
+  const auto tag = act_tag<ACT>(act);
+  const ClPart pt(Flag<CLUSTER>{}, K, OB, O_total, C, G, so, sizeof(T));
+  const int O = pt.O, c0 = pt.c0, count = pt.count, pitch = pt.pitch, half = O * pitch;
+  const i64 base = pt.base;
+  stage_in<BLOCK, 16>(staged, reinterpret_cast<const unsigned char*>(x + base), pt.so_bytes, O, pt.span, pitch);
+  stage_in<BLOCK, 16>(staged + half, reinterpret_cast<const unsigned char*>(dy + base), pt.so_bytes, O, pt.span,
+                      pitch);
+  copies_commit();
+  wshift += kWordBytes == 8;  // the host counts 16-byte words
+  const ClWord wd(wshift, BLOCK, VEC);
+  const bool active = wd.cw < count;
+  // while the copies land: the word's forward constants (z where an activation needs it)
+  Channel<A> ch[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    ch[e] = wd.cw + e < count ? channel_of(c0 + wd.cw + e, mean, rstd, w, b) : Channel<A>{A(0), A(0), A(0)};
+  const int t = threadIdx.x;
+  const bool chan = t < count;
+  const i64 c = c0 + t;
+  const A rs = chan ? rstd[c] : A(0), wc = chan && w ? cvt<A>(w[c]) : A(1);
+  copies_wait<0>();
+  __syncthreads();
+  const T* rw = ACT != 0 && res ? res + base + wd.cw : nullptr;
+  const auto dz_at = [&](int o, A (&xv)[VEC], A (&dz)[VEC]) {
+    A gv[VEC], rv[VEC];
+    unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * kWordBytes), xv);
+    unpack_words(staged_word<T, VEC>(staged + half + o * pitch + wd.word * kWordBytes), gv);
+    residual_word(rw, o * so, rv);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dz[e] = element_dz<ACT>(tag, ch[e], xv[e], gv[e], rv[e], param);
+  };
+  T* drw = dres ? dres + base + wd.cw : nullptr;
+  A s1[VEC], s2[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) s1[e] = s2[e] = A(0);
+  if (active)
+    for (int o = wd.row; o < O; o += wd.rows) {
+      A xv[VEC], dz[VEC];
+      dz_at(o, xv, dz);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        s1[e] += dz[e];
+        s2[e] += dz[e] * (xv[e] - ch[e].mean);
+      }
+      if (ACT != 0) *reinterpret_cast<Word*>(staged + half + o * pitch + wd.word * kWordBytes) = convert_pack<T>(dz);
+      if (drw) store_word_part<T>(drw + o * so, dz, wd.cw, count);
+    }
+  A mu[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) mu[e] = ch[e].mean;
+  cl_stage_sums<BLOCK, VEC, CLUSTER>(s1, s2, sm, G, 1 << wshift, wd.cw, K);
+  if (t < G) {  // channel t's dx constants (zeros past C: computed on, never stored)
+    A ca = A(0), cm1 = A(0), cd = A(0);
+    if (chan) {
+      const A sq = tot[G + t] * rs;  // sum dz * xhat
+      const double n = double(O_total);
+      if (pt.rank == 0) store_param_grads(c, ChunkSums{double(tot[t]), double(sq)}, dw, db);
+      ca = rs * wc;
+      cm1 = grad_mean<A>(double(tot[t]), n, training);
+      cd = ca * rs * grad_mean<A>(double(sq), n, training);
+    }
+    sm.fold(t, G, ca, cm1, cd);
+  }
+  __syncthreads();
+  if (active) {
+    ChannelGrad<A> cg[VEC];
+    sm.take(cg, wd.cw, G);
+    for (int o = wd.row; o < O; o += wd.rows) {
+      A xv[VEC], dz[VEC], out[VEC];
+      unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * kWordBytes), xv);
+      unpack_words(staged_word<T, VEC>(staged + half + o * pitch + wd.word * kWordBytes), dz);  // dy or dz
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) out[e] = cg[e].dx(dz[e], xv[e] - mu[e]);
+      *reinterpret_cast<Word*>(staged + o * pitch + wd.word * kWordBytes) = convert_pack<T>(out);
+    }
+  }
+  __syncthreads();
+  stage_out<BLOCK, 16, sizeof(T)>(reinterpret_cast<unsigned char*>(dx + base), staged, pt.so_bytes, O, pt.span,
+                                  pitch);
+  cl_stage_end<CLUSTER>();
 }

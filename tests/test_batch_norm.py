@@ -144,12 +144,14 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     _batch_norm.plan.cache_clear()
     _batch_norm._passes.cache_clear()
     _batch_norm._staged_kernel.cache_clear()
+    _batch_norm._staged_cl_kernel.cache_clear()
     layouts = [_batch_norm.layout((4, 16, 5, 6), (480, 30, 6, 1), 1),
                _batch_norm.layout((4, 5, 6, 16), (480, 96, 16, 1), 3),
                _batch_norm.layout((8, 3, 7, 7), (147, 49, 7, 1), 1),
                _batch_norm.layout((2, 96, 7, 7), (4704, 49, 7, 1), 1),  # the flat apply passes
                _batch_norm.layout((4, 16, 6, 6), (576, 36, 6, 1), 1),  # bn_fwd_staged, words of 2 half elements
-               _batch_norm.layout((9, 4, 64, 64), (16384, 4096, 64, 1), 1)]  # forward stages over clusters
+               _batch_norm.layout((9, 4, 64, 64), (16384, 4096, 64, 1), 1),  # forward stages over clusters
+               _batch_norm.layout((3, 17, 23, 64), (25024, 1472, 64, 1), 3)]  # bn_*_staged_cl, over clusters
     try:
         for t in _batch_norm.DTYPES:
             dt = BFLOAT16 if t == "bfloat16" else numpy.dtype(t)
@@ -167,10 +169,15 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
                                 _batch_norm._staged_kernel(p, act, pdt.name, 0)
                             if p.staged_bwd:
                                 _batch_norm._staged_kernel(p, act, "", 0, True)
+                            if p.staged_cl:
+                                _batch_norm._staged_cl_kernel(p, act, pdt.name, 0)
+                            if p.staged_cl_bwd:
+                                _batch_norm._staged_cl_kernel(p, act, "", 0, True)
     finally:
         _batch_norm.plan.cache_clear()
         _batch_norm._passes.cache_clear()
         _batch_norm._staged_kernel.cache_clear()
+        _batch_norm._staged_cl_kernel.cache_clear()
     missing = sorted(set(asked) - names)
     assert not missing, missing[:5]
     assert len(set(asked)) > 100
@@ -179,6 +186,8 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     # both builds of the residual apply passes are asked for
     assert {n.rsplit(", ", 1)[1] for n in asked if n.startswith("bn_apply_cl<")} == {"false>", "true>"}
     assert {n.endswith(", true>") for n in asked if n.startswith("bn_fwd_staged<")} == {True, False}  # clustered too
+    for kernel in ("bn_fwd_staged_cl<", "bn_bwd_staged_cl<"):  # channels last, clustered and not
+        assert {n.endswith(", true>") for n in asked if n.startswith(kernel)} == {True, False}
 
 
 def test_kink_correction_takes_the_kernels_side_only_where_it_flipped(rng):
@@ -334,7 +343,7 @@ def test_gpu_activations(rng, activation, with_residual, training, channel_axis)
 @pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
 @pytest.mark.parametrize("shape,channel_axis", [((4, 6, 5, 7), 1), ((4, 5, 7, 6), -1), ((3, 96, 7, 7), 1)],
                          ids=["nc", "cl", "flat"])
-def test_gpu_activations_float64(rng, shape, channel_axis, activation, training):
+def test_gpu_activations_float64(rng, shape, channel_axis, activation, training, cl_path):
     # float64's tolerance (1e-9) sees constants held to float precision (GELU's 1 / sqrt(2) was)
     _gpu_case(rng, shape, channel_axis, numpy.dtype(numpy.float64), numpy.float64, activation, training)
 
@@ -363,7 +372,18 @@ def passes(monkeypatch):
     kernels would take their shapes."""
     monkeypatch.setattr(_batch_norm, "USE_STAGED", False)
     monkeypatch.setattr(_batch_norm, "USE_STAGED_BWD", False)
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_CL", False)
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_CL_BWD", False)
     yield from _replanned(None)
+
+
+@pytest.fixture(params=["passes", "staged"])
+def cl_path(request, monkeypatch):
+    """Channels-last x through the passes, or (the default where it fits) through
+    bn_fwd_staged_cl / bn_bwd_staged_cl."""
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_CL", request.param == "staged")
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_CL_BWD", request.param == "staged")
+    yield from _replanned(request.param)
 
 
 @pytest.fixture(params=["flat", "per_channel"])
@@ -373,6 +393,8 @@ def apply_path(request, monkeypatch):
     monkeypatch.setattr(_batch_norm, "USE_FLAT", request.param == "flat")
     monkeypatch.setattr(_batch_norm, "USE_STAGED", False)  # the training forward and the backward through
     monkeypatch.setattr(_batch_norm, "USE_STAGED_BWD", False)  # the passes too
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_CL", False)  # and channels last likewise
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_CL_BWD", False)
     yield from _replanned(request.param)
 
 
@@ -469,6 +491,57 @@ def test_gpu_flat_stats_deterministic(rng, passes):
     runs = [cunorm.batch_norm(x, return_stats=True) for _ in range(3)]
     for y, mean, rstd in runs[1:]:
         assert (mean == runs[0][1]).all() and (rstd == runs[0][2]).all() and (y == runs[0][0]).all()
+
+
+def _build_with(*options):
+    """Every kernel rebuilt with these NVRTC options added, and every plan (sized by the kernels'
+    occupancy) made afresh."""
+    from cunorm import _compile
+
+    _compile.COMPILE_OPTIONS = options
+    _compile.drop_modules()
+    for cache in (_batch_norm.plan, _batch_norm._passes, _batch_norm._staged_kernel):
+        cache.cache_clear()
+
+
+# (layout, dtype, activation) for the ring test: each layout with the plain, ReLU and generic
+# activation builds (two or three streams) over the three pack types (8 half, 4 float, 2
+# double elements); a few cases, as each builds its kernels twice
+RING_CASES = [("cl", BFLOAT16, "relu"), ("cl", BFLOAT16, "silu"), ("cl", numpy.dtype(numpy.float32), None),
+              ("cl", numpy.dtype(numpy.float64), "relu"), ("nc", BFLOAT16, "relu"),
+              ("nc", numpy.dtype(numpy.float32), None), ("nc", numpy.dtype(numpy.float64), "silu")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout,dtype,activation", RING_CASES,
+                         ids=[f"{c[0]}-{c[1].name}-{c[2]}" for c in RING_CASES])
+def test_gpu_sums_ring_matches_the_register_walk(rng, passes, layout, dtype, activation):
+    # v23: the statistics and backward sums passes through the cp.async ring add the same packs
+    # in the same order as the walks' packs in registers (CUNORM_BN_CL_RING=0): the same bits;
+    # channels last with odd positions a chunk (7 x 13 x 11), channel-major runs of 2491
+    # elements (masked packs at both ends, past bn_stats_flat's and bn_bwd_sums_flat's
+    # planes), the residual's stream with the activations, and against the reference
+    import cupy
+    from cunorm import _compile
+
+    shape, axis = ((7, 13, 11, 48), -1) if layout == "cl" else ((3, 5, 47, 53), 1)
+    C = shape[axis]
+    _gpu_case(rng, shape, axis, dtype, numpy.float32 if dtype.itemsize == 2 else dtype, activation, training=True)
+    x = cupy.asarray(rng.standard_normal(shape).astype(dtype) * 2 + 5)
+    r, dy = (cupy.asarray(rng.standard_normal(shape).astype(dtype)) for _ in range(2))
+    w, b = (cupy.asarray(rng.standard_normal(C).astype(numpy.float32)) for _ in range(2))
+    before, runs = _compile.COMPILE_OPTIONS, []
+    try:
+        for options in (before, (*before, "-DCUNORM_BN_CL_RING=0")):
+            _build_with(*options)
+            y, mean, rstd = cunorm.batch_norm(x, w, b, residual=r, activation=activation, channel_axis=axis,
+                                              return_stats=True)
+            grads = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, residual=r, activation=activation,
+                                               channel_axis=axis)
+            runs.append([a.view(numpy.uint8).get() for a in (y, mean, rstd, *grads)])
+    finally:
+        _build_with(*before)
+    assert all(numpy.array_equal(a, b) for a, b in zip(*runs))
 
 
 @pytest.fixture
@@ -848,10 +921,10 @@ def test_gpu_apply_without_residual_matches_the_residual_build(rng, monkeypatch,
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("with_residual", [False, True], ids=["plain", "residual"])
-def test_gpu_half_channels_last_backward_far_from_zero(rng, fresh_plans, dtype, with_residual):
+def test_gpu_half_channels_last_backward_far_from_zero(rng, cl_path, dtype, with_residual):
     # channels last, no activation, half precision, channels whose mean is 60 standard
     # deviations off zero, with and without the residual's gradient (bn_bwd_apply_cl's DRES
-    # builds), against the float64 reference
+    # builds, or bn_bwd_staged_cl), against the float64 reference
     import cupy
 
     shape, C = (9, 5, 7, 48), 48
@@ -876,7 +949,7 @@ def test_gpu_half_channels_last_backward_far_from_zero(rng, fresh_plans, dtype, 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("activation", [None, "relu"], ids=["plain", "relu"])
-def test_gpu_channels_last_passes_on_their_own_grids(rng, fresh_plans, activation):
+def test_gpu_channels_last_passes_on_their_own_grids(rng, passes, activation):
     # each cl pass's grid held to what its kernel fits at once (CL_GRID_FITS): on sm_90 the
     # bf16 backward's sums pass fits two 256-thread blocks an SM (123 registers, 64 bytes in
     # flight) and its apply pass three (78, BatchNorm v19; one or two with ReLU), so the two
@@ -932,3 +1005,141 @@ def test_scratch_lists_are_the_allocations(fresh_plans, monkeypatch, shape, axis
             listed = [(tuple(s), numpy.dtype(d)) for s, d in
                       _batch_norm.backward_scratch(p, training, 1, 0.0, 0, residual)]
             assert made == listed, "backward"
+
+
+# ---- bn_fwd_staged_cl / bn_bwd_staged_cl: the one-read channels-last kernels (BatchNorm v21) --
+
+def _cl_plan(shape, dtype, pdtype, device=None, phase=0):
+    """The plan of a C-contiguous channels-last x of this shape (channels innermost)."""
+    if device is None:
+        import cupy
+
+        device = cupy.cuda.Device().id
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), len(shape) - 1)
+    return _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), phase, device)
+
+
+def test_plans_staged_cl(fresh_plans):
+    # the widest span a position whose shares fit two blocks an SM, then the fewest blocks a
+    # stage (clusters of 2, 4, 8 on sm_90); where none fits, the passes
+    S = _batch_norm.StagedCl
+
+    def plan(shape, dtype, phase=0, capability=90):
+        with _sm_count(132, capability):
+            return _cl_plan(shape, dtype, numpy.float32, 0, phase)
+
+    # issue 5's 14 x 14 and 7 x 7 (12544 positions): 64-byte spans over clusters of 8, 100 KB
+    # a block; the backward's two tensors take 32-byte spans
+    p = plan((64, 14, 14, 1024), BFLOAT16)
+    assert p.staged_cl == S(32, 2, 1568 * 64, 32 * 8, 512, 8, 1568)
+    assert p.staged_cl_bwd == S(16, 1, 2 * 1568 * 32, 64 * 8, 512, 8, 1568)
+    assert plan((256, 7, 7, 2048), BFLOAT16).staged_cl == S(32, 2, 1568 * 64, 64 * 8, 512, 8, 1568)
+    assert plan((64, 14, 14, 1024), numpy.float32).staged_cl == S(16, 2, 1568 * 64, 64 * 8, 512, 8, 1568)
+    # 56 x 56 and 112 x 112: not even 16-byte spans fit a cluster of 8: the passes
+    assert plan((32, 56, 56, 256), BFLOAT16).staged_cl is None
+    assert plan((128, 112, 112, 64), BFLOAT16).staged_cl_bwd is None
+    # few channels: the one span that covers them (8 bf16 channels: one 16-byte word)
+    assert plan((2, 3, 3, 8), BFLOAT16).staged_cl == S(8, 0, 18 * 16, 1, 512, 1, 18)
+    # 40 and 72 channels: 128-byte stages, the last of fewer channels; positions uneven over
+    # the cluster's blocks (2625 = 3 * 657 + 654, 6003 = 7 * 751 + 746)
+    assert plan((5, 25, 21, 40), BFLOAT16).staged_cl == S(64, 3, 657 * 128, 4, 512, 4, 657)
+    assert plan((9, 29, 23, 72), BFLOAT16).staged_cl == S(64, 3, 751 * 128, 16, 512, 8, 751)
+    assert plan((3, 17, 23, 64), BFLOAT16).staged_cl_bwd == S(64, 3, 2 * 294 * 128, 4, 512, 4, 294)
+    # one position: any channel count (the stage's last word runs past C)
+    assert plan((1, 13), BFLOAT16).staged_cl == S(16, 1, 32, 1, 512, 1, 1)
+    # positions 24 bytes apart (6 float32 channels), pointers off 16 bytes: the passes
+    assert plan((4, 5, 7, 6), numpy.float32).staged_cl is None
+    assert plan((64, 14, 14, 1024), BFLOAT16, phase=2).staged_cl is None
+    # channel-major x is bn_fwd_staged's, never these kernels'
+    nchw = _batch_norm.layout((64, 1024, 14, 14), contiguous_strides((64, 1024, 14, 14)), 1)
+    with _sm_count(132):
+        assert _batch_norm.plan(nchw, BFLOAT16, numpy.float32, 0, 0).staged_cl is None
+    # every share fits its budget, every block holds a position, words a power of two
+    for dt in (BFLOAT16, numpy.dtype(numpy.float32), numpy.dtype(numpy.float64)):
+        for shape in ((3, 17, 23, 64), (64, 14, 14, 1024), (2, 50, 50, 8), (7, 11, 13, 1536), (1, 13)):
+            for st, tensors in ((plan(shape, dt).staged_cl, 1), (plan(shape, dt).staged_cl_bwd, 2)):
+                if st is None:
+                    continue
+                O, C = math.prod(shape[:-1]), shape[-1]
+                static = _batch_norm.staged_cl_static_smem(dt.itemsize, 8 if dt.itemsize == 8 else 4, st.cluster > 1)
+                assert st.smem == tensors * st.positions * st.channels * dt.itemsize
+                assert st.smem + static <= H200_SMEM[1] // 2 - 1024
+                assert (st.cluster - 1) * st.positions < O <= st.cluster * st.positions
+                assert st.channels * dt.itemsize == 16 << st.wshift <= 128
+                assert st.blocks == -(-C // st.channels) * st.cluster
+    # without clusters (sm_80) 14 x 14's 16-byte stage (200 KB) fits no block
+    assert plan((64, 14, 14, 1024), BFLOAT16, capability=80).staged_cl is None
+    narrower = S(32, 2, 1173 * 64, 2, 512, 1, 1173)  # one block of 64-byte spans, not two of 128
+    assert plan((3, 17, 23, 64), BFLOAT16, capability=80).staged_cl == narrower
+    assert plan((2, 3, 3, 8), BFLOAT16, capability=80).staged_cl is not None
+
+
+# Channels-last shapes for the staged kernels in every dtype: one 16-byte word a position
+# (8 half channels), one position with a last word past C (13), one block a stage (16, 1536
+# channels), clusters of 2, 4 and 8 (64, 40, 72 channels) with positions uneven over their
+# blocks, last stages of fewer channels (40, 72).
+STAGED_CL_SHAPES = [(2, 3, 3, 8), (1, 13), (4, 5, 7, 16), (3, 17, 23, 64), (5, 25, 21, 40), (9, 29, 23, 72),
+                    (7, 11, 13, 1536)]
+
+
+def _staged_cl_or_skip(shape, dtype, pdtype):
+    p = _cl_plan(shape, dtype, pdtype)
+    # (the staged backward serves half precision only: STAGED_CL_BWD_MAX_ITEMSIZE)
+    bwd_wanted = numpy.dtype(dtype).itemsize <= _batch_norm.STAGED_CL_BWD_MAX_ITEMSIZE
+    if p.staged_cl is None or (bwd_wanted and p.staged_cl_bwd is None):
+        import cupy
+
+        cc = _batch_norm.compute_capability(cupy.cuda.Device().id)
+        assert cc < _batch_norm.STAGED_CLUSTER_MIN_SM, f"{shape} {dtype}: the case must take the staged cl kernels"
+        pytest.skip(f"{shape}: its stage needs a thread-block cluster (sm_90; this GPU is sm_{cc})")
+    return p
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", STAGED_CL_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_staged_cl_forward_and_backward(rng, shape, dtype, pdtype):
+    _staged_cl_or_skip(shape, dtype, pdtype)
+    _gpu_case(rng, shape, -1, dtype, pdtype, "relu", training=True)
+    _gpu_case(rng, shape, -1, dtype, pdtype, None, training=True, with_residual=False)
+    _gpu_case(rng, shape, -1, dtype, pdtype, None, training=False)  # eval: the staged backward alone
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("with_residual", [True, False], ids=["residual", "plain"])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
+def test_gpu_staged_cl_activations(rng, activation, with_residual, training):
+    for shape, dtype, pdtype in (((3, 17, 23, 64), BFLOAT16, numpy.float32),
+                                 ((2, 3, 3, 8), numpy.dtype(numpy.float64), numpy.float64)):
+        _staged_cl_or_skip(shape, dtype, pdtype)
+        _gpu_case(rng, shape, -1, dtype, pdtype, activation, training, with_residual)
+
+
+@pytest.mark.gpu
+def test_gpu_staged_cl_matches_the_passes(rng, monkeypatch, fresh_plans):
+    # the same y, statistics and gradients (to rounding) as the passes; bit for bit run after
+    # run (the cluster's sums added in rank order)
+    import cupy
+
+    shape = (9, 29, 23, 72)
+    # float32's staged backward is off by the planner's rule (measured slower) but built: keep it tested
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_BWD_MAX_ITEMSIZE", 8)
+    _staged_cl_or_skip(shape, numpy.dtype(numpy.float32), numpy.float32)
+    x = cupy.asarray(rng.standard_normal(shape).astype(numpy.float32) * 3 + 100)
+    dy = cupy.asarray(rng.standard_normal(shape).astype(numpy.float32))
+    w, b = cupy.asarray(rng.standard_normal(72).astype(numpy.float32)), cupy.zeros(72, numpy.float32)
+    runs = []
+    for staged in (True, True, False):
+        monkeypatch.setattr(_batch_norm, "USE_STAGED_CL", staged)
+        monkeypatch.setattr(_batch_norm, "USE_STAGED_CL_BWD", staged)
+        _batch_norm.plan.cache_clear()
+        rm, rv = cupy.zeros(72, numpy.float32), cupy.ones(72, numpy.float32)
+        y, mean, rstd = cunorm.batch_norm(x, w, b, running_mean=rm, running_var=rv, channel_axis=-1,
+                                          return_stats=True)
+        dx, dw, db, _ = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=-1)
+        runs.append((y, mean, rstd, rm, rv, dx, dw, db))
+    assert all((a == b).all() for a, b in zip(runs[0], runs[1]))
+    names = ("y", "mean", "rstd", "running_mean", "running_var", "dx", "dweight", "dbias")
+    for name, a, b in zip(names, runs[0], runs[2]):
+        assert_close(name, a, b, *((1e-4, 1e-3) if name.startswith("d") else (1e-5, 1e-5)))  # float sums, reordered

@@ -271,6 +271,24 @@ def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:
     return found
 
 
+def test_staged_cl_static_smem_matches_the_host(nvrtc_ready):
+    """BatchNorm v21: the planner fits bn_fwd_staged_cl's and bn_bwd_staged_cl's stages beside
+    the static shared memory _batch_norm.staged_cl_static_smem says they hold; ptxas agrees
+    for every element size, clustered or not (a share sized past the opt-in would fail to
+    launch)."""
+    options = [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS]
+    block = _batch_norm.STAGED_CL_BLOCK
+    cases = {}
+    for ctype, itemsize, acc in (("__nv_bfloat16", 2, 4), ("float", 4, 4), ("double", 8, 8)):
+        for clustered in (False, True):
+            host = _batch_norm.staged_cl_static_smem(itemsize, acc, clustered)
+            flag = str(clustered).lower()
+            cases[f"bn_fwd_staged_cl<{block}, {ctype}, {ctype}, {ctype}, 0, {flag}>"] = host
+            cases[f"bn_bwd_staged_cl<{block}, {ctype}, {ctype}, 1, {flag}>"] = host
+    static = _static_smem(_batch_norm.KERNEL_FILE, list(cases), options)
+    assert static == cases
+
+
 def test_wide_cluster_shared_memory_fits_sm90(nvrtc_ready):
     """The wide cluster backward's static buffers (block sums, staged statistics, exchange
     slots) beside the ring and weight slots the host sizes (_config.wide_bwd_smem) fit an

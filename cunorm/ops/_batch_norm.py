@@ -93,6 +93,25 @@ STAGED_MIN_WORD = 8
 # is not built. Clustered stages take 512-thread blocks (a share fills half an SM).
 STAGED_CLUSTERS = (2, 4, 8)
 STAGED_CLUSTER_MIN_SM = 90
+# Channels last (BatchNorm v21): the training forward and the
+# backward of x with its channels innermost take bn_fwd_staged_cl / bn_bwd_staged_cl, one
+# launch each reading x (and dy) once: a stage is G channels of every position, the positions
+# split over a cluster of blocks (any of STAGED_CL_CLUSTERS, sm_90; one block elsewhere). The
+# widest span a position (STAGED_CL_SPANS, bytes: 128 is a whole line, narrower ones read
+# sectors of lines 2 * C bytes apart) whose shares fit STAGED_CL_MIN_RESIDENT blocks an SM,
+# then the fewest blocks a stage. Where nothing fits (bf16 (32, 256, 56, 56): 6.4 MB a 64-byte
+# stage), the passes. Prediction in NOTES "BatchNorm v21".
+USE_STAGED_CL = True
+USE_STAGED_CL_BWD = True
+# Measured (H200, thirty-sixth session, NOTES "BatchNorm v21-v23 outcome"), NHWC 14 x 14 / 7 x 7
+# against the passes: forward +0.006-0.059 of copy in every dtype; backward bf16 +0.022-0.026,
+# float32 -0.044 / -0.051: the staged backward serves half precision only.
+STAGED_CL_BWD_MAX_ITEMSIZE = 2
+STAGED_CL_BLOCK = 512  # = the kernels' BLOCK template argument (instantiated for it alone)
+STAGED_CL_SPANS = (128, 64, 32, 16)
+STAGED_CL_MIN_RESIDENT = 2
+STAGED_CL_CLUSTERS = (2, 4, 8)
+STAGED_CL_LINE = 128  # = kClStageBytes
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -143,6 +162,11 @@ def instantiations() -> list[str]:
                       for r in _param_types(t) for e in _staged_words(t) for a in ACT_CLASSES]
             names += [f"bn_bwd_staged<{n}, {ct}, {c_type(w)}, {e}, {a}>" for n in STAGED_BLOCKS
                       for e in _staged_words(t) for a in ACT_CLASSES]
+        for w in _param_types(t):
+            names += [f"bn_fwd_staged_cl<{STAGED_CL_BLOCK}, {ct}, {c_type(w)}, {c_type(r)}, {a}, {_b(k)}>"
+                      for r in _param_types(t) for a in ACT_CLASSES for k in (False, True)]
+            names += [f"bn_bwd_staged_cl<{STAGED_CL_BLOCK}, {ct}, {c_type(w)}, {a}, {_b(k)}>"
+                      for a in ACT_CLASSES for k in (False, True)]
         for w in _param_types(t):
             cw = c_type(w)
             names += [f"bn_finalize<{ct}, {cw}>", f"bn_running_stats<{acc}, {cw}>", f"bn_bwd_finalize<{acc}, {cw}>"]
@@ -323,6 +347,63 @@ def _staged(lay: Layout, itemsize: int, phase: int, device: int, tensors: int = 
                   K, OB if K > 1 else 0)
 
 
+class StagedCl(NamedTuple):
+    """The launch of bn_fwd_staged_cl or bn_bwd_staged_cl: stages of ``channels`` (G; 1 <<
+    ``wshift`` 16-byte words a position), ``smem`` bytes a block, ``blocks`` blocks of
+    ``threads``, ``cluster`` blocks a stage, ``positions`` a block (OB)."""
+
+    channels: int
+    wshift: int
+    smem: int
+    blocks: int
+    threads: int
+    cluster: int
+    positions: int
+
+
+def staged_cl_static_smem(itemsize: int, acc_size: int, clustered: bool, threads: int = 0) -> int:
+    """The static shared memory of bn_fwd_staged_cl / bn_bwd_staged_cl (their ClScratch: red,
+    xpart, the cluster's totals or one unused value, cons), bytes, in 16-byte units as ptxas
+    reports it (tests/test_compile.py checks the two agree)."""
+    most = STAGED_CL_LINE // itemsize
+    values = most * (2 * (threads or STAGED_CL_BLOCK) // 32 + 2 + 3) + (2 * most if clustered else 1)
+    return -(-values * acc_size // 16) * 16
+
+
+def _staged_cl(lay: Layout, itemsize: int, acc_size: int, phase: int, device: int,
+               tensors: int = 1) -> StagedCl | None:
+    """bn_fwd_staged_cl's launch (``tensors`` = 1) or bn_bwd_staged_cl's (2: x and dy), or
+    None where it does not apply: not channels last, pointers or the position stride off 16
+    bytes, or no stage whose shares fit (see STAGED_CL_SPANS)."""
+    if not (USE_STAGED_CL if tensors == 1 else USE_STAGED_CL_BWD) or not lay.channels_last or phase != 0:
+        return None
+    if tensors == 2 and itemsize > STAGED_CL_BWD_MAX_ITEMSIZE:
+        return None
+    if (lay.O > 1 and lay.so * itemsize % 16) or lay.O >= 2**31:
+        return None
+    vec = 16 // itemsize
+    words = 1 << (-(-lay.C // vec) - 1).bit_length()  # a power of two covering the channels
+    per_block, per_sm = smem_limits(device)
+    clusters = STAGED_CL_CLUSTERS if compute_capability(device) >= STAGED_CLUSTER_MIN_SM else ()
+    tried = set()
+    for span in STAGED_CL_SPANS:
+        wpp = min(words, span // 16)  # few channels: one narrower span covers them all
+        if wpp in tried:
+            continue
+        tried.add(wpp)
+        G = wpp * vec
+        for K in (1, *clusters):
+            OB = -(-lay.O // K)
+            if K > 1 and (K - 1) * OB >= lay.O:
+                break  # a block of the cluster would hold no position
+            static = staged_cl_static_smem(itemsize, acc_size, K > 1)
+            limit = min(per_block, per_sm // STAGED_CL_MIN_RESIDENT - STAGED_RESERVED_SMEM) - static
+            smem = tensors * OB * G * itemsize
+            if smem <= limit:
+                return StagedCl(G, wpp.bit_length() - 1, smem, -(-lay.C // G) * K, STAGED_CL_BLOCK, K, OB)
+    return None
+
+
 class Plan(NamedTuple):
     lay: Layout
     vec: int
@@ -339,6 +420,8 @@ class Plan(NamedTuple):
     sums: FlatStats | None  # bn_bwd_sums_flat's, None when the backward sums take bn_bwd_sums_nc / _cl
     staged: Staged | None  # bn_fwd_staged's launch, None when the training forward takes the passes
     staged_bwd: Staged | None  # bn_bwd_staged's, None when the backward takes the passes
+    staged_cl: StagedCl | None = None  # bn_fwd_staged_cl's (channels last), None when the passes
+    staged_cl_bwd: StagedCl | None = None  # bn_bwd_staged_cl's
 
 
 def pointer_phase(*pointers: int) -> int:
@@ -384,7 +467,9 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
     sums = _flat_stats(lay, vec, flat_len, FLAT_SUMS_PACKS, device) if flat_dtype and USE_FLAT_SUMS else None
     return Plan(lay, vec, ip, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name,
                 acc_dtype(dtype), flat_len, stats, sums, _staged(lay, itemsize, phase, device),
-                _staged(lay, itemsize, phase, device, 2))
+                _staged(lay, itemsize, phase, device, 2),
+                _staged_cl(lay, itemsize, acc_dtype(dtype).itemsize, phase, device),
+                _staged_cl(lay, itemsize, acc_dtype(dtype).itemsize, phase, device, 2))
 
 
 def _flat_stats(lay: Layout, vec: int, flat_len: int, packs: int, device: int) -> FlatStats | None:
@@ -532,7 +617,7 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
 def forward_scratch(p: Plan, training: bool, act: int, param: float, rdtype, device: int, residual: bool) -> list:
     """The (shape, dtype) of each ``alloc`` forward makes with this plan, in order, for a
     frontend that must size its scratch beforehand (JAX): the first pass's partials."""
-    if not training or p.staged:
+    if not training or p.staged or p.staged_cl:
         return []
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, residual)
     return [((p.lay.C, p.stats.chunks if p.stats else q.first_chunks, 2), p.acc)]
@@ -540,7 +625,7 @@ def forward_scratch(p: Plan, training: bool, act: int, param: float, rdtype, dev
 
 def backward_scratch(p: Plan, training: bool, act: int, param: float, device: int, residual_grad: bool) -> list:
     """backward's ``alloc`` calls, as forward_scratch: the partials, then coef."""
-    if p.staged_bwd:
+    if p.staged_bwd or p.staged_cl_bwd:
         return []
     q = _passes(p, True, training, act, param, "", device, residual_grad)
     return [((p.lay.C, (p.sums.chunks if p.sums else q.first_chunks) + 1, 2), p.acc)]
@@ -556,11 +641,13 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
         st, lay = p.staged, p.lay
         args = (x, res, y, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, st.cluster, st.images or lay.O, w, b, act,
                 scalar_bits(param, p.acc), _f64(eps), _f64(factor), running_mean, running_var, mean, rstd)
-        fn = _staged_kernel(p, act, numpy.dtype(rdtype).name, device)
-        if st.cluster > 1:
-            launch_cluster(fn, st.blocks, st.threads, args, stream, st.smem, st.cluster)
-        else:
-            launch(fn, st.blocks, st.threads, args, stream, st.smem)
+        _launch_staged(_staged_kernel(p, act, numpy.dtype(rdtype).name, device), st, args, stream)
+        return
+    if training and p.staged_cl:
+        st, lay = p.staged_cl, p.lay
+        args = (x, res, y, lay.so, lay.O, lay.C, st.channels, st.wshift, st.cluster, st.positions, w, b, act,
+                scalar_bits(param, p.acc), _f64(eps), _f64(factor), running_mean, running_var, mean, rstd)
+        _launch_staged(_staged_cl_kernel(p, act, numpy.dtype(rdtype).name, device), st, args, stream)
         return
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, bool(res))
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
@@ -608,9 +695,35 @@ def _staged_kernel(p: Plan, act: int, rdtype: str, device: int, backward: bool =
     name = (f"bn_bwd_staged<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {st.epw}, {act_class(act)}>" if backward else
             f"bn_fwd_staged<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {st.epw}, {act_class(act)}, "
             f"{_b(st.cluster > 1)}>")
+    return _smem_kernel(name, st.smem, device)
+
+
+@functools.lru_cache(maxsize=1024)
+def _staged_cl_kernel(p: Plan, act: int, rdtype: str, device: int, backward: bool = False) -> int:
+    """bn_fwd_staged_cl (bn_bwd_staged_cl) for the plan, allowed its shared memory."""
+    st = p.staged_cl_bwd if backward else p.staged_cl
+    clustered = _b(st.cluster > 1)
+    if backward:
+        name = f"bn_bwd_staged_cl<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {act_class(act)}, {clustered}>"
+    else:
+        name = (f"bn_fwd_staged_cl<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {act_class(act)}, "
+                f"{clustered}>")
+    return _smem_kernel(name, st.smem, device)
+
+
+def _smem_kernel(name: str, smem: int, device: int) -> int:
+    """A staged kernel, allowed ``smem`` bytes of dynamic shared memory."""
     fn = function_ptr(KERNEL_FILE, name, device)
-    allow_smem(fn, st.smem)
+    allow_smem(fn, smem)
     return fn
+
+
+def _launch_staged(fn: int, st: Staged | StagedCl, args: tuple, stream: int) -> None:
+    """A staged kernel's launch: in thread-block clusters where its stages span several blocks."""
+    if st.cluster > 1:
+        launch_cluster(fn, st.blocks, st.threads, args, stream, st.smem, st.cluster)
+    else:
+        launch(fn, st.blocks, st.threads, args, stream, st.smem)
 
 
 def _flat_grid(p: Plan) -> int:
@@ -624,9 +737,15 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
     make_current(device)
     if p.staged_bwd:
         st, lay = p.staged_bwd, p.lay
-        launch(_staged_kernel(p, act, "", device, True), st.blocks, st.threads,
-               (dy, x, res, dx, dres, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, mean, rstd, w, b, act,
-                scalar_bits(param, p.acc), int(training), dw, db), stream, st.smem)
+        _launch_staged(_staged_kernel(p, act, "", device, True), st,
+                       (dy, x, res, dx, dres, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, mean, rstd, w, b, act,
+                        scalar_bits(param, p.acc), int(training), dw, db), stream)
+        return
+    if p.staged_cl_bwd:
+        st, lay = p.staged_cl_bwd, p.lay
+        args = (dy, x, res, dx, dres, lay.so, lay.O, lay.C, st.channels, st.wshift, st.cluster, st.positions, mean,
+                rstd, w, b, act, scalar_bits(param, p.acc), int(training), dw, db)
+        _launch_staged(_staged_cl_kernel(p, act, "", device, True), st, args, stream)
         return
     q = _passes(p, True, training, act, param, "", device, bool(dres))
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
