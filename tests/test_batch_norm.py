@@ -1100,8 +1100,9 @@ def _staged_cl_or_skip(shape, dtype, pdtype):
 @pytest.mark.parametrize("shape", STAGED_CL_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_gpu_staged_cl_forward_and_backward(rng, shape, dtype, pdtype):
     _staged_cl_or_skip(shape, dtype, pdtype)
-    _gpu_case(rng, shape, -1, dtype, pdtype, "relu", training=True)
-    _gpu_case(rng, shape, -1, dtype, pdtype, None, training=True, with_residual=False)
+    if math.prod(shape[:-1]) > 1:  # (one position has one value a channel: training refuses it)
+        _gpu_case(rng, shape, -1, dtype, pdtype, "relu", training=True)
+        _gpu_case(rng, shape, -1, dtype, pdtype, None, training=True, with_residual=False)
     _gpu_case(rng, shape, -1, dtype, pdtype, None, training=False)  # eval: the staged backward alone
 
 
