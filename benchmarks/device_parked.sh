@@ -5,7 +5,12 @@
 # under 590 s; a step that runs out says so in its log and the rest go on. (The thirty-sixth
 # session ran v21-v23 and v110 this way; now v111.)
 #
-#     bash benchmarks/device_parked.sh            # results under $OUT (or ./parked-out)
+#     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
+#
+# Steps (default: v111): v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
+# min), p8b (its patch, sweep main / p8 / p8b, then racecheck of p8b, ~8 min), stagedcl (the
+# GPU test a6960f4 fixed, test_gpu_staged_cl_forward_and_backward, no patch, ~1 min). Patches
+# of the steps asked for are applied together before any step runs.
 #
 # Land what wins on main afterwards (NOTES "v111"), then run the full GPU check on main's
 # sources as they then are.
@@ -16,7 +21,12 @@ mkdir -p "$out"
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
-for patch in v111-fp8-tensor-core-sums; do
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(v111)
+declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier)
+for name in "${steps[@]}"; do
+    patch="${patch_of[$name]:-}"
+    [ -z "$patch" ] && continue
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
         echo "applied $patch"
     else
@@ -36,11 +46,29 @@ step() {  # name seconds command...: one timed step, its log under $out
     echo "== $name (rc $rc, $((SECONDS - start)) s so far)"
     [ $rc -eq 124 ] && echo "   ran past its $limit s"
 }
+left() { echo $((585 - (SECONDS - start))); }  # what the call has left, capped per step below
+cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 
-# v111: the FP8 fused forward's tests, then the float sums against the tensor cores' (two rounds)
-step v111-tests 150 python3 -m pytest -q -p no:cacheprovider tests/test_fused.py -k fp8
-tail -1 "$out/v111-tests.txt"; grep -E "^FAILED" "$out/v111-tests.txt" | head -5
-step v111-sweep 300 python3 benchmarks/sweep_fused_variant.py --variants float_sums,mma_sums --json "$out/sweep-v111.json"
-tail -15 "$out/v111-sweep.txt"
+for name in "${steps[@]}"; do
+    case "$name" in
+    v111)  # the FP8 fused forward's tests, then the float sums against the tensor cores' (two rounds)
+        step v111-tests "$(cap 150)" python3 -m pytest -q -p no:cacheprovider tests/test_fused.py -k fp8
+        tail -1 "$out/v111-tests.txt"; grep -E "^FAILED" "$out/v111-tests.txt" | head -5
+        step v111-sweep "$(cap 300)" python3 benchmarks/sweep_fused_variant.py --variants float_sums,mma_sums \
+            --json "$out/sweep-v111.json"
+        tail -15 "$out/v111-sweep.txt" ;;
+    p8b)  # pushed warp sums with a row barrier: the sweep, then racecheck of p8b's build
+        step p8b-sweep "$(cap 200)" python3 benchmarks/sweep_wide_push_p8b.py --json "$out/sweep-p8b.json"
+        tail -15 "$out/p8b-sweep.txt"
+        step p8b-racecheck "$(cap 330)" compute-sanitizer --tool racecheck python3 -c \
+            "from cunorm import _compile; _compile.COMPILE_OPTIONS = ('-DCUNORM_WIDE_PUSH_SUMS=3',); from cunorm import _sanitize; _sanitize.run()"
+        tail -8 "$out/p8b-racecheck.txt" ;;
+    stagedcl)
+        step stagedcl-tests "$(cap 150)" python3 -m pytest -q -p no:cacheprovider tests/test_batch_norm.py \
+            -k test_gpu_staged_cl_forward_and_backward
+        tail -1 "$out/stagedcl-tests.txt"; grep -E "^FAILED" "$out/stagedcl-tests.txt" | head -5 ;;
+    *) echo "unknown step $name" ;;
+    esac
+done
 
 echo "total $((SECONDS - start)) s"
