@@ -9,7 +9,9 @@
 #
 # Steps (default: v111): v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
 # min), p8b (its patch, sweep main / p8 / p8b, then racecheck of p8b, ~8 min), stagedcl (the
-# GPU test a6960f4 fixed, test_gpu_staged_cl_forward_and_backward, no patch, ~1 min). Patches
+# GPU test a6960f4 fixed, test_gpu_staged_cl_forward_and_backward, no patch, ~1 min), clwaves
+# (benchmarks/probe_bn_staged_cl_waves.py: the staged channels-last BatchNorm's waves, ~1-2
+# min, no patch). Patches
 # of the steps asked for are applied together before any step runs.
 #
 # Land what wins on main afterwards (NOTES "v111"), then run the full GPU check on main's
@@ -63,6 +65,9 @@ for name in "${steps[@]}"; do
         step p8b-racecheck "$(cap 330)" compute-sanitizer --tool racecheck python3 -c \
             "from cunorm import _compile; _compile.COMPILE_OPTIONS = ('-DCUNORM_WIDE_PUSH_SUMS=3',); from cunorm import _sanitize; _sanitize.run()"
         tail -8 "$out/p8b-racecheck.txt" ;;
+    clwaves)  # do the channels-last staged BatchNorm kernels run in one wave? (probe, ~1-2 min)
+        step clwaves "$(cap 200)" python3 benchmarks/probe_bn_staged_cl_waves.py --json "$out/clwaves.json"
+        tail -20 "$out/clwaves.txt" ;;
     stagedcl)
         step stagedcl-tests "$(cap 150)" python3 -m pytest -q -p no:cacheprovider tests/test_batch_norm.py \
             -k test_gpu_staged_cl_forward_and_backward

@@ -1,0 +1,130 @@
+"""Do the channels-last staged BatchNorm kernels run in one wave? (issue 5, NOTES "Thirty-eighth
+session").
+
+v21 predicted bf16 (64, 1024, 14, 14) NHWC at 0.50-0.60 of copy forward and measured 0.38.
+Its plan there is 32 stages of 32 channels, each over a cluster of 8 blocks of 100 KB (two an
+SM): 32 clusters, where the H200 ran only 15 clusters of 8 one-SM blocks for the row norms
+(_config's v46 note), so maybe 30 of these at once: a second wave of 2 clusters. This probe
+prints, for channel counts around issue 5's, each staged kernel's plan, the clusters the
+driver says run at once (cuOccupancyMaxActiveClusters with the launch's cluster attribute:
+the kernels take their cluster size at launch), the waves that makes, and the kernel time of
+the forward and backward. If the time steps up where the stages pass the active clusters
+(C = 960 -> 992 -> 1024 at bf16 14 x 14), the waves are the loss and the planner should count
+them; if it grows smoothly with C, they are not.
+
+    python benchmarks/probe_bn_staged_cl_waves.py [--json out.json]
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import sys
+
+import numpy
+
+# (N, H, W, dtype, channel counts): 14 x 14 and 7 x 7 positions (12544 a channel), issue 5's C
+# and counts a stage or two either side of where the waves would change
+CASES = (
+    (64, 14, 14, "bfloat16", (768, 896, 960, 992, 1024, 1056, 1152)),
+    (64, 14, 14, "float32", (448, 480, 512, 1024)),
+    (256, 7, 7, "bfloat16", (1920, 2048)),
+    (256, 7, 7, "float32", (1024, 2048)),
+)
+
+
+def active_clusters(fn: int, blocks: int, threads: int, smem: int, cluster: int) -> int | None:
+    """cuOccupancyMaxActiveClusters for a launch with the cluster size as a launch attribute."""
+    from cunorm import _launch
+
+    if cluster <= 1:
+        return None
+    attr = _launch._LaunchAttribute(_launch._CLUSTER_DIMENSION)
+    attr.value[0], attr.value[1], attr.value[2] = cluster, 1, 1
+    config = _launch._LaunchConfig((blocks, 1, 1), (threads, 1, 1), smem, None, ctypes.addressof(attr), 1)
+    count = ctypes.c_int(0)
+    query = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters
+    if query(ctypes.byref(count), ctypes.c_void_p(fn), ctypes.byref(config)) != 0:
+        return None
+    return count.value
+
+
+def describe(p, backward: bool, dtype: str, device: int) -> dict:
+    """The staged launch's plan, its occupancy and waves (None fields: the passes serve it)."""
+    from cunorm import _launch
+    from cunorm.ops import _batch_norm
+
+    st = p.staged_cl_bwd if backward else p.staged_cl
+    if st is None:
+        return {"kernel": "passes"}
+    fn = _batch_norm._staged_cl_kernel(p, 0, "" if backward else dtype, device, backward)
+    per_sm = _launch.blocks_per_sm(fn, st.threads, st.smem)
+    sms = _launch.sm_count(device)
+    clusters = st.blocks // st.cluster
+    active = active_clusters(fn, st.blocks, st.threads, st.smem, st.cluster)
+    at_once = active if active else per_sm * sms // st.cluster
+    return {"kernel": "staged_cl", "channels": st.channels, "cluster": st.cluster, "positions": st.positions,
+            "smem": st.smem, "blocks": st.blocks, "clusters": clusters, "blocks_per_sm": per_sm,
+            "active_clusters": active, "waves": math.ceil(clusters / max(1, at_once))}
+
+
+def probe(log=print) -> list[dict]:
+    import cupy
+
+    from cunorm import _bench
+    from cunorm._bench_bn import bn_calls
+    from cunorm._checks import BFLOAT16
+    from cunorm.ops import _batch_norm
+
+    device = cupy.cuda.Device().id
+    copy = _bench.copy_gbps()
+    stream = cupy.cuda.get_current_stream().ptr
+    rows = []
+    for n, h, w, dtype_name, channels in CASES:
+        dtype = BFLOAT16 if dtype_name == "bfloat16" else numpy.dtype(dtype_name)
+        for c in channels:
+            shape = (n, c, h, w)
+            phys = (n, h, w, c)
+            strides = (h * w * c, w * c, c, 1)  # elements, C-contiguous (N, H, W, C)
+            lay = _batch_norm.layout(phys, strides, 3)
+            p = _batch_norm.plan(lay, dtype, dtype, 0, device)
+            fwd, bwd = bn_calls(shape, dtype, True)[:2]
+            size = n * c * h * w * dtype.itemsize
+            tf, tb = (_bench.queued_time_ms(f, stream) for f in (fwd, bwd))
+            row = {"shape": list(shape), "dtype": dtype_name, "fwd_us": round(tf * 1e3, 2),
+                   "bwd_us": round(tb * 1e3, 2), "fwd_of_copy": round(2 * size / tf / 1e6 / copy, 3),
+                   "bwd_of_copy": round(3 * size / tb / 1e6 / copy, 3),
+                   "fwd_plan": describe(p, False, dtype_name, device), "bwd_plan": describe(p, True, dtype_name, device)}
+            rows.append(row)
+            log(_line(row))
+    log(_table(rows))
+    return rows
+
+
+def _plan_text(d: dict) -> str:
+    if d["kernel"] == "passes":
+        return "passes"
+    return (f"G{d['channels']} K{d['cluster']} {d['smem'] // 1024}KB {d['blocks_per_sm']}/SM "
+            f"{d['clusters']}cl/{d['active_clusters']} {d['waves']}w")
+
+
+def _line(r: dict) -> str:
+    return (f"{r['dtype'][:4]} {'x'.join(map(str, r['shape']))}: fwd {r['fwd_us']:.1f} us {r['fwd_of_copy']:.3f} "
+            f"[{_plan_text(r['fwd_plan'])}]  bwd {r['bwd_us']:.1f} us {r['bwd_of_copy']:.3f} "
+            f"[{_plan_text(r['bwd_plan'])}]")
+
+
+def _table(rows: list[dict]) -> str:
+    lines = ["case | fwd us / of copy [plan] | bwd us / of copy [plan]"]
+    lines += [f"{r['dtype'][:4]} {'x'.join(map(str, r['shape']))} | {r['fwd_us']:.1f} / {r['fwd_of_copy']:.3f} "
+              f"[{_plan_text(r['fwd_plan'])}] | {r['bwd_us']:.1f} / {r['bwd_of_copy']:.3f} "
+              f"[{_plan_text(r['bwd_plan'])}]" for r in rows]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
+    result = probe()
+    if out:
+        with open(out, "w") as f:
+            json.dump(result, f, indent=1)
