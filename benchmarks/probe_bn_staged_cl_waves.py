@@ -10,7 +10,9 @@ driver says run at once (cuOccupancyMaxActiveClusters with the launch's cluster 
 the kernels take their cluster size at launch), the waves that makes, and the kernel time of
 the forward and backward. If the time steps up where the stages pass the active clusters
 (C = 960 -> 992 -> 1024 at bf16 14 x 14), the waves are the loss and the planner should count
-them; if it grows smoothly with C, they are not.
+them; if it grows smoothly with C, they are not. Where the tree has BatchNorm v24 (the
+stage's blocks meeting in global memory, `experiments/bn-v24-cl-grid-exchange.patch`), each
+case runs both ways: `grid` (v24 where the grid fits at once) and `cluster` (main).
 
     python benchmarks/probe_bn_staged_cl_waves.py [--json out.json]
 """
@@ -61,10 +63,11 @@ def describe(p, backward: bool, dtype: str, device: int) -> dict:
     per_sm = _launch.blocks_per_sm(fn, st.threads, st.smem)
     sms = _launch.sm_count(device)
     clusters = st.blocks // st.cluster
-    active = active_clusters(fn, st.blocks, st.threads, st.smem, st.cluster)
-    at_once = active if active else per_sm * sms // st.cluster
+    grid = getattr(st, "grid", False)
+    active = None if grid else active_clusters(fn, st.blocks, st.threads, st.smem, st.cluster)
+    at_once = per_sm * sms // st.cluster if grid or not active else active
     return {"kernel": "staged_cl", "channels": st.channels, "cluster": st.cluster, "positions": st.positions,
-            "smem": st.smem, "blocks": st.blocks, "clusters": clusters, "blocks_per_sm": per_sm,
+            "smem": st.smem, "blocks": st.blocks, "clusters": clusters, "blocks_per_sm": per_sm, "grid": grid,
             "active_clusters": active, "waves": math.ceil(clusters / max(1, at_once))}
 
 
@@ -72,52 +75,68 @@ def probe(log=print) -> list[dict]:
     import cupy
 
     from cunorm import _bench
-    from cunorm._bench_bn import bn_calls
-    from cunorm._checks import BFLOAT16
     from cunorm.ops import _batch_norm
 
     device = cupy.cuda.Device().id
     copy = _bench.copy_gbps()
     stream = cupy.cuda.get_current_stream().ptr
+    modes = (True, False) if hasattr(_batch_norm, "USE_STAGED_CL_GRID") else (None,)
+    cases = [(n, h, w, d, c, mode) for n, h, w, d, channels in CASES for c in channels for mode in modes]
     rows = []
-    for n, h, w, dtype_name, channels in CASES:
-        dtype = BFLOAT16 if dtype_name == "bfloat16" else numpy.dtype(dtype_name)
-        for c in channels:
-            shape = (n, c, h, w)
-            phys = (n, h, w, c)
-            strides = (h * w * c, w * c, c, 1)  # elements, C-contiguous (N, H, W, C)
-            lay = _batch_norm.layout(phys, strides, 3)
-            p = _batch_norm.plan(lay, dtype, dtype, 0, device)
-            fwd, bwd = bn_calls(shape, dtype, True)[:2]
-            size = n * c * h * w * dtype.itemsize
-            tf, tb = (_bench.queued_time_ms(f, stream) for f in (fwd, bwd))
-            row = {"shape": list(shape), "dtype": dtype_name, "fwd_us": round(tf * 1e3, 2),
-                   "bwd_us": round(tb * 1e3, 2), "fwd_of_copy": round(2 * size / tf / 1e6 / copy, 3),
-                   "bwd_of_copy": round(3 * size / tb / 1e6 / copy, 3),
-                   "fwd_plan": describe(p, False, dtype_name, device), "bwd_plan": describe(p, True, dtype_name, device)}
-            rows.append(row)
-            log(_line(row))
+    try:
+        for n, h, w, dtype_name, c, mode in cases:
+            if mode is not None:
+                _batch_norm.USE_STAGED_CL_GRID = mode
+                _batch_norm.plan.cache_clear()
+            rows.append(_case((n, c, h, w), dtype_name, mode, device, copy, stream))
+            log(_line(rows[-1]))
+    finally:
+        if modes[0] is not None:
+            _batch_norm.USE_STAGED_CL_GRID = True
+            _batch_norm.plan.cache_clear()
     log(_table(rows))
     return rows
+
+
+def _case(shape, dtype_name, mode, device, copy, stream) -> dict:
+    """One logical (N, C, H, W) shape stored channels last: its plans and kernel times
+    (``mode``: v24's grid exchange on or off; None without v24)."""
+    from cunorm import _bench
+    from cunorm._bench_bn import bn_calls
+    from cunorm._checks import BFLOAT16
+    from cunorm.ops import _batch_norm
+
+    dtype = BFLOAT16 if dtype_name == "bfloat16" else numpy.dtype(dtype_name)
+    n, c, h, w = shape
+    strides = (h * w * c, w * c, c, 1)  # elements, C-contiguous (N, H, W, C)
+    p = _batch_norm.plan(_batch_norm.layout((n, h, w, c), strides, 3), dtype, dtype, 0, device)
+    fwd, bwd = bn_calls(shape, dtype, True)[:2]
+    size = n * c * h * w * dtype.itemsize
+    tf, tb = (_bench.queued_time_ms(f, stream) for f in (fwd, bwd))
+    return {"shape": list(shape), "dtype": dtype_name, "mode": {True: "grid", False: "cluster"}.get(mode, ""),
+            "fwd_us": round(tf * 1e3, 2), "bwd_us": round(tb * 1e3, 2),
+            "fwd_of_copy": round(2 * size / tf / 1e6 / copy, 3), "bwd_of_copy": round(3 * size / tb / 1e6 / copy, 3),
+            "fwd_plan": describe(p, False, dtype_name, device), "bwd_plan": describe(p, True, dtype_name, device)}
 
 
 def _plan_text(d: dict) -> str:
     if d["kernel"] == "passes":
         return "passes"
+    at_once = "grid" if d["grid"] else d["active_clusters"]
     return (f"G{d['channels']} K{d['cluster']} {d['smem'] // 1024}KB {d['blocks_per_sm']}/SM "
-            f"{d['clusters']}cl/{d['active_clusters']} {d['waves']}w")
+            f"{d['clusters']}st/{at_once} {d['waves']}w")
 
 
 def _line(r: dict) -> str:
-    return (f"{r['dtype'][:4]} {'x'.join(map(str, r['shape']))}: fwd {r['fwd_us']:.1f} us {r['fwd_of_copy']:.3f} "
-            f"[{_plan_text(r['fwd_plan'])}]  bwd {r['bwd_us']:.1f} us {r['bwd_of_copy']:.3f} "
+    return (f"{r['dtype'][:4]} {'x'.join(map(str, r['shape']))} {r['mode']}: fwd {r['fwd_us']:.1f} us "
+            f"{r['fwd_of_copy']:.3f} [{_plan_text(r['fwd_plan'])}]  bwd {r['bwd_us']:.1f} us {r['bwd_of_copy']:.3f} "
             f"[{_plan_text(r['bwd_plan'])}]")
 
 
 def _table(rows: list[dict]) -> str:
     lines = ["case | fwd us / of copy [plan] | bwd us / of copy [plan]"]
-    lines += [f"{r['dtype'][:4]} {'x'.join(map(str, r['shape']))} | {r['fwd_us']:.1f} / {r['fwd_of_copy']:.3f} "
-              f"[{_plan_text(r['fwd_plan'])}] | {r['bwd_us']:.1f} / {r['bwd_of_copy']:.3f} "
+    lines += [f"{r['dtype'][:4]} {'x'.join(map(str, r['shape']))} {r['mode']} | {r['fwd_us']:.1f} / "
+              f"{r['fwd_of_copy']:.3f} [{_plan_text(r['fwd_plan'])}] | {r['bwd_us']:.1f} / {r['bwd_of_copy']:.3f} "
               f"[{_plan_text(r['bwd_plan'])}]" for r in rows]
     return "\n".join(lines)
 
