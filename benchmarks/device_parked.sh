@@ -3,18 +3,19 @@
 # device call of under ten minutes: each applied to the copied tree (the device's copy only;
 # nothing here commits), then its GPU tests and its sweep. Per-step timeouts keep the whole
 # under 590 s; a step that runs out says so in its log and the rest go on. (The thirty-sixth
-# session ran v21-v23 and v110 this way; now v111.)
+# session ran v21-v23 and v110 this way; now v24 and v111.)
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: v111): v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
+# Steps (default: v24 v111): v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
 # min), p8b (its patch, sweep main / p8 / p8b, then racecheck of p8b, ~8 min), stagedcl (the
 # GPU test a6960f4 fixed, test_gpu_staged_cl_forward_and_backward, no patch, ~1 min), clwaves
 # (benchmarks/probe_bn_staged_cl_waves.py: the staged channels-last BatchNorm's waves, ~1-2
-# min, no patch). Patches
+# min, no patch), v24 (its patch, the staged channels-last GPU tests, the probe in both
+# exchanges, ~4-5 min; its sanitizer runs are the full check's). Patches
 # of the steps asked for are applied together before any step runs.
 #
-# Land what wins on main afterwards (NOTES "v111"), then run the full GPU check on main's
+# Land what wins on main afterwards (NOTES "v111", "BatchNorm v24"), then run the full GPU check on main's
 # sources as they then are.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,8 +25,8 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(v111)
-declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier)
+[ ${#steps[@]} -eq 0 ] && steps=(v24 v111)
+declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v24]=bn-v24-cl-grid-exchange)
 for name in "${steps[@]}"; do
     patch="${patch_of[$name]:-}"
     [ -z "$patch" ] && continue
@@ -65,6 +66,11 @@ for name in "${steps[@]}"; do
         step p8b-racecheck "$(cap 330)" compute-sanitizer --tool racecheck python3 -c \
             "from cunorm import _compile; _compile.COMPILE_OPTIONS = ('-DCUNORM_WIDE_PUSH_SUMS=3',); from cunorm import _sanitize; _sanitize.run()"
         tail -8 "$out/p8b-racecheck.txt" ;;
+    v24)  # BatchNorm v24: the staged channels-last GPU tests, then the waves probe in both exchanges
+        step v24-tests "$(cap 200)" python3 -m pytest -q -p no:cacheprovider tests/test_batch_norm.py -k "staged_cl"
+        tail -1 "$out/v24-tests.txt"; grep -E "^FAILED" "$out/v24-tests.txt" | head -5
+        step v24-probe "$(cap 200)" python3 benchmarks/probe_bn_staged_cl_waves.py --json "$out/v24-probe.json"
+        sed -n '/^case |/,$p' "$out/v24-probe.txt" ;;
     clwaves)  # do the channels-last staged BatchNorm kernels run in one wave? (probe, ~1-2 min)
         step clwaves "$(cap 200)" python3 benchmarks/probe_bn_staged_cl_waves.py --json "$out/clwaves.json"
         tail -20 "$out/clwaves.txt" ;;
