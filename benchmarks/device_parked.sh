@@ -49,14 +49,19 @@ step() {  # name seconds command...: one timed step, its log under $out
     echo "== $name (rc $rc, $((SECONDS - start)) s so far)"
     [ $rc -eq 124 ] && echo "   ran past its $limit s"
 }
+tests_step() {  # name seconds pytest-args...: a pytest step, then its count line and first failures
+    local name="$1" limit="$2"
+    shift 2
+    step "$name" "$limit" python3 -m pytest -q -p no:cacheprovider "$@"
+    tail -1 "$out/$name.txt"; grep -E "^FAILED" "$out/$name.txt" | head -5
+}
 left() { echo $((585 - (SECONDS - start))); }  # what the call has left, capped per step below
 cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 
 for name in "${steps[@]}"; do
     case "$name" in
     v111)  # the FP8 fused forward's tests, then the float sums against the tensor cores' (two rounds)
-        step v111-tests "$(cap 150)" python3 -m pytest -q -p no:cacheprovider tests/test_fused.py -k fp8
-        tail -1 "$out/v111-tests.txt"; grep -E "^FAILED" "$out/v111-tests.txt" | head -5
+        tests_step v111-tests "$(cap 150)" tests/test_fused.py -k fp8
         step v111-sweep "$(cap 300)" python3 benchmarks/sweep_fused_variant.py --variants float_sums,mma_sums \
             --json "$out/sweep-v111.json"
         tail -15 "$out/v111-sweep.txt" ;;
@@ -67,17 +72,14 @@ for name in "${steps[@]}"; do
             "from cunorm import _compile; _compile.COMPILE_OPTIONS = ('-DCUNORM_WIDE_PUSH_SUMS=3',); from cunorm import _sanitize; _sanitize.run()"
         tail -8 "$out/p8b-racecheck.txt" ;;
     v24)  # BatchNorm v24: the staged channels-last GPU tests, then the waves probe in both exchanges
-        step v24-tests "$(cap 200)" python3 -m pytest -q -p no:cacheprovider tests/test_batch_norm.py -k "staged_cl"
-        tail -1 "$out/v24-tests.txt"; grep -E "^FAILED" "$out/v24-tests.txt" | head -5
+        tests_step v24-tests "$(cap 200)" tests/test_batch_norm.py -k "staged_cl"
         step v24-probe "$(cap 200)" python3 benchmarks/probe_bn_staged_cl_waves.py --json "$out/v24-probe.json"
         sed -n '/^case |/,$p' "$out/v24-probe.txt" ;;
     clwaves)  # do the channels-last staged BatchNorm kernels run in one wave? (probe, ~1-2 min)
         step clwaves "$(cap 200)" python3 benchmarks/probe_bn_staged_cl_waves.py --json "$out/clwaves.json"
         tail -20 "$out/clwaves.txt" ;;
     stagedcl)
-        step stagedcl-tests "$(cap 150)" python3 -m pytest -q -p no:cacheprovider tests/test_batch_norm.py \
-            -k test_gpu_staged_cl_forward_and_backward
-        tail -1 "$out/stagedcl-tests.txt"; grep -E "^FAILED" "$out/stagedcl-tests.txt" | head -5 ;;
+        tests_step stagedcl-tests "$(cap 150)" tests/test_batch_norm.py -k test_gpu_staged_cl_forward_and_backward ;;
     *) echo "unknown step $name" ;;
     esac
 done

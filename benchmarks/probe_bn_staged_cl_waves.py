@@ -80,7 +80,8 @@ def probe(log=print) -> list[dict]:
     device = cupy.cuda.Device().id
     copy = _bench.copy_gbps()
     stream = cupy.cuda.get_current_stream().ptr
-    modes = (True, False) if hasattr(_batch_norm, "USE_STAGED_CL_GRID") else (None,)
+    default = getattr(_batch_norm, "USE_STAGED_CL_GRID", None)
+    modes = (True, False) if default is not None else (None,)
     cases = [(n, h, w, d, c, mode) for n, h, w, d, channels in CASES for c in channels for mode in modes]
     rows = []
     try:
@@ -91,8 +92,8 @@ def probe(log=print) -> list[dict]:
             rows.append(_case((n, c, h, w), dtype_name, mode, device, copy, stream))
             log(_line(rows[-1]))
     finally:
-        if modes[0] is not None:
-            _batch_norm.USE_STAGED_CL_GRID = True
+        if default is not None:
+            _batch_norm.USE_STAGED_CL_GRID = default
             _batch_norm.plan.cache_clear()
     log(_table(rows))
     return rows
@@ -127,18 +128,20 @@ def _plan_text(d: dict) -> str:
             f"{d['clusters']}st/{at_once} {d['waves']}w")
 
 
+def _cells(r: dict) -> list[str]:
+    """A row's case, then its forward and backward: us / fraction of copy [plan]."""
+    return [f"{r['dtype'][:4]} {'x'.join(map(str, r['shape']))} {r['mode']}"] + [
+        f"{r[d + '_us']:.1f} / {r[d + '_of_copy']:.3f} [{_plan_text(r[d + '_plan'])}]" for d in ("fwd", "bwd")]
+
+
 def _line(r: dict) -> str:
-    return (f"{r['dtype'][:4]} {'x'.join(map(str, r['shape']))} {r['mode']}: fwd {r['fwd_us']:.1f} us "
-            f"{r['fwd_of_copy']:.3f} [{_plan_text(r['fwd_plan'])}]  bwd {r['bwd_us']:.1f} us {r['bwd_of_copy']:.3f} "
-            f"[{_plan_text(r['bwd_plan'])}]")
+    case, fwd, bwd = _cells(r)
+    return f"{case}: fwd {fwd}  bwd {bwd}"
 
 
 def _table(rows: list[dict]) -> str:
-    lines = ["case | fwd us / of copy [plan] | bwd us / of copy [plan]"]
-    lines += [f"{r['dtype'][:4]} {'x'.join(map(str, r['shape']))} {r['mode']} | {r['fwd_us']:.1f} / "
-              f"{r['fwd_of_copy']:.3f} [{_plan_text(r['fwd_plan'])}] | {r['bwd_us']:.1f} / {r['bwd_of_copy']:.3f} "
-              f"[{_plan_text(r['bwd_plan'])}]" for r in rows]
-    return "\n".join(lines)
+    return "\n".join(["case | fwd us / of copy [plan] | bwd us / of copy [plan]"] +
+                     [" | ".join(_cells(r)) for r in rows])
 
 
 if __name__ == "__main__":
