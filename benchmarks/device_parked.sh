@@ -12,10 +12,13 @@
 # GPU test a6960f4 fixed, test_gpu_staged_cl_forward_and_backward, no patch, ~1 min), clwaves
 # (benchmarks/probe_bn_staged_cl_waves.py: the staged channels-last BatchNorm's waves, ~1-2
 # min, no patch), v24 (its patch, the staged channels-last GPU tests, the probe in both
-# exchanges, ~4-5 min; its sanitizer runs are the full check's). Patches
-# of the steps asked for are applied together before any step runs.
+# exchanges, ~4-5 min; its sanitizer runs are the full check's), v25 (its patch, the span-word
+# forward's and backward's GPU tests, racecheck and memcheck of their cunorm._sanitize cases, the sweep
+# at NCHW short planes against the passes and against the words in order, ~5-6 min). Patches
+# of the steps asked for are applied together before any step runs (v24, v25, v111, p8b in
+# that order; v25's made-over-v24 version where v24 is asked too).
 #
-# Land what wins on main afterwards (NOTES "v111", "BatchNorm v24"), then run the full GPU check on main's
+# Land what wins on main afterwards (NOTES "v111", "BatchNorm v24", "BatchNorm v25"), then run the full GPU check on main's
 # sources as they then are.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,10 +29,13 @@ start=$SECONDS
 
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(v24 v111)
-declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v24]=bn-v24-cl-grid-exchange)
-for name in "${steps[@]}"; do
-    patch="${patch_of[$name]:-}"
-    [ -z "$patch" ] && continue
+declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v24]=bn-v24-cl-grid-exchange
+                     [v25]=bn-v25-staged-span)
+# v25 over v24: its version made on v24's sources (both touch _sanitize.py and the sweep's settings)
+[[ " ${steps[*]} " == *" v24 "* ]] && patch_of[v25]=bn-v25-staged-span-after-v24
+for name in v24 v25 v111 p8b; do  # in this order, whatever the order asked
+    [[ " ${steps[*]} " == *" $name "* ]] || continue
+    patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
         echo "applied $patch"
     else
@@ -58,6 +64,10 @@ tests_step() {  # name seconds pytest-args...: a pytest step, then its count lin
 left() { echo $((585 - (SECONDS - start))); }  # what the call has left, capped per step below
 cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 
+# bn_fwd_staged_span's cunorm._sanitize cases alone
+v25_cases="import cupy; from cunorm import _sanitize; _sanitize.staged_span_calls(cupy.random.default_rng(0)); \
+cupy.cuda.runtime.deviceSynchronize(); print('v25 sanitizer cases done')"
+
 for name in "${steps[@]}"; do
     case "$name" in
     v111)  # the FP8 fused forward's tests, then the float sums against the tensor cores' (two rounds)
@@ -78,6 +88,17 @@ for name in "${steps[@]}"; do
     clwaves)  # do the channels-last staged BatchNorm kernels run in one wave? (probe, ~1-2 min)
         step clwaves "$(cap 200)" python3 benchmarks/probe_bn_staged_cl_waves.py --json "$out/clwaves.json"
         tail -20 "$out/clwaves.txt" ;;
+    v25)  # BatchNorm v25: the span-word kernels' GPU tests, racecheck and memcheck of their
+          # cunorm._sanitize cases alone, then the sweep at NCHW short planes
+        tests_step v25-tests "$(cap 150)" tests/test_batch_norm.py -k "staged_span or shapes_dtypes_layouts"
+        for tool in racecheck memcheck; do
+            step "v25-$tool" "$(cap 90)" compute-sanitizer --tool "$tool" python3 -c "$v25_cases"
+            tail -2 "$out/v25-$tool.txt"
+        done
+        BN_SWEEP_SHAPES=256x2048x7x7,128x512x7x7,64x1024x7x7,256x256x9x9,32x512x11x11 BN_SWEEP_LAYOUTS=nchw \
+            step v25-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py --variants default,staged_span_off,span_words_in_order \
+            --json "$out/sweep-v25.json"
+        sed -n '/^case |/,$p' "$out/v25-sweep.txt" ;;
     stagedcl)
         tests_step stagedcl-tests "$(cap 150)" tests/test_batch_norm.py -k test_gpu_staged_cl_forward_and_backward ;;
     *) echo "unknown step $name" ;;
