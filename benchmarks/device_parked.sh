@@ -7,7 +7,7 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: v24 v111): v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
+# Steps (default: v25): v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
 # min), p8b (its patch, sweep main / p8 / p8b, then racecheck of p8b, ~8 min), stagedcl (the
 # GPU test a6960f4 fixed, test_gpu_staged_cl_forward_and_backward, no patch, ~1 min), clwaves
 # (benchmarks/probe_bn_staged_cl_waves.py: the staged channels-last BatchNorm's waves, ~1-2
@@ -28,7 +28,7 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(v24 v111)
+[ ${#steps[@]} -eq 0 ] && steps=(v25)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v24]=bn-v24-cl-grid-exchange
                      [v25]=bn-v25-staged-span)
 # v25 over v24: its version made on v24's sources (both touch _sanitize.py and the sweep's settings)
