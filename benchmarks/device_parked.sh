@@ -90,7 +90,7 @@ for name in "${steps[@]}"; do
         tail -20 "$out/clwaves.txt" ;;
     v25)  # BatchNorm v25: the span-word kernels' GPU tests, racecheck and memcheck of their
           # cunorm._sanitize cases alone, then the sweep at NCHW short planes
-        tests_step v25-tests "$(cap 150)" tests/test_batch_norm.py -k "staged_span or shapes_dtypes_layouts"
+        tests_step v25-tests "$(cap 150)" tests/test_batch_norm.py -k "staged_span or span_word"
         for tool in racecheck memcheck; do
             step "v25-$tool" "$(cap 90)" compute-sanitizer --tool "$tool" python3 -c "$v25_cases"
             tail -2 "$out/v25-$tool.txt"
