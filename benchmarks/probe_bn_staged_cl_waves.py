@@ -18,7 +18,6 @@ case runs both ways: `grid` (v24 where the grid fits at once) and `cluster` (mai
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import sys
@@ -35,22 +34,6 @@ CASES = (
 )
 
 
-def active_clusters(fn: int, blocks: int, threads: int, smem: int, cluster: int) -> int | None:
-    """cuOccupancyMaxActiveClusters for a launch with the cluster size as a launch attribute."""
-    from cunorm import _launch
-
-    if cluster <= 1:
-        return None
-    attr = _launch._LaunchAttribute(_launch._CLUSTER_DIMENSION)
-    attr.value[0], attr.value[1], attr.value[2] = cluster, 1, 1
-    config = _launch._LaunchConfig((blocks, 1, 1), (threads, 1, 1), smem, None, ctypes.addressof(attr), 1)
-    count = ctypes.c_int(0)
-    query = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters
-    if query(ctypes.byref(count), ctypes.c_void_p(fn), ctypes.byref(config)) != 0:
-        return None
-    return count.value
-
-
 def describe(p, backward: bool, dtype: str, device: int) -> dict:
     """The staged launch's plan, its occupancy and waves (None fields: the passes serve it)."""
     from cunorm import _launch
@@ -64,7 +47,7 @@ def describe(p, backward: bool, dtype: str, device: int) -> dict:
     sms = _launch.sm_count(device)
     clusters = st.blocks // st.cluster
     grid = getattr(st, "grid", False)
-    active = None if grid else active_clusters(fn, st.blocks, st.threads, st.smem, st.cluster)
+    active = None if grid else _launch.max_active_clusters(fn, st.threads, st.smem, st.cluster, at_launch=True)
     at_once = per_sm * sms // st.cluster if grid or not active else active
     return {"kernel": "staged_cl", "channels": st.channels, "cluster": st.cluster, "positions": st.positions,
             "smem": st.smem, "blocks": st.blocks, "clusters": clusters, "blocks_per_sm": per_sm, "grid": grid,
@@ -81,6 +64,9 @@ def probe(log=print) -> list[dict]:
     copy = _bench.copy_gbps()
     stream = cupy.cuda.get_current_stream().ptr
     default = getattr(_batch_norm, "USE_STAGED_CL_GRID", None)
+    rule = getattr(_batch_norm, "STAGED_CL_GRID_RULE", None)
+    if rule is not None:  # the grid rows time the grid wherever it is planned, not only where it pays
+        _batch_norm.STAGED_CL_GRID_RULE = False
     modes = (True, False) if default is not None else (None,)
     cases = [(n, h, w, d, c, mode) for n, h, w, d, channels in CASES for c in channels for mode in modes]
     rows = []
@@ -95,6 +81,8 @@ def probe(log=print) -> list[dict]:
         if default is not None:
             _batch_norm.USE_STAGED_CL_GRID = default
             _batch_norm.plan.cache_clear()
+        if rule is not None:
+            _batch_norm.STAGED_CL_GRID_RULE = rule
     log(_table(rows))
     return rows
 

@@ -3,7 +3,8 @@ v21) under compute-sanitizer, each call's outputs checked against the float64 re
 that a wrong exchange shows as a wrong value as well as a race: one block a stage (float32,
 24 channels: the last words of the stage past C), clusters of 2 / 4 / 8 blocks (bf16 64,
 40 and 72 channels; positions uneven over the blocks), with ReLU and a residual (the
-backward's dz written over the staged dy) and without.
+backward's dz written over the staged dy) and without; stages of several blocks meeting in
+global memory (BatchNorm v24's grid), then as clusters.
 
     compute-sanitizer --tool racecheck python benchmarks/sanitize_bn_staged_cl.py
     compute-sanitizer --tool memcheck python benchmarks/sanitize_bn_staged_cl.py
@@ -30,7 +31,9 @@ def _worst(name, got, want, scale) -> float:
 def main() -> None:
     rng = numpy.random.default_rng(0)
     worst = 0.0
-    for shape, dt in CASES:
+    for (shape, dt), grid in [(case, grid) for grid in (True, False) for case in CASES]:
+        _batch_norm.USE_STAGED_CL_GRID = grid
+        _batch_norm.plan.cache_clear()
         C = shape[-1]
         lay = _batch_norm.layout(shape, contiguous_strides(shape), len(shape) - 1)
         p = _batch_norm.plan(lay, numpy.dtype(dt), numpy.dtype(numpy.float32), 0, cupy.cuda.Device().id)

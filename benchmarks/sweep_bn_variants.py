@@ -73,6 +73,9 @@ VARIANTS = {
     "staged_cl_resident_1": ((), 256, {"STAGED_CL_MIN_RESIDENT": 1}),
     "staged_cl_spans_64": ((), 256, {"STAGED_CL_SPANS": (64, 32, 16)}),
     "staged_cl_spans_32": ((), 256, {"STAGED_CL_SPANS": (32, 16)}),
+    # BatchNorm v24: a channels-last stage's blocks meeting in global memory where the grid fits
+    # at once (the default) against thread-block clusters (before it)
+    "staged_cl_clusters": ((), 256, {"USE_STAGED_CL_GRID": False}),
     # BatchNorm v22: the NCHW staged walks' words read through a reference (narrow loads)
     "staged_narrow_loads": (("-DCUNORM_BN_STAGED_WORD_LOADS=0",), 256, {}),
 }
@@ -80,7 +83,7 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
                  "USE_STAGED", "USE_STAGED_BWD", "STAGED_MIN_RESIDENT", "STAGED_PREFER_WIDE", "STAGED_MIN_WORD",
                  "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL", "CL_GRID_FITS", "USE_STAGED_CL",
-                 "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS")
+                 "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID")
 
 
 def _use(options, block: int, settings: dict) -> None:

@@ -182,16 +182,20 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig (cuda.h)
 
 
 @functools.lru_cache(maxsize=None)
-def max_active_clusters(function_ptr: int, block: int, smem: int, cluster: int) -> int | None:
-    """Clusters of a kernel with compile-time cluster dimensions that the GPU runs at once
-    (cuOccupancyMaxActiveClusters: a cluster must fit within one GPC, so this can be fewer
-    than the resident blocks over the cluster size), or None where the driver cannot say.
-    ``smem`` must be allowed first (allow_smem; blocks_per_sm does it)."""
+def max_active_clusters(function_ptr: int, block: int, smem: int, cluster: int, at_launch: bool = False) -> int | None:
+    """Clusters of a kernel that the GPU runs at once (cuOccupancyMaxActiveClusters: a cluster
+    must fit within one GPC, so this can be fewer than the resident blocks over the cluster
+    size), or None where the driver cannot say. The kernel's cluster dimensions are compiled
+    in, or (``at_launch``) given as launch_cluster gives them. ``smem`` must be allowed first
+    (allow_smem; blocks_per_sm does it)."""
     try:
         fn = ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveClusters
     except (OSError, AttributeError):
         return None
-    config = _LaunchConfig((cluster, 1, 1), (block, 1, 1), smem, None, None, 0)
+    attr = _LaunchAttribute(_CLUSTER_DIMENSION)
+    attr.value[0], attr.value[1], attr.value[2] = cluster, 1, 1
+    config = _LaunchConfig((cluster, 1, 1), (block, 1, 1), smem, None, ctypes.addressof(attr) if at_launch else None,
+                           1 if at_launch else 0)
     count = ctypes.c_int(0)
     if fn(ctypes.byref(count), ctypes.c_void_p(function_ptr), ctypes.byref(config)) != 0 or count.value < 1:
         return None

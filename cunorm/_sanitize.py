@@ -76,18 +76,29 @@ def run(log=print) -> int:
     # off 16 bytes), then the staged kernels (float32 one channel a stage; bf16 two, the last
     # stage one; float32 forward stages over clusters of 2 blocks, 6 + 5 images, on sm_90),
     # and the channels-last staged kernels (float32 24 channels in one block; bf16 64 over
-    # clusters of 2 forward and 4 backward, 40 over 4 and 8 with a stage past C on sm_90),
-    # training forward and backward
-    for shape, axis, dt in (((4, 24, 9, 11), 1, numpy.float32), ((4, 9, 11, 22), -1, numpy.float32),
-                            ((8, 20, 14, 14), 1, numpy.float32), ((4, 5, 14, 14), 1, ml_dtypes.bfloat16),
-                            ((11, 2, 64, 64), 1, numpy.float32), ((4, 9, 11, 24), -1, numpy.float32),
-                            ((3, 17, 23, 64), -1, ml_dtypes.bfloat16), ((5, 25, 21, 40), -1, ml_dtypes.bfloat16)):
-        x = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt))
-        c = shape[axis]
-        w, b = cupy.ones(c, numpy.float32), cupy.zeros(c, numpy.float32)
-        y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=axis, return_stats=True)
-        cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, channel_axis=axis)
-        calls += 2
+    # 2 blocks forward and 4 backward, 40 over 4 and 8 with a stage past C on sm_90: their
+    # blocks meeting in global memory, then again as clusters), training forward and backward
+    from .ops import _batch_norm
+
+    staged_cl = (((3, 17, 23, 64), -1, ml_dtypes.bfloat16), ((5, 25, 21, 40), -1, ml_dtypes.bfloat16))
+    cases = [(c, True) for c in (((4, 24, 9, 11), 1, numpy.float32), ((4, 9, 11, 22), -1, numpy.float32),
+                                 ((8, 20, 14, 14), 1, numpy.float32), ((4, 5, 14, 14), 1, ml_dtypes.bfloat16),
+                                 ((11, 2, 64, 64), 1, numpy.float32), ((4, 9, 11, 24), -1, numpy.float32),
+                                 *staged_cl)] + [(c, False) for c in staged_cl]
+    grid_default = _batch_norm.USE_STAGED_CL_GRID
+    try:
+        for (shape, axis, dt), grid in cases:
+            _batch_norm.USE_STAGED_CL_GRID = grid and grid_default
+            _batch_norm.plan.cache_clear()
+            x = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt))
+            c = shape[axis]
+            w, b = cupy.ones(c, numpy.float32), cupy.zeros(c, numpy.float32)
+            y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=axis, return_stats=True)
+            cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, channel_axis=axis)
+            calls += 2
+    finally:
+        _batch_norm.USE_STAGED_CL_GRID = grid_default
+        _batch_norm.plan.cache_clear()
     cupy.cuda.runtime.deviceSynchronize()
     log(f"cunorm._sanitize: {calls} calls done")
     return calls

@@ -1555,6 +1555,20 @@ struct StagedShare {
       O = O_total;
     }
   }
+  // The share of a given stage (a persistent grid's blocks walk several; BatchNorm v24). Not
+  // the constructor above with the stage passed in: delegating to this one took the NCHW
+  // staged kernels 2-4 registers up (NVRTC 13.0 sm_90).
+  __device__ __forceinline__ StagedShare(int K, int OB, int O_total, int given_stage) {
+    stage = given_stage;
+    if (CLUSTER) {
+      rank = blockIdx.x % K;
+      o0 = rank * OB;
+      O = max(0, min(OB, O_total - o0));
+    } else {
+      rank = o0 = 0;
+      O = O_total;
+    }
+  }
 };
 
 // The group sums (a, b of channel group g) added over the K blocks of the cluster in rank
@@ -1863,16 +1877,19 @@ struct ClScratch {
   }
 };
 
-// The block's part of its stage: positions (O of them from the share's first, ``rank`` in the
-// cluster), channels [c0, c0 + count), bytes a position (span live, pitch staged), the first
-// position's element offset in x and the position stride in bytes.
+// The block's part of stage ``stage``: positions (O of them from the share's first, ``rank``
+// among the stage's blocks), channels [c0, c0 + count), bytes a position (span live, pitch
+// staged), the first position's element offset in x and the position stride in bytes; it
+// copies its spans of a tensor (x, dy) into shared memory and its results back out.
 struct ClPart {
-  int O, rank, c0, count, span, pitch;
+  int O, stage, rank, c0, count, span, pitch;
   i64 base, so_bytes;
   template <bool CLUSTER>
-  __device__ __forceinline__ ClPart(Flag<CLUSTER>, int K, int OB, int O_total, int C, int G, i64 so, int itemsize) {
-    const StagedShare<CLUSTER> sh(K, OB, O_total);
+  __device__ __forceinline__ ClPart(Flag<CLUSTER>, int K, int OB, int O_total, int C, int G, i64 so, int itemsize,
+                                    int given_stage) {
+    const StagedShare<CLUSTER> sh(K, OB, O_total, given_stage);
     O = sh.O;
+    stage = sh.stage;
     rank = sh.rank;
     c0 = sh.stage * G;
     count = min(G, C - c0);
@@ -1881,14 +1898,35 @@ struct ClPart {
     base = c0 + i64(sh.o0) * so;
     so_bytes = so * itemsize;
   }
+  template <int BLOCK, typename T>
+  __device__ __forceinline__ void copy_in(unsigned char* staged, const T* src) const {
+    stage_in<BLOCK, 16>(staged, reinterpret_cast<const unsigned char*>(src + base), so_bytes, O, span, pitch);
+  }
+  template <int BLOCK, typename T>
+  __device__ __forceinline__ void copy_out(T* dst, const unsigned char* staged) const {
+    stage_out<BLOCK, 16, sizeof(T)>(reinterpret_cast<unsigned char*>(dst + base), staged, so_bytes, O, span, pitch);
+  }
+};
+
+// Where a stage's K blocks meet when they are not one thread-block cluster (NOTES "BatchNorm
+// v24"): global memory, the K consecutive blocks of a stage all resident at once (a
+// cooperative launch). ``parts``: 2 G sums a block, in block order; ``counters``: one arrival
+// counter a stage, zeroed by the host. Null pointers: the blocks are a cluster (or K = 1).
+template <typename A>
+struct ClGridExchange {
+  A* parts;
+  unsigned* counters;
 };
 
 // The block's (cluster's) per-channel totals of the two sums s, q (VEC channels a thread from
 // cw) -> sm.tot()[0, G) and [G, 2G), through sm.red (BLOCK / kWarp * 2 * G values) and
-// sm.xpart (2 G, read by the cluster's other blocks until the kernel's closing cluster_wait).
-// All threads call it; it ends with a block barrier.
+// sm.xpart (2 G, read by the cluster's other blocks until the kernel's closing cluster_wait;
+// or copied to xg.parts where the stage's blocks meet in global memory). Either way the K
+// blocks' sums are added in rank order from zero: the same bits in every block, and in both
+// exchanges. All threads call it; it ends with a block barrier.
 template <int BLOCK, int VEC, bool CLUSTER, typename A, typename Scratch>
-__device__ __forceinline__ void cl_stage_sums(A (&s)[VEC], A (&q)[VEC], Scratch& sm, int G, int wpp, int cw, int K) {
+__device__ __forceinline__ void cl_stage_sums(A (&s)[VEC], A (&q)[VEC], Scratch& sm, int G, int wpp, int cw, int K,
+                                              ClGridExchange<A> xg, const ClPart& pt) {
   constexpr int kWarps = BLOCK / kWarp;
   A *red = sm.red, *xpart = sm.xpart, *tot = sm.tot();
   for (int m = wpp; m < kWarp; m <<= 1)  // the lanes of one word are wpp apart
@@ -1910,8 +1948,22 @@ __device__ __forceinline__ void cl_stage_sums(A (&s)[VEC], A (&q)[VEC], Scratch&
     for (int w = 0; w < kWarps; ++w) sum += red[w * 2 * G + t];
     xpart[t] = sum;
   }
+#if !defined(CUNORM_HIP)
+  if (CLUSTER && xg.counters) {
+    const i64 first = i64(pt.stage) * K;  // the stage's blocks' sums, in rank order
+    if (t < 2 * G) xg.parts[(first + pt.rank) * 2 * G + t] = xpart[t];
+    __syncthreads();
+    if (t == 0) grid_arrive(xg.counters + pt.stage);
+    grid_wait(xg.counters + pt.stage, unsigned(K));
+    if (t < 2 * G) {
+      A sum = A(0);
+      for (int r = 0; r < K; ++r) sum += __ldcg(xg.parts + (first + r) * 2 * G + t);
+      tot[t] = sum;
+    }
+  }
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(CUNORM_HIP)
-  if (CLUSTER) {
+  if (CLUSTER && !xg.counters) {
     if (t < 2 * G) cluster_fence();
     cluster_barrier();
     if (t < 2 * G) {
@@ -1925,11 +1977,12 @@ __device__ __forceinline__ void cl_stage_sums(A (&s)[VEC], A (&q)[VEC], Scratch&
   __syncthreads();
 }
 
-// No block of a cluster exits while another may still read its xpart.
-template <bool CLUSTER>
-__device__ __forceinline__ void cl_stage_end() {
+// No block of a cluster exits while another may still read its xpart (blocks meeting in
+// global memory read only the copies there).
+template <bool CLUSTER, typename A>
+__device__ __forceinline__ void cl_stage_end(ClGridExchange<A> xg) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(CUNORM_HIP)
-  if (CLUSTER) cluster_wait();
+  if (CLUSTER && !xg.counters) cluster_wait();
 #endif
 }
 
@@ -1963,85 +2016,89 @@ bn_fwd_staged_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restri
                  int G, int wshift, int K, int OB, const W* __restrict__ w, const W* __restrict__ b, int act,
                  typename AccOf<T>::type param, double eps, double factor, R* __restrict__ running_mean,
                  R* __restrict__ running_var, typename AccOf<T>::type* __restrict__ mean,
-                 typename AccOf<T>::type* __restrict__ rstd) {
+                 typename AccOf<T>::type* __restrict__ rstd, typename AccOf<T>::type* __restrict__ parts,
+                 unsigned* __restrict__ counters) {
   typedef typename AccOf<T>::type A;
   constexpr int VEC = ClStage<T>::kVec, kMaxG = ClStage<T>::kMaxChannels;
+  const ClGridExchange<A> xg{parts, counters};
   typedef Pack<T, VEC> Word;
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ ClScratch<A, BLOCK, kMaxG, CLUSTER> sm;
   const A* tot = sm.tot();
   const auto tag = act_tag<ACT>(act);
-  const ClPart pt(Flag<CLUSTER>{}, K, OB, O_total, C, G, so, sizeof(T));
-  const int O = pt.O, c0 = pt.c0, count = pt.count, pitch = pt.pitch;
-  const i64 base = pt.base;
-  stage_in<BLOCK, 16>(staged, reinterpret_cast<const unsigned char*>(x + base), pt.so_bytes, O, pt.span, pitch);
-  copies_commit();
-  const ClWord wd(wshift, BLOCK, VEC);
-  const bool active = wd.cw < count;
-  // while the copies land: the word's pivots (each channel's first element: every block of
-  // the cluster shares them), and channel t's parameters, pivot and running statistics
-  A pivot[VEC];
+  // a stage of K blocks at a time (once, but where a persistent grid's blocks walk several)
+  for (int stage = blockIdx.x / K, stages = (C + G - 1) / G; stage < stages; stage += gridDim.x / K) {
+    const ClPart pt(Flag<CLUSTER>{}, K, OB, O_total, C, G, so, sizeof(T), stage);
+    const int O = pt.O, c0 = pt.c0, count = pt.count, pitch = pt.pitch;
+    pt.copy_in<BLOCK>(staged, x);
+    copies_commit();
+    const ClWord wd(wshift, BLOCK, VEC);
+    const bool active = wd.cw < count;
+    // while the copies land: the word's pivots (each channel's first element: every block of
+    // the cluster shares them), and channel t's parameters, pivot and running statistics
+    A pivot[VEC];
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) pivot[e] = wd.cw + e < count ? cvt<A>(x[c0 + wd.cw + e]) : A(0);
-  const int t = threadIdx.x;
-  const bool chan = t < count, writer = chan && pt.rank == 0;
-  const i64 c = c0 + t;
-  const A wc = chan && w ? cvt<A>(w[c]) : A(1), bc = chan && b ? cvt<A>(b[c]) : A(0);
-  const A pc = chan ? cvt<A>(x[c]) : A(0);
-  const A rm = writer && running_mean ? cvt<A>(running_mean[c]) : A(0);
-  const A rv = writer && running_var ? cvt<A>(running_var[c]) : A(0);
-  copies_wait<0>();
-  __syncthreads();
-  A s[VEC], q[VEC];
+    for (int e = 0; e < VEC; ++e) pivot[e] = wd.cw + e < count ? cvt<A>(x[c0 + wd.cw + e]) : A(0);
+    const int t = threadIdx.x;
+    const bool chan = t < count, writer = chan && pt.rank == 0;
+    const i64 c = c0 + t;
+    const A wc = chan && w ? cvt<A>(w[c]) : A(1), bc = chan && b ? cvt<A>(b[c]) : A(0);
+    const A pc = chan ? cvt<A>(x[c]) : A(0);
+    const A rm = writer && running_mean ? cvt<A>(running_mean[c]) : A(0);
+    const A rv = writer && running_var ? cvt<A>(running_var[c]) : A(0);
+    copies_wait<0>();
+    __syncthreads();
+    A s[VEC], q[VEC];
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) s[e] = q[e] = A(0);
-  if (active)
-    for (int o = wd.row; o < O; o += wd.rows) {
-      A v[VEC];
-      unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * 16), v);
+    for (int e = 0; e < VEC; ++e) s[e] = q[e] = A(0);
+    if (active)
+      for (int o = wd.row; o < O; o += wd.rows) {
+        A v[VEC];
+        unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * 16), v);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const A d = v[e] - pivot[e];
-        s[e] += d;
-        q[e] += d * d;
+        for (int e = 0; e < VEC; ++e) {
+          const A d = v[e] - pivot[e];
+          s[e] += d;
+          q[e] += d * d;
+        }
+      }
+    cl_stage_sums<BLOCK, VEC, CLUSTER>(s, q, sm, G, 1 << wshift, wd.cw, K, xg, pt);
+    if (t < G) {  // channel t's constants (zeros past C: computed on, never stored)
+      A cm = A(0), cs = A(0);
+      if (chan) {
+        const double n = double(O_total);
+        const StagedMoments<A> mo(tot[t], tot[G + t], pc, A(n), eps);
+        cm = mo.mean;
+        cs = mo.rstd * wc;
+        if (writer) {  // mean and rstd as y uses them; the running statistics from the same sums in double
+          mean[c] = mo.mean;
+          rstd[c] = mo.rstd;
+          update_running(c, moments_of(ChunkSums{double(tot[t]), double(tot[G + t])}, double(pc), n), n, factor, rm,
+                         rv, running_mean, running_var);
+        }
+      }
+      sm.fold(t, G, cm, cs, bc);
+    }
+    __syncthreads();
+    if (active) {
+      Channel<A> ch[VEC];
+      sm.take(ch, wd.cw, G);
+      const T* rw = res ? res + pt.base + wd.cw : nullptr;
+      for (int o = wd.row; o < O; o += wd.rows) {
+        Word* p = reinterpret_cast<Word*>(staged + o * pitch + wd.word * 16);
+        A v[VEC], r[VEC], out[VEC];
+        unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * 16), v);
+        residual_word(rw, o * so, r);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) out[e] = act_forward(tag(), ch[e].z(v[e], r[e]), param);
+        *p = convert_pack<T>(out);
       }
     }
-  cl_stage_sums<BLOCK, VEC, CLUSTER>(s, q, sm, G, 1 << wshift, wd.cw, K);
-  if (t < G) {  // channel t's constants (zeros past C: computed on, never stored)
-    A cm = A(0), cs = A(0);
-    if (chan) {
-      const double n = double(O_total);
-      const StagedMoments<A> mo(tot[t], tot[G + t], pc, A(n), eps);
-      cm = mo.mean;
-      cs = mo.rstd * wc;
-      if (writer) {  // mean and rstd as y uses them; the running statistics from the same sums in double
-        mean[c] = mo.mean;
-        rstd[c] = mo.rstd;
-        update_running(c, moments_of(ChunkSums{double(tot[t]), double(tot[G + t])}, double(pc), n), n, factor, rm,
-                       rv, running_mean, running_var);
-      }
-    }
-    sm.fold(t, G, cm, cs, bc);
+    __syncthreads();
+    pt.copy_out<BLOCK>(y, staged);
+    cl_stage_end<CLUSTER>(xg);
+    __syncthreads();  // (the next stage's copies land where this one's were read out)
   }
-  __syncthreads();
-  if (active) {
-    Channel<A> ch[VEC];
-    sm.take(ch, wd.cw, G);
-    const T* rw = res ? res + base + wd.cw : nullptr;
-    for (int o = wd.row; o < O; o += wd.rows) {
-      Word* p = reinterpret_cast<Word*>(staged + o * pitch + wd.word * 16);
-      A v[VEC], r[VEC], out[VEC];
-      unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * 16), v);
-      residual_word(rw, o * so, r);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) out[e] = act_forward(tag(), ch[e].z(v[e], r[e]), param);
-      *p = convert_pack<T>(out);
-    }
-  }
-  __syncthreads();
-  stage_out<BLOCK, 16, sizeof(T)>(reinterpret_cast<unsigned char*>(y + base), staged, pt.so_bytes, O, pt.span,
-                                  pitch);
-  cl_stage_end<CLUSTER>();
 }
 
 // The backward: x and dy staged (dy's spans after x's), dz = dy act'(z) (z recomputed from x
@@ -2061,8 +2118,10 @@ bn_bwd_staged_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __r
                  T* __restrict__ dres, i64 so, int O_total, int C, int G, int wshift, int K, int OB,
                  const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
                  const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
-                 int training, W* __restrict__ dw, W* __restrict__ db) {
+                 int training, W* __restrict__ dw, W* __restrict__ db, typename AccOf<T>::type* __restrict__ parts,
+                 unsigned* __restrict__ counters) {
   typedef typename AccOf<T>::type A;
+  const ClGridExchange<A> xg{parts, counters};
   // half precision with an activation walks 8-byte words (4 channels a thread: the forward's
   // constants and dx's for 8 channels spilled 64 bytes at 64 registers with ReLU)
   constexpr int kWordBytes = ACT != 0 && sizeof(T) == 2 ? 8 : 16;
@@ -2072,83 +2131,83 @@ bn_bwd_staged_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __r
   __shared__ ClScratch<A, BLOCK, kMaxG, CLUSTER> sm;
   const A* tot = sm.tot();
   const auto tag = act_tag<ACT>(act);
-  const ClPart pt(Flag<CLUSTER>{}, K, OB, O_total, C, G, so, sizeof(T));
-  const int O = pt.O, c0 = pt.c0, count = pt.count, pitch = pt.pitch, half = O * pitch;
-  const i64 base = pt.base;
-  stage_in<BLOCK, 16>(staged, reinterpret_cast<const unsigned char*>(x + base), pt.so_bytes, O, pt.span, pitch);
-  stage_in<BLOCK, 16>(staged + half, reinterpret_cast<const unsigned char*>(dy + base), pt.so_bytes, O, pt.span,
-                      pitch);
-  copies_commit();
   wshift += kWordBytes == 8;  // the host counts 16-byte words
-  const ClWord wd(wshift, BLOCK, VEC);
-  const bool active = wd.cw < count;
-  // while the copies land: the word's forward constants (z where an activation needs it)
-  Channel<A> ch[VEC];
+  for (int stage = blockIdx.x / K, stages = (C + G - 1) / G; stage < stages; stage += gridDim.x / K) {
+    const ClPart pt(Flag<CLUSTER>{}, K, OB, O_total, C, G, so, sizeof(T), stage);
+    const int O = pt.O, c0 = pt.c0, count = pt.count, pitch = pt.pitch, half = O * pitch;
+    pt.copy_in<BLOCK>(staged, x);
+    pt.copy_in<BLOCK>(staged + half, dy);
+    copies_commit();
+    const ClWord wd(wshift, BLOCK, VEC);
+    const bool active = wd.cw < count;
+    // while the copies land: the word's forward constants (z where an activation needs it)
+    Channel<A> ch[VEC];
 #pragma unroll
-  for (int e = 0; e < VEC; ++e)
-    ch[e] = wd.cw + e < count ? channel_of(c0 + wd.cw + e, mean, rstd, w, b) : Channel<A>{A(0), A(0), A(0)};
-  const int t = threadIdx.x;
-  const bool chan = t < count;
-  const i64 c = c0 + t;
-  const A rs = chan ? rstd[c] : A(0), wc = chan && w ? cvt<A>(w[c]) : A(1);
-  copies_wait<0>();
-  __syncthreads();
-  const T* rw = ACT != 0 && res ? res + base + wd.cw : nullptr;
-  const auto dz_at = [&](int o, A (&xv)[VEC], A (&dz)[VEC]) {
-    A gv[VEC], rv[VEC];
-    unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * kWordBytes), xv);
-    unpack_words(staged_word<T, VEC>(staged + half + o * pitch + wd.word * kWordBytes), gv);
-    residual_word(rw, o * so, rv);
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) dz[e] = element_dz<ACT>(tag, ch[e], xv[e], gv[e], rv[e], param);
-  };
-  T* drw = dres ? dres + base + wd.cw : nullptr;
-  A s1[VEC], s2[VEC];
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) s1[e] = s2[e] = A(0);
-  if (active)
-    for (int o = wd.row; o < O; o += wd.rows) {
-      A xv[VEC], dz[VEC];
-      dz_at(o, xv, dz);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        s1[e] += dz[e];
-        s2[e] += dz[e] * (xv[e] - ch[e].mean);
-      }
-      if (ACT != 0) *reinterpret_cast<Word*>(staged + half + o * pitch + wd.word * kWordBytes) = convert_pack<T>(dz);
-      if (drw) store_word_part<T>(drw + o * so, dz, wd.cw, count);
-    }
-  A mu[VEC];
-#pragma unroll
-  for (int e = 0; e < VEC; ++e) mu[e] = ch[e].mean;
-  cl_stage_sums<BLOCK, VEC, CLUSTER>(s1, s2, sm, G, 1 << wshift, wd.cw, K);
-  if (t < G) {  // channel t's dx constants (zeros past C: computed on, never stored)
-    A ca = A(0), cm1 = A(0), cd = A(0);
-    if (chan) {
-      const A sq = tot[G + t] * rs;  // sum dz * xhat
-      const double n = double(O_total);
-      if (pt.rank == 0) store_param_grads(c, ChunkSums{double(tot[t]), double(sq)}, dw, db);
-      ca = rs * wc;
-      cm1 = grad_mean<A>(double(tot[t]), n, training);
-      cd = ca * rs * grad_mean<A>(double(sq), n, training);
-    }
-    sm.fold(t, G, ca, cm1, cd);
-  }
-  __syncthreads();
-  if (active) {
-    ChannelGrad<A> cg[VEC];
-    sm.take(cg, wd.cw, G);
-    for (int o = wd.row; o < O; o += wd.rows) {
-      A xv[VEC], dz[VEC], out[VEC];
+    for (int e = 0; e < VEC; ++e)
+      ch[e] = wd.cw + e < count ? channel_of(c0 + wd.cw + e, mean, rstd, w, b) : Channel<A>{A(0), A(0), A(0)};
+    const int t = threadIdx.x;
+    const bool chan = t < count;
+    const i64 c = c0 + t;
+    const A rs = chan ? rstd[c] : A(0), wc = chan && w ? cvt<A>(w[c]) : A(1);
+    copies_wait<0>();
+    __syncthreads();
+    const T* rw = ACT != 0 && res ? res + pt.base + wd.cw : nullptr;
+    const auto dz_at = [&](int o, A (&xv)[VEC], A (&dz)[VEC]) {
+      A gv[VEC], rv[VEC];
       unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * kWordBytes), xv);
-      unpack_words(staged_word<T, VEC>(staged + half + o * pitch + wd.word * kWordBytes), dz);  // dy or dz
+      unpack_words(staged_word<T, VEC>(staged + half + o * pitch + wd.word * kWordBytes), gv);
+      residual_word(rw, o * so, rv);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) out[e] = cg[e].dx(dz[e], xv[e] - mu[e]);
-      *reinterpret_cast<Word*>(staged + o * pitch + wd.word * kWordBytes) = convert_pack<T>(out);
+      for (int e = 0; e < VEC; ++e) dz[e] = element_dz<ACT>(tag, ch[e], xv[e], gv[e], rv[e], param);
+    };
+    T* drw = dres ? dres + pt.base + wd.cw : nullptr;
+    A s1[VEC], s2[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) s1[e] = s2[e] = A(0);
+    if (active)
+      for (int o = wd.row; o < O; o += wd.rows) {
+        A xv[VEC], dz[VEC];
+        dz_at(o, xv, dz);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          s1[e] += dz[e];
+          s2[e] += dz[e] * (xv[e] - ch[e].mean);
+        }
+        if (ACT != 0) *reinterpret_cast<Word*>(staged + half + o * pitch + wd.word * kWordBytes) = convert_pack<T>(dz);
+        if (drw) store_word_part<T>(drw + o * so, dz, wd.cw, count);
+      }
+    A mu[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) mu[e] = ch[e].mean;
+    cl_stage_sums<BLOCK, VEC, CLUSTER>(s1, s2, sm, G, 1 << wshift, wd.cw, K, xg, pt);
+    if (t < G) {  // channel t's dx constants (zeros past C: computed on, never stored)
+      A ca = A(0), cm1 = A(0), cd = A(0);
+      if (chan) {
+        const A sq = tot[G + t] * rs;  // sum dz * xhat
+        const double n = double(O_total);
+        if (pt.rank == 0) store_param_grads(c, ChunkSums{double(tot[t]), double(sq)}, dw, db);
+        ca = rs * wc;
+        cm1 = grad_mean<A>(double(tot[t]), n, training);
+        cd = ca * rs * grad_mean<A>(double(sq), n, training);
+      }
+      sm.fold(t, G, ca, cm1, cd);
     }
+    __syncthreads();
+    if (active) {
+      ChannelGrad<A> cg[VEC];
+      sm.take(cg, wd.cw, G);
+      for (int o = wd.row; o < O; o += wd.rows) {
+        A xv[VEC], dz[VEC], out[VEC];
+        unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * kWordBytes), xv);
+        unpack_words(staged_word<T, VEC>(staged + half + o * pitch + wd.word * kWordBytes), dz);  // dy or dz
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) out[e] = cg[e].dx(dz[e], xv[e] - mu[e]);
+        *reinterpret_cast<Word*>(staged + o * pitch + wd.word * kWordBytes) = convert_pack<T>(out);
+      }
+    }
+    __syncthreads();
+    pt.copy_out<BLOCK>(dx, staged);
+    cl_stage_end<CLUSTER>(xg);
+    __syncthreads();
   }
-  __syncthreads();
-  stage_out<BLOCK, 16, sizeof(T)>(reinterpret_cast<unsigned char*>(dx + base), staged, pt.so_bytes, O, pt.span,
-                                  pitch);
-  cl_stage_end<CLUSTER>();
 }

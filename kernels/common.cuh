@@ -562,6 +562,33 @@ struct Welford {
   }
 };
 
+// ---- grid barriers through an arrival counter in global memory (blocks that all run at once:
+// a cooperative launch; the host zeroes the counters). CUDA only (sm_80: acquire loads).
+#if !defined(CUNORM_HIP)
+__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// This block's arrival at a step's barrier: thread 0, after the block barrier that follows
+// every group's partials (the fence publishes them, cumulatively, before the arrival; the
+// pattern of cooperative_groups' grid sync).
+__device__ __forceinline__ void grid_arrive(unsigned* counter) {
+  __threadfence();
+  atomicAdd(counter, 1u);
+}
+
+// Waits until `counter` holds `target` arrivals; every thread of the block calls it.
+__device__ __forceinline__ void grid_wait(const unsigned* counter, unsigned target) {
+  if (threadIdx.x == 0) {
+    while (load_acquire_gpu(counter) < target) {
+    }
+  }
+  __syncthreads();
+}
+#endif
+
 // ---- thread-block clusters (sm_90 PTX: cooperative_groups' cluster API needs libcu++
 // headers that NVRTC's wheels do not ship). Callers guard their use to sm_90 and later.
 #if !defined(CUNORM_HIP)

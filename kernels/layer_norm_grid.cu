@@ -32,30 +32,7 @@
 
 namespace cunorm {
 
-#if !defined(CUNORM_HIP)
-__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// This block's arrival at a step's barrier: thread 0, after the block barrier that follows
-// every group's partials (the fence publishes them, cumulatively, before the arrival; the
-// pattern of cooperative_groups' grid sync).
-__device__ __forceinline__ void grid_arrive(unsigned* counter) {
-  __threadfence();
-  atomicAdd(counter, 1u);
-}
-
-// Waits until `counter` holds `target` arrivals; every thread of the block calls it.
-__device__ __forceinline__ void grid_wait(const unsigned* counter, unsigned target) {
-  if (threadIdx.x == 0) {
-    while (load_acquire_gpu(counter) < target) {
-    }
-  }
-  __syncthreads();
-}
-#endif
+// (grid_arrive / grid_wait: common.cuh)
 
 // Block b's slice of the row's `packs` packs: [first, first + count), sizes within one.
 struct GridSlice {

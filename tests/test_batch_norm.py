@@ -980,7 +980,7 @@ def test_scratch_lists_are_the_allocations(fresh_plans, monkeypatch, shape, axis
     """forward_scratch / backward_scratch list exactly the alloc calls forward / backward make
     (JAX hands out scratch sized from them at trace time): the launches stubbed, every path
     the H200 planner takes for these shapes (staged, flat, per-channel, channels last)."""
-    for name in ("launch", "launch_cluster", "allow_smem", "make_current"):
+    for name in ("launch", "launch_cluster", "launch_cooperative", "zero_async", "allow_smem", "make_current"):
         monkeypatch.setattr(_batch_norm, name, lambda *a, **k: None)
     monkeypatch.setattr(_batch_norm, "function_ptr", lambda *a: 1)
     monkeypatch.setattr(_batch_norm, "blocks_per_sm", lambda *a: 4)
@@ -1028,13 +1028,17 @@ def test_plans_staged_cl(fresh_plans):
         with _sm_count(132, capability):
             return _cl_plan(shape, dtype, numpy.float32, 0, phase)
 
-    # issue 5's 14 x 14 and 7 x 7 (12544 positions): 64-byte spans over clusters of 8, 100 KB
-    # a block; the backward's two tensors take 32-byte spans
+    # issue 5's 14 x 14 and 7 x 7 (12544 positions): 64-byte spans over 8 blocks of 100 KB a
+    # stage; the backward's two tensors take 32-byte spans. The stage's blocks meet in global
+    # memory, on a grid of the whole stages whose blocks are resident at once (two 100 KB blocks
+    # an SM: 33 stages of 8 on 132 SMs; BatchNorm v24), walking the stages
     p = plan((64, 14, 14, 1024), BFLOAT16)
-    assert p.staged_cl == S(32, 2, 1568 * 64, 32 * 8, 512, 8, 1568)
-    assert p.staged_cl_bwd == S(16, 1, 2 * 1568 * 32, 64 * 8, 512, 8, 1568)
-    assert plan((256, 7, 7, 2048), BFLOAT16).staged_cl == S(32, 2, 1568 * 64, 64 * 8, 512, 8, 1568)
-    assert plan((64, 14, 14, 1024), numpy.float32).staged_cl == S(16, 2, 1568 * 64, 64 * 8, 512, 8, 1568)
+    assert p.staged_cl == S(32, 2, 1568 * 64, 32 * 8, 512, 8, 1568, 32 * 8)
+    assert p.staged_cl_bwd == S(16, 1, 2 * 1568 * 32, 64 * 8, 512, 8, 1568, 33 * 8)
+    assert plan((256, 7, 7, 2048), BFLOAT16).staged_cl == S(32, 2, 1568 * 64, 64 * 8, 512, 8, 1568, 33 * 8)
+    assert plan((64, 14, 14, 1024), numpy.float32).staged_cl == S(16, 2, 1568 * 64, 64 * 8, 512, 8, 1568, 33 * 8)
+    assert plan((64, 14, 14, 1056), BFLOAT16).staged_cl.grid_blocks == 33 * 8  # 33 stages: one each
+    assert plan((64, 14, 14, 1088), BFLOAT16).staged_cl.grid_blocks == 33 * 8  # 34: one stage walks two
     # 56 x 56 and 112 x 112: not even 16-byte spans fit a cluster of 8: the passes
     assert plan((32, 56, 56, 256), BFLOAT16).staged_cl is None
     assert plan((128, 112, 112, 64), BFLOAT16).staged_cl_bwd is None
@@ -1042,9 +1046,9 @@ def test_plans_staged_cl(fresh_plans):
     assert plan((2, 3, 3, 8), BFLOAT16).staged_cl == S(8, 0, 18 * 16, 1, 512, 1, 18)
     # 40 and 72 channels: 128-byte stages, the last of fewer channels; positions uneven over
     # the cluster's blocks (2625 = 3 * 657 + 654, 6003 = 7 * 751 + 746)
-    assert plan((5, 25, 21, 40), BFLOAT16).staged_cl == S(64, 3, 657 * 128, 4, 512, 4, 657)
-    assert plan((9, 29, 23, 72), BFLOAT16).staged_cl == S(64, 3, 751 * 128, 16, 512, 8, 751)
-    assert plan((3, 17, 23, 64), BFLOAT16).staged_cl_bwd == S(64, 3, 2 * 294 * 128, 4, 512, 4, 294)
+    assert plan((5, 25, 21, 40), BFLOAT16).staged_cl == S(64, 3, 657 * 128, 4, 512, 4, 657, 4)
+    assert plan((9, 29, 23, 72), BFLOAT16).staged_cl == S(64, 3, 751 * 128, 16, 512, 8, 751, 16)
+    assert plan((3, 17, 23, 64), BFLOAT16).staged_cl_bwd == S(64, 3, 2 * 294 * 128, 4, 512, 4, 294, 4)
     # one position: any channel count (the stage's last word runs past C)
     assert plan((1, 13), BFLOAT16).staged_cl == S(16, 1, 32, 1, 512, 1, 1)
     # positions 24 bytes apart (6 float32 channels), pointers off 16 bytes: the passes
@@ -1067,11 +1071,22 @@ def test_plans_staged_cl(fresh_plans):
                 assert (st.cluster - 1) * st.positions < O <= st.cluster * st.positions
                 assert st.channels * dt.itemsize == 16 << st.wshift <= 128
                 assert st.blocks == -(-C // st.channels) * st.cluster
+                # global-memory exchange for stages of several blocks: whole stages, all resident
+                per_sm = min(H200_SMEM[1] // (st.smem + static + 1024), 2)
+                stages = st.blocks // st.cluster
+                assert st.grid_blocks == (min(stages, per_sm * 132 // st.cluster) * st.cluster if st.cluster > 1 else 0)
     # without clusters (sm_80) 14 x 14's 16-byte stage (200 KB) fits no block
     assert plan((64, 14, 14, 1024), BFLOAT16, capability=80).staged_cl is None
     narrower = S(32, 2, 1173 * 64, 2, 512, 1, 1173)  # one block of 64-byte spans, not two of 128
     assert plan((3, 17, 23, 64), BFLOAT16, capability=80).staged_cl == narrower
     assert plan((2, 3, 3, 8), BFLOAT16, capability=80).staged_cl is not None
+    # the global-memory exchange switched off: stages of several blocks are clusters again
+    _batch_norm.USE_STAGED_CL_GRID = False
+    try:
+        _batch_norm.plan.cache_clear()
+        assert plan((64, 14, 14, 1024), BFLOAT16).staged_cl == S(32, 2, 1568 * 64, 32 * 8, 512, 8, 1568)
+    finally:
+        _batch_norm.USE_STAGED_CL_GRID = True
 
 
 # Channels-last shapes for the staged kernels in every dtype: one 16-byte word a position
@@ -1115,6 +1130,74 @@ def test_gpu_staged_cl_activations(rng, activation, with_residual, training):
                                  ((2, 3, 3, 8), numpy.dtype(numpy.float64), numpy.float64)):
         _staged_cl_or_skip(shape, dtype, pdtype)
         _gpu_case(rng, shape, -1, dtype, pdtype, activation, training, with_residual)
+
+
+@pytest.mark.parametrize("stages,expected", [(28, False), (30, False), (32, True), (36, False), (64, True),
+                                             (72, False), (128, False)])
+def test_staged_cl_grid_launches_where_it_pays(monkeypatch, stages, expected):
+    # STAGED_CL_GRID_RULE (H100, BatchNorm v24's outcome): a planned grid of 33 stages a round
+    # against 30 clusters at once runs as the grid only in fewer rounds than waves, two at most
+    monkeypatch.setattr(_batch_norm, "max_active_clusters", lambda fn, block, smem, cluster, at_launch: 30)
+    _batch_norm._grid_pays.cache_clear()
+    st = _batch_norm.StagedCl(32, 2, 100352, stages * 8, 512, 8, 8, 33 * 8)
+    try:
+        assert _batch_norm._grid_pays(1, st) is expected
+    finally:
+        _batch_norm._grid_pays.cache_clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,dtype", [((3, 17, 23, 64), BFLOAT16), ((5, 25, 21, 40), BFLOAT16),
+                                         ((9, 29, 23, 72), numpy.dtype(numpy.float32)),
+                                         ((64, 14, 14, 1024), BFLOAT16)],
+                         ids=["3x17x23x64-bf16", "5x25x21x40-bf16", "9x29x23x72-fp32", "64x14x14x1024-bf16"])
+def test_gpu_staged_cl_grid_exchange_matches_the_cluster(rng, monkeypatch, fresh_plans, shape, dtype):
+    # BatchNorm v24: a stage's blocks meeting in global memory (a cooperative grid) add the same
+    # sums in the same order as the cluster's: y, statistics, running statistics and gradients
+    # bit for bit, with ReLU and a residual; also where one stage's worth of blocks walks every
+    # stage (the planner told of 4 SMs), and where the GPU refuses the cooperative launch (the
+    # cluster's exchange instead)
+    import cupy
+
+    c = shape[-1]
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_BWD_MAX_ITEMSIZE", 8)  # float32's staged backward too
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_GRID_RULE", False)  # the grid wherever planned, not only where it pays
+    p = _staged_cl_or_skip(shape, dtype, numpy.float32)
+    assert p.staged_cl.grid and p.staged_cl.cluster > 1, "the case must take the grid exchange forward"
+    x = cupy.asarray((rng.standard_normal(shape) * 2 + 30).astype(dtype))
+    dy, res = (cupy.asarray(rng.standard_normal(shape).astype(dtype)) for _ in range(2))
+    w, b = (cupy.asarray(rng.standard_normal(c).astype(numpy.float32)) for _ in range(2))
+    cooperative = _batch_norm.launch_cooperative
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("cooperative launch refused (test)")
+
+    sms = _batch_norm.sm_count
+    runs = []
+    for grid, coop, sm_count in ((True, cooperative, sms), (True, cooperative, sms), (False, cooperative, sms),
+                                 (True, refuse, sms), (True, cooperative, lambda device: 4)):
+        monkeypatch.setattr(_batch_norm, "USE_STAGED_CL_GRID", grid)
+        monkeypatch.setattr(_batch_norm, "launch_cooperative", coop)
+        monkeypatch.setattr(_batch_norm, "sm_count", sm_count)
+        _batch_norm.plan.cache_clear()
+        q = _cl_plan(shape, dtype, numpy.float32)
+        assert q.staged_cl.grid == grid
+        if sm_count is not sms:
+            assert q.staged_cl.grid_blocks == q.staged_cl.cluster, "one stage's blocks walk them all"
+        rm, rv = cupy.zeros(c, numpy.float32), cupy.ones(c, numpy.float32)
+        y, mean, rstd = cunorm.batch_norm(x, w, b, running_mean=rm, running_var=rv, channel_axis=-1, residual=res,
+                                          activation="relu", return_stats=True)
+        grads = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=-1, residual=res, activation="relu")
+        runs.append((y, mean, rstd, rm, rv, *grads))
+    names = ("y", "mean", "rstd", "running_mean", "running_var", "dx", "dweight", "dbias", "dresidual")
+    for run, what in ((runs[1], "again"), (runs[2], "cluster"), (runs[3], "refused"), (runs[4], "walked")):
+        for name, got, want in zip(names, runs[0], run):
+            assert (got == want).all(), f"{name}: the grid exchange's bits differ ({what})"
+    y, mean, rstd = runs[0][:3]
+    ref_y, ref_mean, ref_rstd = reference.batch_norm(to_numpy(x), to_numpy(w), to_numpy(b), residual=to_numpy(res),
+                                                     activation="relu", channel_axis=-1, return_stats=True)
+    assert_close("mean", mean, ref_mean, *tol(dtype))
+    assert_close("y", y, ref_y, *tol(dtype))
 
 
 @pytest.mark.gpu

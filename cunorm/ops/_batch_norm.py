@@ -14,8 +14,8 @@ import numpy
 
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr
-from .._launch import (allow_smem, blocks_per_sm, launch, launch_cluster, make_current, pick_vec, scalar_bits, sm_count,
-                       smem_limits)
+from .._launch import (allow_smem, blocks_per_sm, launch, launch_cluster, launch_cooperative, make_current,
+                       max_active_clusters, pick_vec, scalar_bits, sm_count, smem_limits, zero_async)
 from ._row_norm import _b
 
 KERNEL_FILE = "batch_norm.cu"
@@ -112,6 +112,24 @@ STAGED_CL_SPANS = (128, 64, 32, 16)
 STAGED_CL_MIN_RESIDENT = 2
 STAGED_CL_CLUSTERS = (2, 4, 8)
 STAGED_CL_LINE = 128  # = kClStageBytes
+# BatchNorm v24 (prediction, not yet measured: NOTES "BatchNorm v24"): a stage's blocks add
+# their sums through global memory (per-stage arrival counters) instead of as a thread-block
+# cluster, on a persistent cooperative grid of as many stages' blocks as are resident at
+# once, each block walking its stages. Clusters must each fit one GPC: the H200 ran 30
+# clusters of 4 and 15 of 8 one-SM blocks (120 of 132 SMs; _config, v46), so bf16
+# (64, 1024, 14, 14)'s 32 stages of 8 two-an-SM blocks run as 30 clusters and then 2, where
+# 33 stages' blocks fit at once on the grid (264).
+USE_STAGED_CL_GRID = True
+# Measured (H100, thirty-ninth session, NOTES "BatchNorm v24 outcome", probe_bn_staged_cl_waves):
+# the grid wins where it runs a direction's stages in fewer rounds than the clusters take
+# waves, and in at most two (bf16 (64, 1024, 14, 14) NHWC forward 0.488 -> 0.574 of copy, 1
+# round against 2 waves; backward 0.464 -> 0.512, 2 against 3; bf16 7 x 7 forward 0.582 ->
+# 0.619); with as many rounds as waves, or four and more (a persistent block's stages run one
+# after another), it lost 0.02-0.07 (float32 7 x 7 forward, 4 against 5: 0.692 -> 0.657), so
+# there the planned grid launches as clusters (its scratch still made: one memset).
+# False: the grid wherever planned.
+STAGED_CL_GRID_RULE = True
+STAGED_CL_GRID_MAX_ROUNDS = 2
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -350,7 +368,10 @@ def _staged(lay: Layout, itemsize: int, phase: int, device: int, tensors: int = 
 class StagedCl(NamedTuple):
     """The launch of bn_fwd_staged_cl or bn_bwd_staged_cl: stages of ``channels`` (G; 1 <<
     ``wshift`` 16-byte words a position), ``smem`` bytes a block, ``blocks`` blocks of
-    ``threads``, ``cluster`` blocks a stage, ``positions`` a block (OB)."""
+    ``threads``, ``cluster`` blocks a stage, ``positions`` a block (OB); ``grid_blocks``: where
+    nonzero, the stage's blocks meet in global memory (scratch from staged_cl_scratch), not
+    as a thread-block cluster, and this many blocks (whole stages' worth, all resident: a
+    cooperative launch) walk the stages."""
 
     channels: int
     wshift: int
@@ -359,6 +380,37 @@ class StagedCl(NamedTuple):
     threads: int
     cluster: int
     positions: int
+    grid_blocks: int = 0
+
+    @property
+    def grid(self) -> bool:
+        return self.grid_blocks > 0
+
+
+_CL_COUNTER_ALIGN = 256  # the stages' arrival counters, then the sums 256-byte aligned
+
+
+def _cl_counter_bytes(st: StagedCl) -> int:
+    """The scratch block's counters (4 bytes a stage), rounded up so the sums after them align."""
+    return -(-(st.blocks // st.cluster) * 4 // _CL_COUNTER_ALIGN) * _CL_COUNTER_ALIGN
+
+
+def staged_cl_scratch(st: StagedCl, acc) -> tuple:
+    """The (shape, dtype) of a grid-exchange launch's scratch block: a counter a stage (the
+    host zeroes them), then 2 * G sums a block in the accumulation dtype."""
+    acc = numpy.dtype(acc)
+    return ((_cl_counter_bytes(st) // acc.itemsize + st.blocks * 2 * st.channels,), acc)
+
+
+def _cl_exchange(st: StagedCl, acc, alloc, stream: int) -> tuple:
+    """(parts, counters) pointers for the kernels: a zeroed scratch block where the stage's
+    blocks meet in global memory, (0, 0) where they are a cluster or one block."""
+    if not st.grid:
+        return 0, 0
+    block = alloc(*staged_cl_scratch(st, acc))
+    stages = st.blocks // st.cluster
+    zero_async(block, 4 * stages, stream)
+    return block + _cl_counter_bytes(st), block
 
 
 def staged_cl_static_smem(itemsize: int, acc_size: int, clustered: bool, threads: int = 0) -> int:
@@ -400,7 +452,14 @@ def _staged_cl(lay: Layout, itemsize: int, acc_size: int, phase: int, device: in
             limit = min(per_block, per_sm // STAGED_CL_MIN_RESIDENT - STAGED_RESERVED_SMEM) - static
             smem = tensors * OB * G * itemsize
             if smem <= limit:
-                return StagedCl(G, wpp.bit_length() - 1, smem, -(-lay.C // G) * K, STAGED_CL_BLOCK, K, OB)
+                stages = -(-lay.C // G)
+                # the persistent grid: whole stages of blocks, as many an SM as their shared
+                # memory allows, at most STAGED_CL_MIN_RESIDENT (the kernels' registers are
+                # bounded for that many)
+                resident = min(per_sm // (smem + static + STAGED_RESERVED_SMEM), STAGED_CL_MIN_RESIDENT)
+                groups = min(stages, resident * sm_count(device) // K)
+                grid_blocks = groups * K if USE_STAGED_CL_GRID and K > 1 and groups else 0
+                return StagedCl(G, wpp.bit_length() - 1, smem, stages * K, STAGED_CL_BLOCK, K, OB, grid_blocks)
     return None
 
 
@@ -617,7 +676,9 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
 def forward_scratch(p: Plan, training: bool, act: int, param: float, rdtype, device: int, residual: bool) -> list:
     """The (shape, dtype) of each ``alloc`` forward makes with this plan, in order, for a
     frontend that must size its scratch beforehand (JAX): the first pass's partials."""
-    if not training or p.staged or p.staged_cl:
+    if training and p.staged_cl:
+        return [staged_cl_scratch(p.staged_cl, p.acc)] if p.staged_cl.grid else []
+    if not training or p.staged:
         return []
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, residual)
     return [((p.lay.C, p.stats.chunks if p.stats else q.first_chunks, 2), p.acc)]
@@ -625,7 +686,9 @@ def forward_scratch(p: Plan, training: bool, act: int, param: float, rdtype, dev
 
 def backward_scratch(p: Plan, training: bool, act: int, param: float, device: int, residual_grad: bool) -> list:
     """backward's ``alloc`` calls, as forward_scratch: the partials, then coef."""
-    if p.staged_bwd or p.staged_cl_bwd:
+    if p.staged_cl_bwd:
+        return [staged_cl_scratch(p.staged_cl_bwd, p.acc)] if p.staged_cl_bwd.grid else []
+    if p.staged_bwd:
         return []
     q = _passes(p, True, training, act, param, "", device, residual_grad)
     return [((p.lay.C, (p.sums.chunks if p.sums else q.first_chunks) + 1, 2), p.acc)]
@@ -646,7 +709,8 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
     if training and p.staged_cl:
         st, lay = p.staged_cl, p.lay
         args = (x, res, y, lay.so, lay.O, lay.C, st.channels, st.wshift, st.cluster, st.positions, w, b, act,
-                scalar_bits(param, p.acc), _f64(eps), _f64(factor), running_mean, running_var, mean, rstd)
+                scalar_bits(param, p.acc), _f64(eps), _f64(factor), running_mean, running_var, mean, rstd,
+                *_cl_exchange(st, p.acc, alloc, stream))
         _launch_staged(_staged_cl_kernel(p, act, numpy.dtype(rdtype).name, device), st, args, stream)
         return
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, bool(res))
@@ -718,8 +782,28 @@ def _smem_kernel(name: str, smem: int, device: int) -> int:
     return fn
 
 
+@functools.lru_cache(maxsize=1024)
+def _grid_pays(fn: int, st: StagedCl) -> bool:
+    """STAGED_CL_GRID_RULE for a planned grid: fewer rounds of the stages than the clusters'
+    waves (the driver's count of clusters at once; without it, the grid's own), and at most
+    STAGED_CL_GRID_MAX_ROUNDS."""
+    stages, per_round = st.blocks // st.cluster, st.grid_blocks // st.cluster
+    rounds = -(-stages // per_round)
+    active = max_active_clusters(fn, st.threads, st.smem, st.cluster, at_launch=True) or per_round
+    return rounds < -(-stages // active) and rounds <= STAGED_CL_GRID_MAX_ROUNDS
+
+
 def _launch_staged(fn: int, st: Staged | StagedCl, args: tuple, stream: int) -> None:
-    """A staged kernel's launch: in thread-block clusters where its stages span several blocks."""
+    """A staged kernel's launch: in thread-block clusters where its stages span several blocks,
+    or as a cooperative grid where they meet in global memory (StagedCl.grid, where it pays)."""
+    if isinstance(st, StagedCl) and st.grid:
+        if not STAGED_CL_GRID_RULE or _grid_pays(fn, st):
+            try:
+                launch_cooperative(fn, st.grid_blocks, st.threads, args, stream, st.smem)
+                return
+            except RuntimeError:  # fewer blocks resident than planned (a shared GPU): the cluster exchange
+                pass
+        args = (*args[:-2], 0, 0)
     if st.cluster > 1:
         launch_cluster(fn, st.blocks, st.threads, args, stream, st.smem, st.cluster)
     else:
@@ -744,7 +828,8 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
     if p.staged_cl_bwd:
         st, lay = p.staged_cl_bwd, p.lay
         args = (dy, x, res, dx, dres, lay.so, lay.O, lay.C, st.channels, st.wshift, st.cluster, st.positions, mean,
-                rstd, w, b, act, scalar_bits(param, p.acc), int(training), dw, db)
+                rstd, w, b, act, scalar_bits(param, p.acc), int(training), dw, db,
+                *_cl_exchange(st, p.acc, alloc, stream))
         _launch_staged(_staged_cl_kernel(p, act, "", device, True), st, args, stream)
         return
     q = _passes(p, True, training, act, param, "", device, bool(dres))
