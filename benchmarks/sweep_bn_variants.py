@@ -78,12 +78,23 @@ VARIANTS = {
     "staged_cl_clusters": ((), 256, {"USE_STAGED_CL_GRID": False}),
     # BatchNorm v22: the NCHW staged walks' words read through a reference (narrow loads)
     "staged_narrow_loads": (("-DCUNORM_BN_STAGED_WORD_LOADS=0",), 256, {}),
+    # BatchNorm v25: planes of no whole 8-byte word (7 x 7) through bn_fwd_staged_span and
+    # bn_bwd_staged_span (the default) against the passes they took before (each direction's
+    # column says whether its kernel wins: the two switches are independent)
+    "staged_span_off": ((), 256, {"USE_STAGED_SPAN": False, "USE_STAGED_SPAN_BWD": False}),
+    # v25b: grids under one wave split further over clusters (off by default: measured mixed)
+    "staged_span_fill": ((), 256, {"STAGED_SPAN_FILL": True}),
+    # ... and their words: in order (every warp both kinds of word) or in classes (one-channel
+    # words first); the default: classes for the half-precision forward alone (v25's outcome)
+    "span_words_in_order": (("-DCUNORM_BN_SPAN_CLASSES_FWD=0",), 256, {}),
+    "span_word_classes": (("-DCUNORM_BN_SPAN_CLASSES_FWD=2", "-DCUNORM_BN_SPAN_CLASSES_BWD=1"), 256, {}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
                  "USE_STAGED", "USE_STAGED_BWD", "STAGED_MIN_RESIDENT", "STAGED_PREFER_WIDE", "STAGED_MIN_WORD",
                  "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL", "CL_GRID_FITS", "USE_STAGED_CL",
-                 "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID")
+                 "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID",
+                 "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL")
 
 
 def _use(options, block: int, settings: dict) -> None:

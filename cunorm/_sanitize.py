@@ -72,16 +72,19 @@ def run(log=print) -> int:
                                    dx_dtype=x.dtype, residual_dtype=numpy.float32)
         cunorm.rms_norm(x, w, out_dtype=ml_dtypes.float8_e4m3fn, out_scale=4.0, return_amax=True)
         calls += 3
-    # BatchNorm, NCHW and channels last through the passes (22 float32 channels: positions
-    # off 16 bytes), then the staged kernels (float32 one channel a stage; bf16 two, the last
-    # stage one; float32 forward stages over clusters of 2 blocks, 6 + 5 images, on sm_90),
-    # and the channels-last staged kernels (float32 24 channels in one block; bf16 64 over
-    # 2 blocks forward and 4 backward, 40 over 4 and 8 with a stage past C on sm_90: their
-    # blocks meeting in global memory, then again as clusters), training forward and backward
+    # BatchNorm, NCHW and channels last through the passes (22 float32 channels: images and
+    # positions off 16 bytes), then the staged kernels (float32 one channel a stage; bf16 two,
+    # the last stage one; float32 forward stages over clusters of 2 blocks, 6 + 5 images, on
+    # sm_90), and the channels-last staged kernels (float32 24 channels in one block; bf16 64
+    # over 2 blocks forward and 4 backward, 40 over 4 and 8 with a stage past C on sm_90: their
+    # blocks meeting in global memory, then again as clusters), training forward and backward;
+    # then bn_fwd_staged_span / bn_bwd_staged_span (v25: bf16 7 x 7 over clusters of 2 and 4
+    # on sm_90; one image of 13 channels, the last stage's span ending inside a word, with a
+    # residual)
     from .ops import _batch_norm
 
     staged_cl = (((3, 17, 23, 64), -1, ml_dtypes.bfloat16), ((5, 25, 21, 40), -1, ml_dtypes.bfloat16))
-    cases = [(c, True) for c in (((4, 24, 9, 11), 1, numpy.float32), ((4, 9, 11, 22), -1, numpy.float32),
+    cases = [(c, True) for c in (((4, 22, 9, 11), 1, numpy.float32), ((4, 9, 11, 22), -1, numpy.float32),
                                  ((8, 20, 14, 14), 1, numpy.float32), ((4, 5, 14, 14), 1, ml_dtypes.bfloat16),
                                  ((11, 2, 64, 64), 1, numpy.float32), ((4, 9, 11, 24), -1, numpy.float32),
                                  *staged_cl)] + [(c, False) for c in staged_cl]
@@ -99,9 +102,27 @@ def run(log=print) -> int:
     finally:
         _batch_norm.USE_STAGED_CL_GRID = grid_default
         _batch_norm.plan.cache_clear()
+    calls += staged_span_calls(rng)
     cupy.cuda.runtime.deviceSynchronize()
     log(f"cunorm._sanitize: {calls} calls done")
     return calls
+
+
+def staged_span_calls(rng) -> int:
+    """bn_fwd_staged_span's and bn_bwd_staged_span's cases (BatchNorm v25), training forward
+    and backward with a residual and ReLU; returns the calls made (benchmarks/device_parked.sh
+    runs them alone)."""
+    import cupy
+
+    import cunorm
+
+    for shape in ((161, 16, 7, 7), (1, 13, 5, 5)):
+        x, r = (cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(ml_dtypes.bfloat16))
+                for _ in range(2))
+        w, b = cupy.ones(shape[1], numpy.float32), cupy.zeros(shape[1], numpy.float32)
+        y, mean, rstd = cunorm.batch_norm(x, w, b, residual=r, activation="relu", return_stats=True)
+        cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, residual=r, activation="relu")
+    return 4
 
 
 if __name__ == "__main__":

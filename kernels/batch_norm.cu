@@ -1820,6 +1820,361 @@ bn_bwd_staged(const T* __restrict__ dy, const T* __restrict__ x, const T* __rest
                                               training, dw, db, staged_spans, red);
 }
 
+// ---- one-read forward and backward of short planes, in span words (NOTES "BatchNorm v25") -
+// bn_fwd_staged's stages (G channels of every image in shared memory, the images split over
+// a thread-block cluster where a stage exceeds a block's share) for planes whose runs are no
+// whole number of 8-byte words (7 x 7: 49 elements), where bn_fwd_staged's walk of one
+// element a word lost to the passes (NOTES "BatchNorm v14c": bf16 0.33, float32 0.49 of copy
+// against 0.41 / 0.50). Here the threads walk the staged spans in 16-byte words, as
+// bn_stats_flat walks x: each thread takes one word of an image's span (NW words, the same
+// in every image) in images row, row + rows, ... (rows = BLOCK / NW rows of threads); a word
+// lies in at most two channels (I >= VEC): its first, lo, and from element ``cut`` on lo + 1.
+// A thread's two channels' partial sums go through shared memory, where a warp a channel adds
+// its words' in order (deterministic), then the cluster its blocks' in rank order (every
+// block ends with the same bits); the outputs are written over the staged x word by word with
+// each element's channel's constants, then stored as bn_fwd_staged stores them. G is the
+// fewest channels whose span is whole 16-byte copies (bf16 7 x 7: 8 channels, 49 words).
+// Word classes: a span's words that lie in one channel (42 of bf16 7 x 7's 49) go to the
+// block's first threads, those across a channel boundary (7) after them, so all but one warp
+// take one kind of word and the one-channel words skip the per-element channel choice (a
+// pivot or constants select, both pairs of sums predicated). SASS (NVRTC 13.0, sm_90), bf16,
+// a one-channel word's loop body in words in order -> with the classes: the forward's
+// statistics 69 -> 39 instructions, y 175 -> 66; the backward's sums 80 -> 50, dx 220 -> 79.
+// Without them thread t takes word t % NW, row t / NW, every warp both kinds of word. H200
+// (NOTES "BatchNorm v25 outcome", results/sweep-bn-v25-h200.txt): the block still waits at
+// its barriers for the boundary words' warps, whose work the classes do not shorten, so
+// fewer instructions gained only the bf16 forward at full-GPU grids ((256, 2048, 7, 7) 0.441
+// -> 0.492 of copy, (256, 256, 9, 9) 0.239 -> 0.273); grids under one wave lost 0.02, the
+// float32 forward 0.03-0.06, every backward 0.01-0.11. CUNORM_BN_SPAN_CLASSES_FWD: 0 never,
+// 1 half precision (the default), 2 every dtype; CUNORM_BN_SPAN_CLASSES_BWD: 0 (the
+// default) or 1.
+#ifndef CUNORM_BN_SPAN_CLASSES_FWD
+#define CUNORM_BN_SPAN_CLASSES_FWD 1
+#endif
+#ifndef CUNORM_BN_SPAN_CLASSES_BWD
+#define CUNORM_BN_SPAN_CLASSES_BWD 0
+#endif
+
+template <typename T, bool CLASSES>
+struct SpanWord {
+  static constexpr int VEC = 16 / int(sizeof(T));
+  int row, rows, slot, e0, lo, hi, cut, valid;
+  bool live;
+  // this thread's word of a stage of ``count`` channels of I elements (G * I / VEC words a
+  // span, at most ``threads``: the host's plan); ``slot``, row * words + word, where its
+  // partial sums go (-1 for threads past the rows)
+  __device__ __forceinline__ SpanWord(int G, int I, int count, int threads) {
+    const int words = G * I / VEC;
+    rows = threads / words;
+    int t = threadIdx.x, j;
+    if (CLASSES) {
+      int across = 0;  // words with a channel boundary inside: g I / VEC, where g I is off the words
+      for (int g = 1; g < G; ++g) across += (g * I) % VEC != 0;
+      const int within = words - across;
+      if (t < within * rows) {  // the k-th word in one channel: k, stepped past the boundary words up to it
+        row = t / within;
+        j = t - row * within;
+        for (int g = 1; g < G; ++g) j += (g * I) % VEC != 0 && (g * I) / VEC <= j;
+      } else {  // the k-th boundary word
+        t -= within * rows;
+        row = across ? t / across : rows;
+        int k = across ? t - row * across : 0;
+        j = 0;
+        for (int g = 1; g < G; ++g)
+          if ((g * I) % VEC != 0 && k-- == 0) j = (g * I) / VEC;
+      }
+    } else {
+      row = t / words;
+      j = t - row * words;
+    }
+    slot = row < rows ? row * words + j : -1;
+    e0 = j * VEC;
+    lo = e0 / I;
+    hi = min(lo + 1, kMaxStagedGroups - 1);  // a word ending on its channel's end has no second (cut = VEC)
+    cut = min((lo + 1) * I - e0, VEC);
+    valid = min(VEC, count * I - e0);  // elements of the span (the last stage's span may end inside)
+    live = row < rows && lo < count;
+  }
+};
+
+// f(o, cut, valid) for each image o of this thread's word (row, row + rows, ... < O): cut,
+// where the word's second channel starts, and valid, its elements inside the span; both a
+// constant VEC for a word in one channel where the classes keep such words together (the
+// element loops then fold their channel choice away; such a word lies in the span, whose
+// last stage ends on a channel's end).
+template <typename T, bool CLASSES, typename F>
+__device__ __forceinline__ void span_images(const SpanWord<T, CLASSES>& sw, int O, F&& f) {
+  constexpr int VEC = SpanWord<T, CLASSES>::VEC;
+  if (CLASSES && sw.cut == VEC) {
+    for (int o = sw.row; o < O; o += sw.rows) f(o, VEC, VEC);
+  } else {
+    for (int o = sw.row; o < O; o += sw.rows) f(o, per_trip(sw.cut, o), sw.valid);
+  }
+}
+
+// The shared memory of a span kernel beside its stage: each thread's word's two pairs of
+// partial sums, NCONS constants a channel, and the cluster's exchange.
+template <typename A, int BLOCK, int NCONS, bool CLUSTER>
+struct SpanScratch {
+  A lo_s[BLOCK], lo_q[BLOCK], hi_s[BLOCK], hi_q[BLOCK];
+  A cons[NCONS][kMaxStagedGroups];
+  A xpart[CLUSTER ? 2 * kMaxStagedGroups : 1];
+};
+
+// Channel g's sums from the words' partial sums (``lo``: in a word's first channel; ``hi``:
+// in the channel that starts inside it, zero where none does), rows x words of them (slot
+// row * words + word), added by one warp: lanes over (word, row) in order, then the warp's
+// tree; every lane ends with the same bits. g < the stage's channels.
+template <typename A, typename Scratch>
+__device__ __forceinline__ void span_channel_sum2(A& s, A& q, const Scratch& sm, int g, int I, int vec, int words,
+                                                  int rows, int lane) {
+  const int ja = g * I / vec, n = ((g * I + I - 1) / vec - ja + 1) * rows;
+  for (int k = lane; k < n; k += kWarp) {
+    const int jj = ja + k / rows, t = (k - (k / rows) * rows) * words + jj;
+    const bool first = jj * vec >= g * I;  // the word starts in channel g, else in g - 1
+    s += first ? sm.lo_s[t] : sm.hi_s[t];
+    q += first ? sm.lo_q[t] : sm.hi_q[t];
+  }
+  s = group_warp_sum<kWarp>(s);
+  q = group_warp_sum<kWarp>(q);
+}
+
+// The stage's two sums of channel c0 + warp (zeros for warps past the stage's channels):
+// this thread's word's partial sums (ls, lq in its first channel; hs, hq in the second)
+// through shared memory (at the word's slot: every slot a channel's sum reads has a thread),
+// a warp a channel, then over the cluster's blocks. All threads call it.
+template <bool CLUSTER, typename A, typename Scratch, typename Span>
+__device__ __forceinline__ void span_stage_sum2(A& s, A& q, A ls, A lq, A hs, A hq, Scratch& sm, const Span& sw,
+                                                bool owner, int warp, int lane, int GI, int I, int K) {
+  if (sw.slot >= 0) {
+    sm.lo_s[sw.slot] = ls;
+    sm.lo_q[sw.slot] = lq;
+    sm.hi_s[sw.slot] = hs;
+    sm.hi_q[sw.slot] = hq;
+  }
+  __syncthreads();
+  s = q = A(0);
+  if (owner) span_channel_sum2(s, q, sm, warp, I, Span::VEC, GI / Span::VEC, sw.rows, lane);
+  if (CLUSTER) staged_cluster_sum2(s, q, sm.xpart, warp, lane, K);
+}
+
+// The residual's word at rw + off in global memory, or zeros where there is none (rw null);
+// where only its first ``count`` elements lie in the tensor (a span kernel's last stage may
+// end inside a word), those alone, the rest zeros. WORDS: widened as widen says.
+template <bool WORDS = false, typename A, typename T, int VEC>
+__device__ __forceinline__ void residual_word(const T* rw, i64 off, A (&r)[VEC], int count = VEC) {
+  if (rw && count == VEC) {
+    widen<WORDS>(load_raw<VEC>(rw + off), r);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) r[e] = rw && e < count ? cvt<A>(rw[off + e]) : A(0);
+  }
+}
+
+// VEC results of a word of channels from cw, stored to p in global memory: whole, or the
+// channels before ``count`` alone (the stage's last word may run past C).
+template <typename T, typename A, int VEC>
+__device__ __forceinline__ void store_word_part(T* p, const A (&v)[VEC], int cw, int count) {
+  if (cw + VEC <= count) {
+    store_pack<T>(p, v);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      if (cw + e < count) p[e] = cvt<T>(v[e]);
+  }
+}
+
+// Channel g's constants from a span kernel's cons rows (mean, scale, shift).
+template <typename A>
+__device__ __forceinline__ Channel<A> channel_at(const A (*cons)[kMaxStagedGroups], int g) {
+  return Channel<A>{cons[0][g], cons[1][g], cons[2][g]};
+}
+
+// Launched with bn_fwd_staged's arguments (copies of 16 bytes).
+template <int BLOCK, typename T, typename W, typename R, int ACT, bool CLUSTER>
+__global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
+bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, int I, int O_total,
+                   int C, int G, int /* copies: 16 bytes */, int K, int OB, const W* __restrict__ w,
+                   const W* __restrict__ b, int act, typename AccOf<T>::type param, double eps, double factor,
+                   R* __restrict__ running_mean, R* __restrict__ running_var,
+                   typename AccOf<T>::type* __restrict__ mean, typename AccOf<T>::type* __restrict__ rstd) {
+  typedef typename AccOf<T>::type A;
+  typedef SpanWord<T, CUNORM_BN_SPAN_CLASSES_FWD == 2 || (CUNORM_BN_SPAN_CLASSES_FWD == 1 && sizeof(T) == 2)> Span;
+  constexpr int VEC = Span::VEC, kWarps = BLOCK / kWarp;
+  static_assert(kWarps <= kMaxStagedGroups, "a warp a channel");
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ SpanScratch<A, BLOCK, 4, CLUSTER> sm;  // cons: a channel's mean, scale, shift, pivot
+  A(&pivots)[kMaxStagedGroups] = sm.cons[3];
+  const auto tag = act_tag<ACT>(act);
+  const StagedShare<CLUSTER> sh(K, OB, O_total);
+  const int O = sh.O, c0 = sh.stage * G, count = min(G, C - c0), GI = G * I;
+  const int span = count * I * int(sizeof(T)), pitch = GI * int(sizeof(T));
+  const i64 base = i64(c0) * I + i64(sh.o0) * so, so_bytes = so * i64(sizeof(T));
+  stage_in<BLOCK, 16>(staged, reinterpret_cast<const unsigned char*>(x + base), so_bytes, O, span, pitch);
+  copies_commit();
+  // warp g owns channel c0 + g: its constants (and the pivot every block of a cluster shares,
+  // the channel's first element) load while the copies land
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const bool owner = warp < count, writer = owner && lane == 0 && sh.rank == 0;
+  const i64 c = c0 + warp;
+  const A wc = owner && w ? cvt<A>(w[c]) : A(1), bc = owner && b ? cvt<A>(b[c]) : A(0);
+  const A rm = writer && running_mean ? cvt<A>(running_mean[c]) : A(0);
+  const A rv = writer && running_var ? cvt<A>(running_var[c]) : A(0);
+  const A pivot = owner ? cvt<A>(x[c * I]) : A(0);
+  if (lane == 0) pivots[warp] = pivot;  // zeros past the stage's channels: never summed, never stored
+  const Span sw(G, I, count, BLOCK);
+  copies_wait<0>();
+  __syncthreads();
+  T* sx = reinterpret_cast<T*>(staged) + sw.e0;  // this thread's word in image 0
+  A ls = A(0), lq = A(0), hs = A(0), hq = A(0);
+  if (sw.live) {
+    const A pl = pivots[sw.lo], ph = pivots[sw.hi];
+    span_images(sw, O, [&](int o, int cut, int) {
+      A v[VEC];
+      unpack_words(staged_word<T, VEC>(sx + o * GI), v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A d = v[e] - (e < cut ? pl : ph);
+        if (e < cut) { ls += d; lq += d * d; } else { hs += d; hq += d * d; }
+      }
+    });
+  }
+  A s, q;
+  span_stage_sum2<CLUSTER>(s, q, ls, lq, hs, hq, sm, sw, owner, warp, lane, GI, I, K);
+  const double n = double(O_total) * double(I);
+  if (lane == 0) {
+    Channel<A> ch{A(0), A(0), A(0)};
+    if (owner) {
+      const StagedMoments<A> mo(s, q, pivot, A(n), eps);
+      if (writer) {  // mean and rstd as y uses them; the running statistics from the same sums in double
+        mean[c] = mo.mean;
+        rstd[c] = mo.rstd;
+        update_running(c, moments_of(ChunkSums{double(s), double(q)}, double(pivot), n), n, factor, rm, rv,
+                       running_mean, running_var);
+      }
+      ch = Channel<A>{mo.mean, mo.rstd * wc, bc};
+    }
+    sm.cons[0][warp] = ch.mean;
+    sm.cons[1][warp] = ch.scale;
+    sm.cons[2][warp] = ch.shift;
+  }
+  __syncthreads();
+  if (sw.live) {
+    const Channel<A> cl = channel_at<A>(sm.cons, sw.lo), ch = channel_at<A>(sm.cons, sw.hi);
+    const T* rw = res ? res + base + sw.e0 : nullptr;
+    span_images(sw, O, [&](int o, int cut, int valid) {
+      A v[VEC], r[VEC], out[VEC];
+      unpack_words(staged_word<T, VEC>(sx + o * GI), v);
+      residual_word<true>(rw, o * so, r, valid);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) out[e] = act_forward(tag(), (e < cut ? cl : ch).z(v[e], r[e]), param);
+      *reinterpret_cast<Pack<T, VEC>*>(sx + o * GI) = convert_pack<T>(out);
+    });
+  }
+  __syncthreads();
+  stage_out<BLOCK, 16, sizeof(T)>(reinterpret_cast<unsigned char*>(y + base), staged, so_bytes, O, span, pitch);
+  if (CLUSTER) staged_cluster_end();
+}
+
+// The backward of the same stages: x and dy staged (dy's spans after x's, 2 OB G I elements a
+// block), a word's dz = dy act'(z) (z recomputed from x and the residual, read from global
+// memory where an activation needs it) summed with dz (x - mean) into its two channels' pairs,
+// dweight / dbias written by the cluster's first block, then dx over the staged x (and dres =
+// dz to global memory) stored as bn_bwd_staged stores it. One launch reading x and dy once.
+template <int BLOCK, typename T, typename W, int ACT, bool CLUSTER>
+__global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
+bn_bwd_staged_span(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
+                   T* __restrict__ dres, i64 so, int I, int O_total, int C, int G, int K, int OB,
+                   const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
+                   const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
+                   int training, W* __restrict__ dw, W* __restrict__ db) {
+  typedef typename AccOf<T>::type A;
+  typedef SpanWord<T, CUNORM_BN_SPAN_CLASSES_BWD != 0> Span;
+  constexpr int VEC = Span::VEC, kWarps = BLOCK / kWarp;
+  static_assert(kWarps <= kMaxStagedGroups, "a warp a channel");
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ SpanScratch<A, BLOCK, 6, CLUSTER> sm;  // cons: a channel's mean, scale, shift, then a, m1, d
+  const auto tag = act_tag<ACT>(act);
+  const StagedShare<CLUSTER> sh(K, OB, O_total);
+  const int O = sh.O, c0 = sh.stage * G, count = min(G, C - c0), GI = G * I;
+  const int span = count * I * int(sizeof(T)), pitch = GI * int(sizeof(T)), half = O * pitch;
+  const i64 base = i64(c0) * I + i64(sh.o0) * so, so_bytes = so * i64(sizeof(T));
+  stage_in<BLOCK, 16>(staged, reinterpret_cast<const unsigned char*>(x + base), so_bytes, O, span, pitch);
+  stage_in<BLOCK, 16>(staged + half, reinterpret_cast<const unsigned char*>(dy + base), so_bytes, O, span, pitch);
+  copies_commit();
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const bool owner = warp < count;
+  const i64 c = c0 + warp;
+  // warp g's channel constants load while the copies land
+  const Channel<A> own = owner ? channel_of(c, mean, rstd, w, b) : Channel<A>{A(0), A(0), A(0)};
+  const A rs = owner ? rstd[c] : A(0), wc = owner && w ? cvt<A>(w[c]) : A(1);
+  if (lane == 0) {
+    sm.cons[0][warp] = own.mean;
+    sm.cons[1][warp] = own.scale;
+    sm.cons[2][warp] = own.shift;
+  }
+  const Span sw(G, I, count, BLOCK);
+  copies_wait<0>();
+  __syncthreads();
+  T* sx = reinterpret_cast<T*>(staged) + sw.e0;
+  const T* sg = reinterpret_cast<const T*>(staged + half) + sw.e0;
+  const Channel<A> cl = channel_at<A>(sm.cons, sw.lo), ch = channel_at<A>(sm.cons, sw.hi);
+  const T* rw = ACT != 0 && res ? res + base + sw.e0 : nullptr;
+  // this thread's word of x and its dz in image o (elements from ``cut`` on in the second channel)
+  const auto dz_at = [&](int o, int cut, int valid, A (&xv)[VEC], A (&dz)[VEC]) {
+    A gv[VEC], rv[VEC];
+    unpack_words(staged_word<T, VEC>(sx + o * GI), xv);
+    unpack_words(staged_word<T, VEC>(sg + o * GI), gv);
+    residual_word<true>(rw, o * so, rv, valid);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dz[e] = element_dz<ACT>(tag, e < cut ? cl : ch, xv[e], gv[e], rv[e], param);
+  };
+  A l1 = A(0), l2 = A(0), h1 = A(0), h2 = A(0);
+  if (sw.live)
+    span_images(sw, O, [&](int o, int cut, int valid) {
+      A xv[VEC], dz[VEC];
+      dz_at(o, cut, valid, xv, dz);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A xm = xv[e] - (e < cut ? cl.mean : ch.mean);
+        if (e < cut) { l1 += dz[e]; l2 += dz[e] * xm; } else { h1 += dz[e]; h2 += dz[e] * xm; }
+      }
+    });
+  A s1, s2;
+  span_stage_sum2<CLUSTER>(s1, s2, l1, l2, h1, h2, sm, sw, owner, warp, lane, GI, I, K);
+  if (lane == 0) {
+    ChannelGrad<A> cg{A(0), A(0), A(0)};
+    if (owner) {
+      const A sq = s2 * rs;  // sum dz * xhat
+      const double n = double(O_total) * double(I);
+      if (sh.rank == 0) store_param_grads(c, ChunkSums{double(s1), double(sq)}, dw, db);
+      const A a = rs * wc, m2 = grad_mean<A>(double(sq), n, training);
+      cg = ChannelGrad<A>{a, grad_mean<A>(double(s1), n, training), a * rs * m2};
+    }
+    sm.cons[3][warp] = cg.a;
+    sm.cons[4][warp] = cg.m1;
+    sm.cons[5][warp] = cg.d;
+  }
+  __syncthreads();
+  if (sw.live) {
+    const ChannelGrad<A> gl{sm.cons[3][sw.lo], sm.cons[4][sw.lo], sm.cons[5][sw.lo]},
+                         gh{sm.cons[3][sw.hi], sm.cons[4][sw.hi], sm.cons[5][sw.hi]};
+    T* drw = dres ? dres + base + sw.e0 : nullptr;
+    span_images(sw, O, [&](int o, int cut, int valid) {
+      A xv[VEC], dz[VEC], out[VEC];
+      dz_at(o, cut, valid, xv, dz);
+      if (drw) store_word_part<T>(drw + o * so, dz, 0, valid);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        out[e] = e < cut ? gl.dx(dz[e], xv[e] - cl.mean) : gh.dx(dz[e], xv[e] - ch.mean);
+      *reinterpret_cast<Pack<T, VEC>*>(sx + o * GI) = convert_pack<T>(out);
+    });
+  }
+  __syncthreads();
+  stage_out<BLOCK, 16, sizeof(T)>(reinterpret_cast<unsigned char*>(dx + base), staged, so_bytes, O, span, pitch);
+  if (CLUSTER) staged_cluster_end();
+}
+
 // ---- one-read forward and backward, channels last (NOTES "BatchNorm v21") -----------------
 // x as (O positions, C channels innermost, position stride so). A stage is G consecutive
 // channels (``pitch`` = G * sizeof(T) bytes a position: 16, 32, 64 or 128) over the positions,
@@ -1984,30 +2339,6 @@ __device__ __forceinline__ void cl_stage_end(ClGridExchange<A> xg) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(CUNORM_HIP)
   if (CLUSTER && !xg.counters) cluster_wait();
 #endif
-}
-
-// The residual's word at rw + off in global memory, or zeros where there is none (rw null).
-template <typename A, typename T, int VEC>
-__device__ __forceinline__ void residual_word(const T* rw, i64 off, A (&r)[VEC]) {
-  if (rw) {
-    unpack(load_raw<VEC>(rw + off), r);
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) r[e] = A(0);
-  }
-}
-
-// VEC results of a word of channels from cw, stored to p in global memory: whole, or the
-// channels before ``count`` alone (the stage's last word may run past C).
-template <typename T, typename A, int VEC>
-__device__ __forceinline__ void store_word_part(T* p, const A (&v)[VEC], int cw, int count) {
-  if (cw + VEC <= count) {
-    store_pack<T>(p, v);
-  } else {
-#pragma unroll
-    for (int e = 0; e < VEC; ++e)
-      if (cw + e < count) p[e] = cvt<T>(v[e]);
-  }
 }
 
 template <int BLOCK, typename T, typename W, typename R, int ACT, bool CLUSTER>

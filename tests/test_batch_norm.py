@@ -148,7 +148,9 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     layouts = [_batch_norm.layout((4, 16, 5, 6), (480, 30, 6, 1), 1),
                _batch_norm.layout((4, 5, 6, 16), (480, 96, 16, 1), 3),
                _batch_norm.layout((8, 3, 7, 7), (147, 49, 7, 1), 1),
-               _batch_norm.layout((2, 96, 7, 7), (4704, 49, 7, 1), 1),  # the flat apply passes
+               _batch_norm.layout((2, 96, 7, 7), (4704, 49, 7, 1), 1),  # the flat apply passes, bn_fwd_staged_span
+               _batch_norm.layout((161, 16, 7, 7), (784, 49, 7, 1), 1),  # bn_fwd_staged_span over clusters
+               _batch_norm.layout((4, 2056, 3, 3), (18504, 9, 3, 1), 1),  # ... one block a stage (a full grid)
                _batch_norm.layout((4, 16, 6, 6), (576, 36, 6, 1), 1),  # bn_fwd_staged, words of 2 half elements
                _batch_norm.layout((9, 4, 64, 64), (16384, 4096, 64, 1), 1),  # forward stages over clusters
                _batch_norm.layout((3, 17, 23, 64), (25024, 1472, 64, 1), 3)]  # bn_*_staged_cl, over clusters
@@ -186,7 +188,7 @@ def test_instantiations_cover_every_launch_name(monkeypatch):
     # both builds of the residual apply passes are asked for
     assert {n.rsplit(", ", 1)[1] for n in asked if n.startswith("bn_apply_cl<")} == {"false>", "true>"}
     assert {n.endswith(", true>") for n in asked if n.startswith("bn_fwd_staged<")} == {True, False}  # clustered too
-    for kernel in ("bn_fwd_staged_cl<", "bn_bwd_staged_cl<"):  # channels last, clustered and not
+    for kernel in ("bn_fwd_staged_cl<", "bn_bwd_staged_cl<", "bn_fwd_staged_span<", "bn_bwd_staged_span<"):
         assert {n.endswith(", true>") for n in asked if n.startswith(kernel)} == {True, False}
 
 
@@ -674,6 +676,9 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
     # the benchmark's channel-major shapes: the widest copies whose stage (the fewest channels
     # whose spans are whole copies) fits half an SM's shared memory, where the channel walk's
     # words are 8 bytes or more; over that, channels last, or pointers off 16 bytes: the passes
+    # (bn_fwd_staged_span off: test_plans_staged_span has the narrower words)
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN", False)
+
     def staged(shape, dtype, phase=0, strides=None):
         strides = strides or contiguous_strides(shape)
         with _sm_count(132):
@@ -786,20 +791,21 @@ def _staged_or_passes(monkeypatch, staged: bool) -> None:
     _batch_norm.plan.cache_clear()
 
 
-@pytest.mark.gpu
-def test_gpu_staged_kernels_match_the_passes(rng, monkeypatch, fresh_plans):
-    # the same y, statistics and gradients (to rounding) whichever kernels run; deterministic
+def _staged_match_the_passes(rng, shape, use_staged) -> None:
+    """float32 training forward and backward of ``shape`` (C-contiguous, channel axis 1) three
+    times, ``use_staged(True)`` (which switches the staged kernels on and checks the plan)
+    twice, then ``use_staged(False)``: the same bits run to run, the passes' y, statistics,
+    running statistics and gradients to rounding."""
     import cupy
 
-    shape = (16, 64, 14, 14)
-    assert _dense_plan(shape, numpy.dtype(numpy.float32), numpy.float32).staged_bwd is not None
+    C = shape[1]
     x = cupy.asarray(rng.standard_normal(shape).astype(numpy.float32) * 3 + 100)
     dy = cupy.asarray(rng.standard_normal(shape).astype(numpy.float32))
-    w, b = cupy.asarray(rng.standard_normal(64).astype(numpy.float32)), cupy.zeros(64, numpy.float32)
+    w, b = cupy.asarray(rng.standard_normal(C).astype(numpy.float32)), cupy.zeros(C, numpy.float32)
     runs = []
     for staged in (True, True, False):
-        _staged_or_passes(monkeypatch, staged)
-        rm, rv = cupy.zeros(64, numpy.float32), cupy.ones(64, numpy.float32)
+        use_staged(staged)
+        rm, rv = cupy.zeros(C, numpy.float32), cupy.ones(C, numpy.float32)
         y, mean, rstd = cunorm.batch_norm(x, w, b, running_mean=rm, running_var=rv, return_stats=True)
         dx, dw, db, _ = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd)
         runs.append((y, mean, rstd, rm, rv, dx, dw, db))
@@ -807,6 +813,14 @@ def test_gpu_staged_kernels_match_the_passes(rng, monkeypatch, fresh_plans):
     names = ("y", "mean", "rstd", "running_mean", "running_var", "dx", "dweight", "dbias")
     for name, a, b in zip(names, runs[0], runs[2]):
         assert_close(name, a, b, *((1e-4, 1e-3) if name.startswith("d") else (1e-5, 1e-5)))  # float sums, reordered
+
+
+@pytest.mark.gpu
+def test_gpu_staged_kernels_match_the_passes(rng, monkeypatch, fresh_plans):
+    # the same y, statistics and gradients (to rounding) whichever kernels run; deterministic
+    shape = (16, 64, 14, 14)
+    assert _dense_plan(shape, numpy.dtype(numpy.float32), numpy.float32).staged_bwd is not None
+    _staged_match_the_passes(rng, shape, lambda staged: _staged_or_passes(monkeypatch, staged))
 
 
 def _needs_clusters():
@@ -868,6 +882,228 @@ def test_gpu_staged_forward_plans_sharing_a_kernel_keep_their_shared_memory(rng)
     assert _dense_plan(big, f32, f32).staged.smem > _dense_plan(small, f32, f32).staged.smem > 48 * 1024
     for shape in (big, small, big):
         _gpu_case(rng, shape, 1, f32, numpy.float32, None, training=True, with_residual=False)
+
+
+# ---- bn_fwd_staged_span: the one-read forward of short planes in span words (v25) ------------
+
+def _span_word(t, G, I, vec, threads, classes):
+    """A Python mirror of bn_fwd_staged_span's SpanWord: thread t's (row, word), words in one
+    channel first where ``classes`` (CUNORM_BN_SPAN_CLASSES)."""
+    words = G * I // vec
+    rows = threads // words
+    if not classes:
+        return divmod(t, words)
+    across = [g * I // vec for g in range(1, G) if g * I % vec]  # the words a channel starts inside
+    within = words - len(across)
+    if t < within * rows:
+        row, j = divmod(t, within)
+        for b in across:  # the j-th word in one channel: stepped past the boundary words up to it
+            j += b <= j
+        return row, j
+    t -= within * rows
+    if not across:
+        return rows, 0
+    row, k = divmod(t, len(across))
+    return row, across[k]
+
+
+def _span_word_sums(G, I, count, O, vec, threads, classes):
+    """The word map's channel sums (span_channel_sum2 over the words' slots): for each channel
+    g < count, the (image, element) pairs its sum holds."""
+    words = G * I // vec
+    rows = threads // words
+    lo_parts, hi_parts = {}, {}  # slot row * words + word: the (image, element) pairs of its two partial sums
+    for t in range(threads):
+        row, j = _span_word(t, G, I, vec, threads, classes)
+        if row >= rows:
+            continue
+        slot = row * words + j
+        assert slot not in lo_parts, "two threads on one slot"
+        e0 = j * vec
+        lo, cut = e0 // I, min((e0 // I + 1) * I - e0, vec)
+        live = lo < count
+        lo_parts[slot] = [(o, e0 + e) for o in range(row, O, rows) for e in range(cut)] if live else []
+        hi_parts[slot] = [(o, e0 + e) for o in range(row, O, rows) for e in range(cut, vec)] if live else []
+    assert len(lo_parts) == rows * words, "a slot without a thread"
+    sums = []
+    for g in range(count):
+        ja, jb = g * I // vec, (g * I + I - 1) // vec
+        held = []
+        for k in range((jb - ja + 1) * rows):
+            jj, rr = ja + k // rows, k % rows
+            slot = rr * words + jj
+            held += lo_parts[slot] if jj * vec >= g * I else hi_parts[slot]
+        sums.append(held)
+    return sums
+
+
+@pytest.mark.parametrize("classes", [True, False], ids=["word_classes", "words_in_order"])
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+def test_span_word_map_sums_each_element_of_a_channel_once(itemsize, classes):
+    # every stage the planner makes (G the fewest channels whose span is whole 16-byte words,
+    # runs of a word or more, a span of at most the block's words), a last stage of fewer
+    # channels, images fewer and more than a block's rows of threads; with the word classes,
+    # the threads' first words lie in one channel, then those across a boundary
+    vec, threads = 16 // itemsize, _batch_norm.STAGED_SPAN_BLOCK
+    cases = 0
+    for I in (vec, vec + 1, 9, 25, 49, 91, 169, 255, 499):
+        G = 16 // math.gcd(16, I * itemsize)
+        if I < vec or G * I // vec > threads:
+            continue
+        if classes:
+            cuts = [min((e0 // I + 1) * I - e0, vec) for e0 in
+                    (_span_word(t, G, I, vec, threads, True)[1] * vec for t in range(threads))]
+            first_across = next((t for t, c in enumerate(cuts) if c < vec), threads)
+            assert all(c == vec for c in cuts[:first_across])
+        for count in sorted({1, G // 2 or 1, G - 1 or 1, G}):
+            for O in (1, 3, 11, 64):
+                sums = _span_word_sums(G, I, count, O, vec, threads, classes)
+                for g, held in enumerate(sums):
+                    expected = [(o, e) for o in range(O) for e in range(g * I, g * I + I)]
+                    assert sorted(held) == expected, (G, I, count, O, g)
+                cases += 1
+    assert cases > 20
+
+
+def test_plans_staged_span(fresh_plans, monkeypatch):
+    # runs of no whole 8-byte word (7 x 7): bn_fwd_staged_span and bn_bwd_staged_span in
+    # 16-byte copies and words, G the fewest channels whose span is whole words, one block a
+    # stage or the smallest cluster whose shares (x; x and dy) fit beside the kernel's static
+    # shared memory
+    def plan(shape, dtype, capability=90):
+        with _sm_count(132, capability):
+            return _batch_norm.plan(_batch_norm.layout(shape, contiguous_strides(shape), 1), dtype, numpy.float32, 0,
+                                    0)
+
+    S = _batch_norm.Staged
+    p = plan((256, 2048, 7, 7), BFLOAT16)
+    assert p.staged == S(8, 16, 8, 128 * 8 * 98, 2 * 256, 512, 2, 128, True)
+    assert p.staged_bwd == S(8, 16, 8, 2 * 64 * 8 * 98, 4 * 256, 512, 4, 64, True)
+    assert plan((256, 2048, 7, 7), numpy.float32).staged == S(4, 16, 4, 128 * 4 * 196, 2 * 512, 512, 2, 128, True)
+    assert plan((256, 2048, 7, 7), numpy.float16).staged.span
+    # v25b, off by default (measured mixed): grids under one wave split their stages over
+    # clusters while they fit one (264 blocks here): 3 images over 2 blocks (4 would leave one
+    # empty), 64 stages x 4
+    assert plan((3, 96, 7, 7), BFLOAT16).staged == S(8, 16, 8, 3 * 8 * 98, 12, 512, 1, 0, True)
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FILL", True)
+    _batch_norm.plan.cache_clear()
+    assert plan((3, 96, 7, 7), BFLOAT16).staged == S(8, 16, 8, 2 * 8 * 98, 24, 512, 2, 2, True)
+    assert plan((128, 512, 7, 7), BFLOAT16).staged == S(8, 16, 8, 32 * 784, 256, 512, 4, 32, True)
+    # float64 runs of 49 are whole 8-byte words: bn_fwd_staged
+    assert not plan((256, 2048, 7, 7), numpy.float64).staged.span
+    # sm_80: no clusters, a stage that fits one block or the passes
+    assert plan((256, 2048, 7, 7), BFLOAT16, 80).staged is None
+    assert plan((16, 128, 7, 7), BFLOAT16, 80).staged == S(8, 16, 8, 16 * 784, 16, 512, 1, 0, True)
+    assert plan((16, 128, 7, 7), BFLOAT16, 80).staged_bwd == S(8, 16, 8, 2 * 16 * 784, 16, 512, 1, 0, True)
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FILL", False)
+    _batch_norm.plan.cache_clear()
+    assert plan((3, 96, 7, 7), BFLOAT16).staged == S(8, 16, 8, 3 * 8 * 98, 12, 512, 1, 0, True)
+    assert plan((128, 512, 7, 7), BFLOAT16).staged == S(8, 16, 8, 128 * 784, 64, 512, 1, 0, True)
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FILL", True)
+    _batch_norm.plan.cache_clear()
+    # images strided off 16 bytes (3 x 3 planes of 5 channels), runs under a word (3 elements): the passes
+    assert plan((8, 5, 3, 3), BFLOAT16).staged is None
+    assert plan((8, 16, 3), BFLOAT16).staged is None
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN", False)
+    _batch_norm.plan.cache_clear()
+    p = plan((256, 2048, 7, 7), BFLOAT16)
+    assert p.staged is None and p.staged_bwd.span
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN_BWD", False)
+    _batch_norm.plan.cache_clear()
+    assert plan((256, 2048, 7, 7), BFLOAT16).staged_bwd is None
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN", True)
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN_BWD", True)
+    _batch_norm.plan.cache_clear()
+    per_block = H200_SMEM[1] // 2 - _batch_norm.STAGED_RESERVED_SMEM
+    for I in (3, 7, 9, 25, 49, 91, 121, 169):
+        for C in (1, 3, 8, 96, 1000):
+            for O in (1, 5, 64, 300):
+                for dt in (BFLOAT16, numpy.float16, numpy.float32):
+                    p = plan((O, C, I), dt)
+                    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FILL", False)
+                    _batch_norm.plan.cache_clear()
+                    unfilled = plan((O, C, I), dt)
+                    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FILL", True)
+                    _batch_norm.plan.cache_clear()
+                    for tensors, st, least in ((1, p.staged, unfilled.staged), (2, p.staged_bwd, unfilled.staged_bwd)):
+                        if st is None or not st.span:
+                            continue
+                        # the fewest blocks whose shares fit, or more while the grid fits one wave
+                        assert st.cluster == least.cluster or least.cluster < st.cluster and st.blocks <= 2 * 132
+                        itemsize = numpy.dtype(dt).itemsize
+                        run, vec = I * itemsize, 16 // itemsize
+                        assert st.cp == 16 and st.epw == vec and I >= vec and (O == 1 or C * run % 16 == 0)
+                        assert st.channels == 16 // math.gcd(16, run) and st.channels * I // vec <= st.threads
+                        OB = st.images or O
+                        static = _batch_norm.staged_span_static_smem(4, st.cluster > 1, tensors == 2)
+                        assert st.smem == tensors * OB * st.channels * run <= per_block - static
+                        assert (st.cluster - 1) * OB < O and st.blocks == -(-C // st.channels) * st.cluster
+
+
+# Dense channel-major shapes bn_fwd_staged_span and bn_bwd_staged_span take (runs of no whole
+# 8-byte word), half precision and float32 (float64's runs always are whole words): one image
+# with a last stage of fewer channels whose span ends inside a word (C = 3, 13), 7 x 7 planes
+# over one and many stages, 3 x 3 planes (every word across a channel boundary) of 2056
+# channels, 11 x 11 planes (121 words a span, 4 rows of threads); past one block's share
+# (sm_90 clusters): 160 images (forward two blocks of 80, backward four of 40), 161 (81 + 80;
+# 41 + 41 + 41 + 38), 300 (four blocks; eight).
+SPAN_SHAPES = [(1, 3, 7, 13), (1, 13, 5, 5), (3, 96, 7, 7), (16, 128, 7, 7), (4, 2056, 3, 3), (17, 8, 11, 11)]
+SPAN_CLUSTER_SHAPES = [(160, 16, 7, 7), (161, 16, 7, 7), (300, 8, 7, 7)]
+
+
+@pytest.fixture(params=["one_block", "filled"])
+def span_fill(request, monkeypatch):
+    """bn_fwd_staged_span's and bn_bwd_staged_span's stages on the fewest blocks whose shares
+    fit (the default), or split further over clusters while the grid fits one wave
+    (STAGED_SPAN_FILL; on sm_90)."""
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FILL", request.param == "filled")
+    yield from _replanned(request.param)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,pdtype", DTYPES[:4], ids=DTYPE_IDS[:4])
+@pytest.mark.parametrize("shape", SPAN_SHAPES + SPAN_CLUSTER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_staged_span_forward_and_backward(rng, shape, dtype, pdtype, span_fill):
+    if shape in SPAN_CLUSTER_SHAPES:
+        _needs_clusters()
+    p = _dense_plan(shape, dtype, pdtype)
+    for st in (p.staged, p.staged_bwd):
+        assert st is not None and st.span, st
+        if span_fill == "one_block":
+            assert (st.cluster > 1) == (shape in SPAN_CLUSTER_SHAPES), st
+    _gpu_case(rng, shape, 1, dtype, pdtype, "relu", training=True)
+    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=True, with_residual=False)
+    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=False)  # eval: the staged backward alone
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("with_residual", [True, False], ids=["residual", "plain"])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
+def test_gpu_staged_span_activations(rng, activation, with_residual):
+    assert _dense_plan((3, 96, 7, 7), BFLOAT16, numpy.float32).staged_bwd.span
+    _gpu_case(rng, (3, 96, 7, 7), 1, BFLOAT16, numpy.float32, activation, True, with_residual)
+    _gpu_case(rng, (2, 16, 5, 5), 1, numpy.dtype(numpy.float32), numpy.float32, activation, True, with_residual)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,fill", [((16, 128, 7, 7), False), ((16, 128, 7, 7), True), ((160, 16, 7, 7), False)],
+                         ids=["one_block", "filled", "cluster"])
+def test_gpu_staged_span_matches_the_passes(rng, monkeypatch, fresh_plans, shape, fill):
+    # y, the statistics, the running statistics and the gradients as the passes give them, to
+    # rounding, and the same bits run to run (every block of a cluster takes the same sums)
+    if fill or shape[0] > 100:
+        _needs_clusters()
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FILL", fill)
+
+    def use_span(span):
+        monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN", span)
+        monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN_BWD", span)
+        _batch_norm.plan.cache_clear()
+        p = _dense_plan(shape, numpy.dtype(numpy.float32), numpy.float32)
+        for st in (p.staged, p.staged_bwd):
+            assert (st is not None and st.span) if span else st is None, st
+
+    _staged_match_the_passes(rng, shape, use_span)
 
 
 @pytest.mark.gpu

@@ -289,6 +289,24 @@ def test_staged_cl_static_smem_matches_the_host(nvrtc_ready):
     assert static == cases
 
 
+def test_staged_span_static_smem_matches_the_host(nvrtc_ready):
+    """BatchNorm v25: the planner fits bn_fwd_staged_span's and bn_bwd_staged_span's stages
+    beside the static shared memory _batch_norm.staged_span_static_smem says they hold; ptxas
+    agrees, clustered or not."""
+    options = [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS]
+    block = _batch_norm.STAGED_SPAN_BLOCK
+    cases = {}
+    for ctype in ("__nv_bfloat16", "float"):
+        for clustered in (False, True):
+            flag = str(clustered).lower()
+            cases[f"bn_fwd_staged_span<{block}, {ctype}, {ctype}, {ctype}, 0, {flag}>"] = \
+                _batch_norm.staged_span_static_smem(4, clustered)
+            cases[f"bn_bwd_staged_span<{block}, {ctype}, {ctype}, 2, {flag}>"] = \
+                _batch_norm.staged_span_static_smem(4, clustered, backward=True)
+    static = _static_smem(_batch_norm.KERNEL_FILE, list(cases), options)
+    assert static == cases
+
+
 def test_wide_cluster_shared_memory_fits_sm90(nvrtc_ready):
     """The wide cluster backward's static buffers (block sums, staged statistics, exchange
     slots) beside the ring and weight slots the host sizes (_config.wide_bwd_smem) fit an

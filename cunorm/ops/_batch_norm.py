@@ -93,6 +93,25 @@ STAGED_MIN_WORD = 8
 # is not built. Clustered stages take 512-thread blocks (a share fills half an SM).
 STAGED_CLUSTERS = (2, 4, 8)
 STAGED_CLUSTER_MIN_SM = 90
+# Where the channel walk's words would be narrower than STAGED_MIN_WORD (7 x 7 planes), the
+# training forward and the backward take bn_fwd_staged_span / bn_bwd_staged_span (BatchNorm
+# v25): the same stages in 16-byte copies (the backward's over clusters too), walked in
+# 16-byte words across the span's channels (a word in at most two), on STAGED_SPAN_BLOCK
+# threads; where no stage of 16-byte copies fits (or a span has more words than threads, or
+# runs are shorter than a word), the passes. Prediction in NOTES "BatchNorm v25", not run on
+# a GPU.
+USE_STAGED_SPAN = True
+USE_STAGED_SPAN_BWD = True
+STAGED_SPAN_BLOCK = 512  # = the kernel's BLOCK template argument (instantiated for it alone)
+# v25's outcome (H200, NOTES "BatchNorm v25 outcome"): grids under one wave read 0.16-0.29 of
+# copy in bf16 ((128, 512, 7, 7): 64 stages, 64 blocks on 132 SMs). STAGED_SPAN_FILL: a
+# stage's images split over a larger cluster (of STAGED_CLUSTERS) while the grid stays within
+# one wave of STAGED_SPAN_RESIDENT blocks an SM (= CUNORM_BN_STAGED_THREADS_PER_SM /
+# STAGED_SPAN_BLOCK). Measured (H100, NOTES "BatchNorm v25b outcome"): mixed, float32
+# forward +0.02-0.06 of copy, bf16 backward -0.13 at (128, 512, 7, 7) and (32, 512, 11, 11):
+# off.
+STAGED_SPAN_FILL = False
+STAGED_SPAN_RESIDENT = 2
 # Channels last (BatchNorm v21): the training forward and the
 # backward of x with its channels innermost take bn_fwd_staged_cl / bn_bwd_staged_cl, one
 # launch each reading x (and dy) once: a stage is G channels of every position, the positions
@@ -180,6 +199,11 @@ def instantiations() -> list[str]:
                       for r in _param_types(t) for e in _staged_words(t) for a in ACT_CLASSES]
             names += [f"bn_bwd_staged<{n}, {ct}, {c_type(w)}, {e}, {a}>" for n in STAGED_BLOCKS
                       for e in _staged_words(t) for a in ACT_CLASSES]
+        for w in _param_types(t) if t != "float64" else ():  # float64 runs are whole 8-byte words
+            names += [f"bn_fwd_staged_span<{STAGED_SPAN_BLOCK}, {ct}, {c_type(w)}, {c_type(r)}, {a}, {_b(k)}>"
+                      for r in _param_types(t) for a in ACT_CLASSES for k in (False, True)]
+            names += [f"bn_bwd_staged_span<{STAGED_SPAN_BLOCK}, {ct}, {c_type(w)}, {a}, {_b(k)}>"
+                      for a in ACT_CLASSES for k in (False, True)]
         for w in _param_types(t):
             names += [f"bn_fwd_staged_cl<{STAGED_CL_BLOCK}, {ct}, {c_type(w)}, {c_type(r)}, {a}, {_b(k)}>"
                       for r in _param_types(t) for a in ACT_CLASSES for k in (False, True)]
@@ -304,7 +328,8 @@ class Staged(NamedTuple):
     """The launch of bn_fwd_staged or bn_bwd_staged: stages of ``channels`` (G), copies of ``cp`` bytes, channel
     walk words of ``epw`` elements, ``smem`` bytes a block, ``blocks`` blocks (a stage each,
     or ``cluster`` a stage) of ``threads`` threads. Past one block a stage (bn_fwd_staged_cluster)
-    each block takes ``images`` of the stage's images."""
+    each block takes ``images`` of the stage's images. ``span``: bn_fwd_staged_span's or
+    bn_bwd_staged_span's (words of ``epw`` elements across the span's channels)."""
 
     channels: int
     cp: int
@@ -314,6 +339,7 @@ class Staged(NamedTuple):
     threads: int
     cluster: int = 1
     images: int = 0
+    span: bool = False
 
 
 def compute_capability(device: int) -> int:
@@ -322,12 +348,23 @@ def compute_capability(device: int) -> int:
     return _compute_capability(device)
 
 
-def _staged(lay: Layout, itemsize: int, phase: int, device: int, tensors: int = 1) -> Staged | None:
+def _cluster_shares(O: int, clusters: tuple):
+    """(K, OB) for one block a stage, then each of ``clusters``: K blocks a stage, OB of the O
+    images (channels last: positions) a block; up to the first K that would leave a block of
+    the cluster none."""
+    for K in (1, *clusters):
+        OB = -(-O // K)
+        if K > 1 and (K - 1) * OB >= O:
+            return
+        yield K, OB
+
+
+def _staged(lay: Layout, itemsize: int, acc_size: int, phase: int, device: int, tensors: int = 1) -> Staged | None:
     """bn_fwd_staged's launch (``tensors`` = 1: x staged) or bn_bwd_staged's (2: x and dy), or
     None where it does not apply: not dense channel-major within an image (sc == I), pointers
     off 16 bytes, image strides off 4 bytes, a stage too large for STAGED_MIN_RESIDENT blocks
     an SM (the forward's: even split over a cluster of STAGED_CLUSTERS), or channel walks in
-    words under STAGED_MIN_WORD bytes. The widest copies whose stage fits (STAGED_PREFER_WIDE;
+    words under STAGED_MIN_WORD bytes (there: bn_fwd_staged_span's / bn_bwd_staged_span's). The widest copies whose stage fits (STAGED_PREFER_WIDE;
     else the fewest channels), G the fewest channels whose spans are whole copies; one block
     a stage where that fits, else the smallest cluster whose blocks' shares fit."""
     if not (USE_STAGED if tensors == 1 else USE_STAGED_BWD) or lay.channels_last or phase != 0 or lay.sc != lay.I:
@@ -337,11 +374,15 @@ def _staged(lay: Layout, itemsize: int, phase: int, device: int, tensors: int = 
     per_block, per_sm = smem_limits(device)
     limit = min(per_block, per_sm // STAGED_MIN_RESIDENT - STAGED_RESERVED_SMEM)
     clusters = STAGED_CLUSTERS if tensors == 1 and compute_capability(device) >= STAGED_CLUSTER_MIN_SM else ()
+    # words: the widest that divide every run and image stride (the residual is read in them)
+    word = next(w for w in (16, 8, 4, 2, 1) if w >= itemsize and w % itemsize == 0 and run % w == 0 and
+                strides % w == 0)
+    if word < STAGED_MIN_WORD:
+        span_clusters = STAGED_CLUSTERS if compute_capability(device) >= STAGED_CLUSTER_MIN_SM else ()
+        return _staged_span(lay, itemsize, acc_size, limit, span_clusters, tensors,
+                            STAGED_SPAN_RESIDENT * sm_count(device))
     best = None
-    for K in (1, *clusters):
-        OB = -(-lay.O // K)  # images a block
-        if K > 1 and (K - 1) * OB >= lay.O:
-            break  # a block of the cluster would hold no image
+    for K, OB in _cluster_shares(lay.O, clusters):
         for cp in (16, 8, 4):
             G = cp // math.gcd(cp, run)  # the fewest channels whose span is whole copies
             smem = tensors * OB * G * run
@@ -354,15 +395,51 @@ def _staged(lay: Layout, itemsize: int, phase: int, device: int, tensors: int = 
     if best is None:
         return None
     G, cp, smem, K, OB = best
-    # words: the widest that divide every run and image stride (the residual is read in them)
-    word = next(w for w in (16, 8, 4, 2, 1) if w >= itemsize and w % itemsize == 0 and run % w == 0 and
-                strides % w == 0)
-    if word < STAGED_MIN_WORD:
-        return None
     small = (K == 1 and per_sm // (smem + STAGED_RESERVED_SMEM) >= STAGED_SMALL_BLOCK_MIN_RESIDENT
              and G <= STAGED_BLOCKS[0] // 32)
     return Staged(G, cp, word // itemsize, smem, -(-lay.C // G) * K, STAGED_BLOCKS[0] if small else STAGED_BLOCKS[1],
                   K, OB if K > 1 else 0)
+
+
+def staged_span_static_smem(acc_size: int, clustered: bool, backward: bool = False) -> int:
+    """bn_fwd_staged_span's (bn_bwd_staged_span's) static shared memory, its SpanScratch: a
+    word's four partial sums a thread, four (six) constants a channel, the cluster's exchange
+    (one unused value unclustered), bytes, in 16-byte units as ptxas reports it
+    (tests/test_compile.py checks the two agree)."""
+    values = 4 * STAGED_SPAN_BLOCK + (6 if backward else 4) * 16 + (2 * 16 if clustered else 1)
+    return -(-values * acc_size // 16) * 16
+
+
+def _staged_span(lay: Layout, itemsize: int, acc_size: int, limit: int, clusters: tuple, tensors: int,
+                 slots: int) -> Staged | None:
+    """bn_fwd_staged_span's launch (``tensors`` = 1) or bn_bwd_staged_span's (2: x and dy),
+    ``limit`` a block's dynamic shared memory, ``clusters`` the cluster sizes the device takes,
+    ``slots`` the blocks it holds at once; or None where it does not apply: USE_STAGED_SPAN
+    (_BWD) off, runs shorter than a 16-byte word (a word would touch three channels), image
+    strides off 16 bytes, a span of more words than threads, or no stage of 16-byte copies
+    that fits. G the fewest channels whose span is whole words; one block a stage where that
+    fits, else the smallest cluster whose blocks' shares fit; then (STAGED_SPAN_FILL) the
+    largest cluster whose grid still fits ``slots``."""
+    vec = 16 // itemsize
+    run = lay.I * itemsize
+    G = 16 // math.gcd(16, run)
+    if (not (USE_STAGED_SPAN if tensors == 1 else USE_STAGED_SPAN_BWD) or lay.I < vec
+            or (lay.O > 1 and lay.so * itemsize % 16) or G * lay.I // vec > STAGED_SPAN_BLOCK):
+        return None
+    stages, chosen = -(-lay.C // G), None
+    for K, OB in _cluster_shares(lay.O, clusters):
+        smem = tensors * OB * G * run
+        if smem > limit - staged_span_static_smem(acc_size, K > 1, tensors == 2):
+            continue
+        if chosen is not None and stages * K > slots:
+            break
+        chosen = (K, OB, smem)
+        if not STAGED_SPAN_FILL or stages * K >= slots:
+            break
+    if chosen is None:
+        return None
+    K, OB, smem = chosen
+    return Staged(G, 16, vec, smem, stages * K, STAGED_SPAN_BLOCK, K, OB if K > 1 else 0, True)
 
 
 class StagedCl(NamedTuple):
@@ -444,10 +521,7 @@ def _staged_cl(lay: Layout, itemsize: int, acc_size: int, phase: int, device: in
             continue
         tried.add(wpp)
         G = wpp * vec
-        for K in (1, *clusters):
-            OB = -(-lay.O // K)
-            if K > 1 and (K - 1) * OB >= lay.O:
-                break  # a block of the cluster would hold no position
+        for K, OB in _cluster_shares(lay.O, clusters):
             static = staged_cl_static_smem(itemsize, acc_size, K > 1)
             limit = min(per_block, per_sm // STAGED_CL_MIN_RESIDENT - STAGED_RESERVED_SMEM) - static
             smem = tensors * OB * G * itemsize
@@ -524,11 +598,12 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
     flat_dtype = dtype.name in FLAT_STATS_DTYPES
     stats = _flat_stats(lay, vec, flat_len, FLAT_STATS_PACKS, device) if flat_dtype and USE_FLAT_STATS else None
     sums = _flat_stats(lay, vec, flat_len, FLAT_SUMS_PACKS, device) if flat_dtype and USE_FLAT_SUMS else None
-    return Plan(lay, vec, ip, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name,
-                acc_dtype(dtype), flat_len, stats, sums, _staged(lay, itemsize, phase, device),
-                _staged(lay, itemsize, phase, device, 2),
-                _staged_cl(lay, itemsize, acc_dtype(dtype).itemsize, phase, device),
-                _staged_cl(lay, itemsize, acc_dtype(dtype).itemsize, phase, device, 2))
+    acc = acc_dtype(dtype)
+    return Plan(lay, vec, ip, chunks, per_chunk, grid_y, cshift, dtype.name, numpy.dtype(wdtype).name, acc,
+                flat_len, stats, sums, _staged(lay, itemsize, acc.itemsize, phase, device),
+                _staged(lay, itemsize, acc.itemsize, phase, device, 2),
+                _staged_cl(lay, itemsize, acc.itemsize, phase, device),
+                _staged_cl(lay, itemsize, acc.itemsize, phase, device, 2))
 
 
 def _flat_stats(lay: Layout, vec: int, flat_len: int, packs: int, device: int) -> FlatStats | None:
@@ -756,6 +831,12 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
 def _staged_kernel(p: Plan, act: int, rdtype: str, device: int, backward: bool = False) -> int:
     """bn_fwd_staged (bn_bwd_staged) for the plan, allowed its shared memory."""
     st = p.staged_bwd if backward else p.staged
+    if st.span:
+        clustered = _b(st.cluster > 1)
+        name = (f"bn_bwd_staged_span<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {act_class(act)}, {clustered}>"
+                if backward else f"bn_fwd_staged_span<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, "
+                f"{act_class(act)}, {clustered}>")
+        return _smem_kernel(name, st.smem, device)
     name = (f"bn_bwd_staged<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {st.epw}, {act_class(act)}>" if backward else
             f"bn_fwd_staged<{st.threads}, {c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, {st.epw}, {act_class(act)}, "
             f"{_b(st.cluster > 1)}>")
@@ -821,8 +902,9 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
     make_current(device)
     if p.staged_bwd:
         st, lay = p.staged_bwd, p.lay
+        layout_args = (st.channels, st.cluster, st.images or lay.O) if st.span else (st.channels, st.cp)
         _launch_staged(_staged_kernel(p, act, "", device, True), st,
-                       (dy, x, res, dx, dres, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, mean, rstd, w, b, act,
+                       (dy, x, res, dx, dres, lay.so, lay.I, lay.O, lay.C, *layout_args, mean, rstd, w, b, act,
                         scalar_bits(param, p.acc), int(training), dw, db), stream)
         return
     if p.staged_cl_bwd:
