@@ -99,6 +99,8 @@ def checked_forward(x, weight, bias, running_mean, running_var, training, moment
     eps = _checks.eps(eps, x.dtype)
     if not isinstance(training, (bool, numpy.bool_)):
         raise TypeError(f"training: expected a bool, got {type(training).__name__}")
+    if momentum is not None:  # checked where no running statistics use it too, as torch's signature
+        _checks.momentum(momentum)
     factor = 0.0
     if training:
         if _count(x, axis) < 2 and x.size:
