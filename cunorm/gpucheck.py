@@ -15,6 +15,7 @@ import json
 import pathlib
 import signal
 import sys
+from typing import NamedTuple
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -114,10 +115,12 @@ def _jax_numbers() -> dict | None:
     return {"bandwidth": _bench_jax.bandwidth(log=lambda s: print(s, flush=True))}
 
 
-# a tool past this (--sanitizer-timeout) is recorded as not run: the device runs a command for
-# at most 10 minutes, and the rest of the check must still write its record. Racecheck alone
-# took about 240 s on the H200 in the thirty-third session (memcheck and racecheck together
-# 262 s on a fresh machine), so it runs in the benchmark's call (README: GPU check).
+# a tool past this (--sanitizer-timeout, from its start) is recorded as not run: the device
+# runs a command for at most 10 minutes, and the rest of the check must still write its
+# record. Racecheck alone took about 240 s on the H200 in the thirty-third session (memcheck
+# and racecheck one after the other 262 s on a fresh machine). The tools run beside each other
+# and beside the tests (which share the GPU without timing anything), never beside the
+# benchmark: main() waits for them before it.
 SANITIZER_TIMEOUT_S = 330
 
 
@@ -125,27 +128,53 @@ def run_sanitizer(tool: str, out: pathlib.Path, timeout_s: float = SANITIZER_TIM
     """``compute-sanitizer --tool TOOL`` over cunorm._sanitize (one call per kernel family and
     path): its exit code and error count, or why it did not run (not installed; some
     machines' runtimes refuse the device)."""
+    return finish_sanitizer(start_sanitizer(tool, out), timeout_s)
+
+
+class StartedSanitizer(NamedTuple):
+    tool: str
+    proc: object  # subprocess.Popen, in its own process group
+    log: pathlib.Path
+    started: float  # time.monotonic() at its start
+
+
+def start_sanitizer(tool: str, out: pathlib.Path) -> StartedSanitizer | dict:
+    """The tool started in the background (its output to ``out``/sanitizer-TOOL.txt), or the
+    record of why it cannot start; finish_sanitizer waits for it."""
     import shutil
     import subprocess
+    import time
 
     exe = shutil.which("compute-sanitizer")
     if exe is None:
         return {"tool": tool, "ran": False, "reason": "compute-sanitizer is not on the PATH"}
     cmd = [exe, "--tool", tool, "--error-exitcode", "97", "--print-limit", "50", sys.executable, "-m",
            "cunorm._sanitize"]
-    env = environment_with_repo()
-    # its own process group, so a timeout ends the Python it runs too (killing compute-sanitizer
-    # alone left that process on the GPU under the benchmark that followed)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+    log = out / f"sanitizer-{tool}.txt"
+    with open(log, "w") as f:  # a file, not a pipe: nothing reads it while the tests run
+        # its own process group, so a timeout ends the Python it runs too (killing
+        # compute-sanitizer alone left that process on the GPU under the benchmark that followed)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=environment_with_repo(),
+                                start_new_session=True)
+    return StartedSanitizer(tool, proc, log, time.monotonic())
+
+
+def finish_sanitizer(started: StartedSanitizer | dict, timeout_s: float = SANITIZER_TIMEOUT_S) -> dict:
+    """start_sanitizer's tool waited for until ``timeout_s`` after its start: its exit code and
+    error count, or why it did not run."""
+    import subprocess
+    import time
+
+    if isinstance(started, dict):
+        return started
+    tool, proc, log = started.tool, started.proc, started.log
     try:
-        stdout, stderr = proc.communicate(timeout=timeout_s)
+        proc.wait(timeout=max(0.0, timeout_s - (time.monotonic() - started.started)))
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return {"tool": tool, "ran": False, "reason": f"timed out after {timeout_s} s"}
-    text = stdout + stderr
-    (out / f"sanitizer-{tool}.txt").write_text(text)
+        proc.wait()
+        return {"tool": tool, "ran": False, "reason": f"timed out after {timeout_s:g} s"}
+    text = log.read_text()
     done = "cunorm._sanitize:" in text
     return {"tool": tool, "ran": done, "exit_code": proc.returncode, "errors": sanitizer_errors(text),
             "reason": None if done else (text.strip().splitlines() or ["no output"])[-1]}
@@ -257,13 +286,15 @@ def main(argv=None) -> int:
         "copy_GBps": None,
         "bench": [],
     }
+    # the sanitizers beside each other and the tests (a device call's minutes), all done
+    # before the benchmark times anything
+    sanitizers = [start_sanitizer(t, args.out) for t in args.sanitizer.split(",") if t]
     if args.tests_from:
         adopt_tests(record, json.loads(args.tests_from.read_text()))
     elif not args.no_tests:
         record["tests"] = run_tests(args.out, args.pytest_args.split())
-    if args.sanitizer:
-        record["sanitizer"] = [run_sanitizer(t, args.out, args.sanitizer_timeout)
-                               for t in args.sanitizer.split(",") if t]
+    if sanitizers:
+        record["sanitizer"] = [finish_sanitizer(s, args.sanitizer_timeout) for s in sanitizers]
     if not args.no_bench:
         record["copy_GBps"] = round(_bench.copy_gbps(), 1)
         print(f"device-to-device copy: {record['copy_GBps']} GB/s", flush=True)

@@ -104,6 +104,28 @@ def test_sanitizer_timeout_ends_the_tools_whole_process_group(tmp_path, monkeypa
             os.kill(child, 0)
 
 
+def test_sanitizers_run_beside_each_other(tmp_path, monkeypatch):
+    """start_sanitizer returns at once (the tools then run beside the tests); two tools of 1.5 s
+    each are done in well under their sum, each log read whole, each timeout counted from
+    its own start."""
+    import shutil
+    import time
+
+    sleep = shutil.which("sleep")
+    _fake_sanitizer(tmp_path, monkeypatch, f'{sleep} 1.5\necho "cunorm._sanitize: 40 calls done"\n'
+                                           'echo "========= ERROR SUMMARY: 0 errors"\n')
+    start = time.monotonic()
+    started = [gpucheck.start_sanitizer(t, tmp_path) for t in ("memcheck", "racecheck")]
+    assert time.monotonic() - start < 1.0, "start_sanitizer waited for its tool"
+    results = [gpucheck.finish_sanitizer(s, timeout_s=20) for s in started]
+    assert time.monotonic() - start < 2.8, "the tools ran one after the other"
+    assert [r["errors"] for r in results] == [0, 0] and all(r["ran"] for r in results)
+    late = gpucheck.start_sanitizer("memcheck", tmp_path)
+    time.sleep(1.0)
+    assert gpucheck.finish_sanitizer(late, timeout_s=0.5) == {"tool": "memcheck", "ran": False,
+                                                               "reason": "timed out after 0.5 s"}
+
+
 def test_sanitizer_missing_is_recorded(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert gpucheck.run_sanitizer("memcheck", tmp_path) == {
