@@ -1537,6 +1537,22 @@ struct StagedMoments {
   }
 };
 
+// A stage's channel (mean, scale, shift) from its pivot-shifted sums; the writer stores mean
+// and rstd as y uses them and the running statistics from the same sums in double.
+template <typename A, typename R>
+__device__ __forceinline__ Channel<A> staged_channel(i64 c, A s, A q, A pivot, double n, double eps, double factor,
+                                                     bool writer, A rm, A rv, R* running_mean, R* running_var,
+                                                     A* mean, A* rstd, A wc, A bc) {
+  const StagedMoments<A> mo(s, q, pivot, A(n), eps);
+  if (writer) {
+    mean[c] = mo.mean;
+    rstd[c] = mo.rstd;
+    update_running(c, moments_of(ChunkSums{double(s), double(q)}, double(pivot), n), n, factor, rm, rv,
+                   running_mean, running_var);
+  }
+  return Channel<A>{mo.mean, mo.rstd * wc, bc};
+}
+
 // The block's share of a stage (v17): the whole stage unclustered; split over the K blocks
 // of a thread-block cluster, OB images a block from rank r's first (the last blocks fewer or
 // none).
@@ -1658,14 +1674,8 @@ __device__ __forceinline__ void staged_forward(const T* __restrict__ x, const T*
   if (CLUSTER) staged_cluster_sum2(s, q, xpart, g, lane, K);
   const double n = double(O_total) * double(I);
   if (active) {
-    const StagedMoments<A> mo(s, q, pivot, A(n), eps);
-    if (writer) {  // mean and rstd as y uses them; the running statistics from the same sums in double
-      mean[c] = mo.mean;
-      rstd[c] = mo.rstd;
-      update_running(c, moments_of(ChunkSums{double(s), double(q)}, double(pivot), n), n, factor, rm, rv,
-                     running_mean, running_var);
-    }
-    const Channel<A> ch{mo.mean, mo.rstd * wc, bc};
+    const Channel<A> ch = staged_channel(c, s, q, pivot, n, eps, factor, writer, rm, rv, running_mean, running_var,
+                                         mean, rstd, wc, bc);
     const T* rc = res ? (CLUSTER ? res + base + gI : res + c * I) : nullptr;
     walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int o, int iw) {
       A v[EPW], r[EPW], out[EPW];
@@ -2044,16 +2054,8 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
   const double n = double(O_total) * double(I);
   if (lane == 0) {
     Channel<A> ch{A(0), A(0), A(0)};
-    if (owner) {
-      const StagedMoments<A> mo(s, q, pivot, A(n), eps);
-      if (writer) {  // mean and rstd as y uses them; the running statistics from the same sums in double
-        mean[c] = mo.mean;
-        rstd[c] = mo.rstd;
-        update_running(c, moments_of(ChunkSums{double(s), double(q)}, double(pivot), n), n, factor, rm, rv,
-                       running_mean, running_var);
-      }
-      ch = Channel<A>{mo.mean, mo.rstd * wc, bc};
-    }
+    if (owner)
+      ch = staged_channel(c, s, q, pivot, n, eps, factor, writer, rm, rv, running_mean, running_var, mean, rstd, wc, bc);
     sm.cons[0][warp] = ch.mean;
     sm.cons[1][warp] = ch.scale;
     sm.cons[2][warp] = ch.shift;
