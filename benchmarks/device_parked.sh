@@ -3,7 +3,8 @@
 # device call of under ten minutes: each applied to the copied tree (the device's copy only;
 # nothing here commits), then its GPU tests and its sweep. Per-step timeouts keep the whole
 # under 590 s; a step that runs out says so in its log and the rest go on. (The thirty-sixth
-# session ran v21-v23 and v110 this way; now v24 and v111.)
+# session ran v21-v23 and v110 this way, the thirty-ninth v24, v25 and v111; v24 and v25 are on
+# main since the fortieth, so their steps now apply nothing.)
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
@@ -11,16 +12,15 @@
 # min), p8b (its patch, sweep main / p8 / p8b, then racecheck of p8b, ~8 min), stagedcl (the
 # GPU test a6960f4 fixed, test_gpu_staged_cl_forward_and_backward, no patch, ~1 min), clwaves
 # (benchmarks/probe_bn_staged_cl_waves.py: the staged channels-last BatchNorm's waves, ~1-2
-# min, no patch), v24 (its patch, the staged channels-last GPU tests, the probe in both
-# exchanges, ~4-5 min; its sanitizer runs are the full check's), v25 (its patch, the span-word
+# min, no patch), v24 (on main: the staged channels-last GPU tests, the probe in both
+# exchanges, ~4-5 min; its sanitizer runs are the full check's), v25 (on main: the span-word
 # forward's and backward's GPU tests, racecheck and memcheck of their cunorm._sanitize cases, the sweep
 # at NCHW short planes against v25b's filled grids and the passes: measured twice, ~1 min on an
-# H200). Patches
-# of the steps asked for are applied together before any step runs (v24, v25, v111, p8b in
-# that order; v25's made-over-v24 version where v24 is asked too).
+# H200). Patches of the steps asked for are applied together before any step runs (v111, p8b
+# in that order).
 #
-# Land what wins on main afterwards (NOTES "v111", "BatchNorm v24", "BatchNorm v25"), then run the full GPU check on main's
-# sources as they then are.
+# Land what wins on main afterwards, then run the full GPU check on main's sources as they
+# then are.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-parked-out}"
@@ -30,11 +30,8 @@ start=$SECONDS
 
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(v25)
-declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v24]=bn-v24-cl-grid-exchange
-                     [v25]=bn-v25-staged-span)
-# v25 over v24: its version made on v24's sources (both touch _sanitize.py and the sweep's settings)
-[[ " ${steps[*]} " == *" v24 "* ]] && patch_of[v25]=bn-v25-staged-span-after-v24
-for name in v24 v25 v111 p8b; do  # in this order, whatever the order asked
+declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier)
+for name in v111 p8b; do  # in this order, whatever the order asked
     [[ " ${steps[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
