@@ -88,6 +88,17 @@ VARIANTS = {
     # words first); the default: classes for the half-precision forward alone (v25's outcome)
     "span_words_in_order": (("-DCUNORM_BN_SPAN_CLASSES_FWD=0",), 256, {}),
     "span_word_classes": (("-DCUNORM_BN_SPAN_CLASSES_FWD=2", "-DCUNORM_BN_SPAN_CLASSES_BWD=1"), 256, {}),
+    # v26: the span forward's share staged in parts (1, 2 or 4 groups of copies) and y stored
+    # straight to global memory or back through the stage (DIRECT 0; 1: main's kernel, every
+    # dtype; experiments/bn-v26-span-fwd-defaults.patch, 4- and 8-byte x alone; 2: always)
+    "span_fwd_v25": (("-DCUNORM_BN_SPAN_FWD_PARTS=1", "-DCUNORM_BN_SPAN_FWD_DIRECT=0"), 256, {}),
+    "span_fwd_direct_all": (("-DCUNORM_BN_SPAN_FWD_DIRECT=2",), 256, {}),
+    "span_fwd_direct_in_order": (("-DCUNORM_BN_SPAN_FWD_PARTS=1", "-DCUNORM_BN_SPAN_FWD_DIRECT=2",
+                                  "-DCUNORM_BN_SPAN_CLASSES_FWD=0"), 256, {}),
+    "span_fwd_one_part": (("-DCUNORM_BN_SPAN_FWD_PARTS=1",), 256, {}),
+    "span_fwd_two_parts": (("-DCUNORM_BN_SPAN_FWD_PARTS=2",), 256, {}),
+    "span_fwd_four_parts": (("-DCUNORM_BN_SPAN_FWD_PARTS=4",), 256, {}),
+    "span_fwd_staged_out": (("-DCUNORM_BN_SPAN_FWD_DIRECT=0",), 256, {}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",

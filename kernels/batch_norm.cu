@@ -1912,14 +1912,22 @@ struct SpanWord {
 // constant VEC for a word in one channel where the classes keep such words together (the
 // element loops then fold their channel choice away; such a word lies in the span, whose
 // last stage ends on a channel's end).
+// span_images_upto: those of its images from o (this thread's next, kept for the next call)
+// up to ``end``.
 template <typename T, bool CLASSES, typename F>
-__device__ __forceinline__ void span_images(const SpanWord<T, CLASSES>& sw, int O, F&& f) {
+__device__ __forceinline__ void span_images_upto(const SpanWord<T, CLASSES>& sw, int& o, int end, F&& f) {
   constexpr int VEC = SpanWord<T, CLASSES>::VEC;
   if (CLASSES && sw.cut == VEC) {
-    for (int o = sw.row; o < O; o += sw.rows) f(o, VEC, VEC);
+    for (; o < end; o += sw.rows) f(o, VEC, VEC);
   } else {
-    for (int o = sw.row; o < O; o += sw.rows) f(o, per_trip(sw.cut, o), sw.valid);
+    for (; o < end; o += sw.rows) f(o, per_trip(sw.cut, o), sw.valid);
   }
+}
+
+template <typename T, bool CLASSES, typename F>
+__device__ __forceinline__ void span_images(const SpanWord<T, CLASSES>& sw, int O, F&& f) {
+  int o = sw.row;
+  span_images_upto(sw, o, O, f);
 }
 
 // The shared memory of a span kernel beside its stage: each thread's word's two pairs of
@@ -2000,6 +2008,20 @@ __device__ __forceinline__ Channel<A> channel_at(const A (*cons)[kMaxStagedGroup
   return Channel<A>{cons[0][g], cons[1][g], cons[2][g]};
 }
 
+// v26: a block's share staged in CUNORM_BN_SPAN_FWD_PARTS groups of images, each its own
+// group of copies, so the statistics of one run while the next lands (v25 loaded the whole
+// share, then summed: an SM's two blocks keep nearly the same phase, so its loads and
+// arithmetic barely overlapped); and y stored from the apply straight to global memory
+// (CUNORM_BN_SPAN_FWD_DIRECT; v25 wrote it over the stage, then copied the stage out: a
+// shared-memory store, load and a block barrier more a word). 1 and 0: v25's.
+#ifndef CUNORM_BN_SPAN_FWD_PARTS
+#define CUNORM_BN_SPAN_FWD_PARTS 2
+#endif
+#ifndef CUNORM_BN_SPAN_FWD_DIRECT
+#define CUNORM_BN_SPAN_FWD_DIRECT 1
+#endif
+static_assert(CUNORM_BN_SPAN_FWD_PARTS >= 1 && CUNORM_BN_SPAN_FWD_PARTS <= 4, "copies_wait_upto waits on 0-3 groups");
+
 // Launched with bn_fwd_staged's arguments (copies of 16 bytes).
 template <int BLOCK, typename T, typename W, typename R, int ACT, bool CLUSTER>
 __global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
@@ -2020,8 +2042,15 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
   const int O = sh.O, c0 = sh.stage * G, count = min(G, C - c0), GI = G * I;
   const int span = count * I * int(sizeof(T)), pitch = GI * int(sizeof(T));
   const i64 base = i64(c0) * I + i64(sh.o0) * so, so_bytes = so * i64(sizeof(T));
-  stage_in<BLOCK, 16>(staged, reinterpret_cast<const unsigned char*>(x + base), so_bytes, O, span, pitch);
-  copies_commit();
+  constexpr int kParts = CUNORM_BN_SPAN_FWD_PARTS;
+  const auto part_end = [&](int p) { return p == kParts - 1 ? O : (p + 1) * O / kParts; };
+#pragma unroll
+  for (int p = 0; p < kParts; ++p) {
+    const int o0 = p == 0 ? 0 : part_end(p - 1);
+    stage_in<BLOCK, 16>(staged + o0 * pitch, reinterpret_cast<const unsigned char*>(x + base) + o0 * so_bytes,
+                        so_bytes, part_end(p) - o0, span, pitch);
+    copies_commit();
+  }
   // warp g owns channel c0 + g: its constants (and the pivot every block of a cluster shares,
   // the channel's first element) load while the copies land
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -2033,21 +2062,25 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
   const A pivot = owner ? cvt<A>(x[c * I]) : A(0);
   if (lane == 0) pivots[warp] = pivot;  // zeros past the stage's channels: never summed, never stored
   const Span sw(G, I, count, BLOCK);
-  copies_wait<0>();
-  __syncthreads();
   T* sx = reinterpret_cast<T*>(staged) + sw.e0;  // this thread's word in image 0
   A ls = A(0), lq = A(0), hs = A(0), hq = A(0);
-  if (sw.live) {
-    const A pl = pivots[sw.lo], ph = pivots[sw.hi];
-    span_images(sw, O, [&](int o, int cut, int) {
-      A v[VEC];
-      unpack_words(staged_word<T, VEC>(sx + o * GI), v);
+  int next = sw.row;  // this thread's next image, part to part
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const A d = v[e] - (e < cut ? pl : ph);
-        if (e < cut) { ls += d; lq += d * d; } else { hs += d; hq += d * d; }
-      }
-    });
+  for (int p = 0; p < kParts; ++p) {
+    copies_wait_upto(kParts - 1 - p);
+    __syncthreads();  // the part's copies (and, the first time, the pivots) seen by the block
+    if (sw.live) {
+      const A pl = pivots[sw.lo], ph = pivots[sw.hi];
+      span_images_upto(sw, next, part_end(p), [&](int o, int cut, int) {
+        A v[VEC];
+        unpack_words(staged_word<T, VEC>(sx + o * GI), v);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const A d = v[e] - (e < cut ? pl : ph);
+          if (e < cut) { ls += d; lq += d * d; } else { hs += d; hq += d * d; }
+        }
+      });
+    }
   }
   A s, q;
   span_stage_sum2<CLUSTER>(s, q, ls, lq, hs, hq, sm, sw, owner, warp, lane, GI, I, K);
@@ -2064,17 +2097,21 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
   if (sw.live) {
     const Channel<A> cl = channel_at<A>(sm.cons, sw.lo), ch = channel_at<A>(sm.cons, sw.hi);
     const T* rw = res ? res + base + sw.e0 : nullptr;
+    T* yw = y + base + sw.e0;  // 16-byte aligned as the copies' x is (the planner's condition for both)
     span_images(sw, O, [&](int o, int cut, int valid) {
       A v[VEC], r[VEC], out[VEC];
       unpack_words(staged_word<T, VEC>(sx + o * GI), v);
       residual_word<true>(rw, o * so, r, valid);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) out[e] = act_forward(tag(), (e < cut ? cl : ch).z(v[e], r[e]), param);
-      *reinterpret_cast<Pack<T, VEC>*>(sx + o * GI) = convert_pack<T>(out);
+      if (CUNORM_BN_SPAN_FWD_DIRECT) store_word_part<T>(yw + o * so, out, 0, valid);
+      else *reinterpret_cast<Pack<T, VEC>*>(sx + o * GI) = convert_pack<T>(out);
     });
   }
-  __syncthreads();
-  stage_out<BLOCK, 16, sizeof(T)>(reinterpret_cast<unsigned char*>(y + base), staged, so_bytes, O, span, pitch);
+  if (!CUNORM_BN_SPAN_FWD_DIRECT) {
+    __syncthreads();
+    stage_out<BLOCK, 16, sizeof(T)>(reinterpret_cast<unsigned char*>(y + base), staged, so_bytes, O, span, pitch);
+  }
   if (CLUSTER) staged_cluster_end();
 }
 

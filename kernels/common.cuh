@@ -281,6 +281,15 @@ __device__ __forceinline__ void copies_wait() {
 #endif
 }
 
+// copies_wait for a count known at run time (0-3; more waits as for 3, never less): one wait where
+// the caller's loop is unrolled.
+__device__ __forceinline__ void copies_wait_upto(int pending) {
+  if (pending <= 0) copies_wait<0>();
+  else if (pending == 1) copies_wait<1>();
+  else if (pending == 2) copies_wait<2>();
+  else copies_wait<3>();
+}
+
 
 // ---- bulk copies global -> shared (sm_90: cp.async.bulk, completed on an mbarrier) -------
 // v86: one thread copies a whole row (16-byte aligned, a multiple of 16 bytes) with one

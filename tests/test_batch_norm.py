@@ -360,11 +360,11 @@ WALK_SHAPES = [(16, 24, 37, 41), (3, 5, 1033), (64, 7, 49), (8, 64, 30, 31), (2,
 def _replanned(value):
     """A fixture's body after it patched the planner's settings: value yielded with the plan
     caches cleared before and after, so no plan made under the patch outlives the test."""
-    _batch_norm.plan.cache_clear()
-    _batch_norm._passes.cache_clear()
+    for cached in (_batch_norm.plan, _batch_norm._passes, _batch_norm._grid_pays):
+        cached.cache_clear()
     yield value
-    _batch_norm.plan.cache_clear()
-    _batch_norm._passes.cache_clear()
+    for cached in (_batch_norm.plan, _batch_norm._passes, _batch_norm._grid_pays):
+        cached.cache_clear()
 
 
 @pytest.fixture
@@ -1216,7 +1216,10 @@ def test_scratch_lists_are_the_allocations(fresh_plans, monkeypatch, shape, axis
     """forward_scratch / backward_scratch list exactly the alloc calls forward / backward make
     (JAX hands out scratch sized from them at trace time): the launches stubbed, every path
     the H200 planner takes for these shapes (staged, flat, per-channel, channels last)."""
-    for name in ("launch", "launch_cluster", "launch_cooperative", "zero_async", "allow_smem", "make_current"):
+    # the driver's queries stubbed too: with the stub's function pointer a real GPU's
+    # cuOccupancyMaxActiveClusters crashed the process (v24's grid rule asks it at launch)
+    for name in ("launch", "launch_cluster", "launch_cooperative", "zero_async", "allow_smem", "make_current",
+                 "max_active_clusters"):
         monkeypatch.setattr(_batch_norm, name, lambda *a, **k: None)
     monkeypatch.setattr(_batch_norm, "function_ptr", lambda *a: 1)
     monkeypatch.setattr(_batch_norm, "blocks_per_sm", lambda *a: 4)
