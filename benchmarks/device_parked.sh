@@ -16,11 +16,13 @@
 # exchanges, ~4-5 min; its sanitizer runs are the full check's), v25 (on main: the span-word
 # forward's and backward's GPU tests, racecheck and memcheck of their cunorm._sanitize cases, the sweep
 # at NCHW short planes against v25b's filled grids and the passes: measured twice, ~1 min on an
-# H200), v26 (experiments/bn-v26-span-fwd-defaults.patch: the span forward's y stored straight
-# out for float32 alone, one group of copies; the span tests, both sanitizers over the span
-# cases, the sweep against v25's forward, direct stores for every dtype, in word order, and two
-# parts, ~2-3 min). Patches of the steps asked for are applied together before any step runs
-# (v26, v111, p8b in that order).
+# H200), v27 (experiments/bn-v26-span-fwd-defaults.patch, then bn-v27-span-fwd-lean-apply.patch:
+# the span forward's y stored straight out for float32 alone, one group of copies, its apply
+# loop without the residual's loads where none is given, half precision's mean folded; the
+# span tests, both sanitizers over the span cases, the sweep against v25's forward, v26's
+# defaults alone, direct stores for every dtype and in word order, ~2-3 min). Patches of the
+# steps asked for are applied together before any step runs (v26, v27, v111, p8b in that
+# order).
 #
 # Land what wins on main afterwards, then run the full GPU check on main's sources as they
 # then are.
@@ -33,8 +35,11 @@ start=$SECONDS
 
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(v25)
-declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults)
-for name in v26 v111 p8b; do  # in this order, whatever the order asked
+declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
+                     [v27]=bn-v27-span-fwd-lean-apply)
+# v27 is made over v26: asking for v27 applies both
+[[ " ${steps[*]} " == *" v27 "* ]] && steps=(v26 "${steps[@]}")
+for name in v26 v27 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${steps[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -100,7 +105,8 @@ for name in "${steps[@]}"; do
             step v25-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py --variants default,staged_span_fill,staged_span_off \
             --json "$out/sweep-v25.json"
         sed -n '/^case |/,$p' "$out/v25-sweep.txt" ;;
-    v26)  # BatchNorm v26: the span forward in parts with direct stores: its GPU tests, then the sweep
+    v26) ;;  # applied for v27 (its sweep runs there)
+    v27)  # BatchNorm v26's defaults + v27: the span GPU tests, both sanitizers, then the sweep
         tests_step v26-tests "$(cap 150)" tests/test_batch_norm.py -k "staged_span or span_word"
         for tool in racecheck memcheck; do
             step "v26-$tool" "$(cap 90)" compute-sanitizer --tool "$tool" python3 -c "$v25_cases"
@@ -108,7 +114,7 @@ for name in "${steps[@]}"; do
         done
         BN_SWEEP_SHAPES=256x2048x7x7,64x1024x7x7,256x256x9x9,32x512x11x11 BN_SWEEP_LAYOUTS=nchw \
             step v26-sweep "$(cap 240)" python3 benchmarks/sweep_bn_variants.py \
-            --variants default,span_fwd_v25,span_fwd_direct_all,span_fwd_direct_in_order,span_fwd_two_parts \
+            --variants default,span_fwd_v25,span_fwd_not_lean,span_fwd_direct_all,span_fwd_direct_in_order \
             --json "$out/sweep-v26.json"
         sed -n '/^case |/,$p' "$out/v26-sweep.txt" ;;
     stagedcl)

@@ -89,13 +89,14 @@ VARIANTS = {
     "span_words_in_order": (("-DCUNORM_BN_SPAN_CLASSES_FWD=0",), 256, {}),
     "span_word_classes": (("-DCUNORM_BN_SPAN_CLASSES_FWD=2", "-DCUNORM_BN_SPAN_CLASSES_BWD=1"), 256, {}),
     # v26: the span forward's share staged in parts (1, 2 or 4 groups of copies) and y stored
-    # straight to global memory or back through the stage (DIRECT 0; 1: main's kernel, every
-    # dtype; experiments/bn-v26-span-fwd-defaults.patch, 4- and 8-byte x alone; 2: always)
-    "span_fwd_v25": (("-DCUNORM_BN_SPAN_FWD_PARTS=1", "-DCUNORM_BN_SPAN_FWD_DIRECT=0"), 256, {}),
+    # straight to global memory or back through the stage (DIRECT 0; 1: 4- and 8-byte x; 2:
+    # always); v27: its apply loop without the residual's loads where none is given and half
+    # precision's mean folded (LEAN 1, the default) or as v26's (0)
+    "span_fwd_v25": (("-DCUNORM_BN_SPAN_FWD_PARTS=1", "-DCUNORM_BN_SPAN_FWD_DIRECT=0",
+                      "-DCUNORM_BN_SPAN_FWD_LEAN=0"), 256, {}),
+    "span_fwd_not_lean": (("-DCUNORM_BN_SPAN_FWD_LEAN=0",), 256, {}),
     "span_fwd_direct_all": (("-DCUNORM_BN_SPAN_FWD_DIRECT=2",), 256, {}),
-    "span_fwd_direct_in_order": (("-DCUNORM_BN_SPAN_FWD_PARTS=1", "-DCUNORM_BN_SPAN_FWD_DIRECT=2",
-                                  "-DCUNORM_BN_SPAN_CLASSES_FWD=0"), 256, {}),
-    "span_fwd_one_part": (("-DCUNORM_BN_SPAN_FWD_PARTS=1",), 256, {}),
+    "span_fwd_direct_in_order": (("-DCUNORM_BN_SPAN_FWD_DIRECT=2", "-DCUNORM_BN_SPAN_CLASSES_FWD=0"), 256, {}),
     "span_fwd_two_parts": (("-DCUNORM_BN_SPAN_FWD_PARTS=2",), 256, {}),
     "span_fwd_four_parts": (("-DCUNORM_BN_SPAN_FWD_PARTS=4",), 256, {}),
     "span_fwd_staged_out": (("-DCUNORM_BN_SPAN_FWD_DIRECT=0",), 256, {}),
