@@ -22,7 +22,9 @@
 # span tests, both sanitizers over the span cases, the sweep against v25's forward, v26's
 # defaults alone, direct stores for every dtype and in word order, ~2-3 min). Patches of the
 # steps asked for are applied together before any step runs (v26, v27, v111, p8b in that
-# order).
+# order). v28 (experiments/bn-v28-span-wide-backward.patch, a planner flag: bf16 56 x 56 NCHW
+# backward through bn_bwd_staged_span's clusters; its GPU test, the sweep at two such shapes
+# with and without the flag, ~1-2 min).
 #
 # Land what wins on main afterwards, then run the full GPU check on main's sources as they
 # then are.
@@ -36,10 +38,10 @@ start=$SECONDS
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(v25)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
-                     [v27]=bn-v27-span-fwd-lean-apply)
+                     [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward)
 # v27 is made over v26: asking for v27 applies both
 [[ " ${steps[*]} " == *" v27 "* ]] && steps=(v26 "${steps[@]}")
-for name in v26 v27 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v28 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${steps[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -117,6 +119,12 @@ for name in "${steps[@]}"; do
             --variants default,span_fwd_v25,span_fwd_not_lean,span_fwd_direct_all,span_fwd_direct_in_order \
             --json "$out/sweep-v26.json"
         sed -n '/^case |/,$p' "$out/v26-sweep.txt" ;;
+    v28)  # BatchNorm v28 (probe): bf16 56 x 56 backward through the span backward's clusters
+        tests_step v28-tests "$(cap 120)" tests/test_batch_norm.py -k "span_wide_backward"
+        BN_SWEEP_SHAPES=32x256x56x56,16x512x56x56 BN_SWEEP_LAYOUTS=nchw \
+            step v28-sweep "$(cap 150)" python3 benchmarks/sweep_bn_variants.py --variants default,span_wide_bwd \
+            --json "$out/sweep-v28.json"
+        sed -n '/^case |/,$p' "$out/v28-sweep.txt" ;;
     stagedcl)
         tests_step stagedcl-tests "$(cap 150)" tests/test_batch_norm.py -k test_gpu_staged_cl_forward_and_backward ;;
     *) echo "unknown step $name" ;;
