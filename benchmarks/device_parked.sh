@@ -69,7 +69,7 @@ tests_step() {  # name seconds pytest-args...: a pytest step, then its count lin
     step "$name" "$limit" python3 -m pytest -q -p no:cacheprovider "$@"
     tail -1 "$out/$name.txt"; grep -E "^FAILED" "$out/$name.txt" | head -5
 }
-left() { echo $((585 - (SECONDS - start))); }  # what the call has left, capped per step below
+left() { echo $((${PARKED_BUDGET:-585} - (SECONDS - start))); }  # what the call has left (PARKED_BUDGET s, default 585), capped per step below
 cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 
 # bn_fwd_staged_span's cunorm._sanitize cases alone
