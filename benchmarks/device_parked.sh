@@ -24,7 +24,9 @@
 # steps asked for are applied together before any step runs (v26, v27, v111, p8b in that
 # order). v28 (experiments/bn-v28-span-wide-backward.patch, a planner flag: bf16 56 x 56 NCHW
 # backward through bn_bwd_staged_span's clusters; its GPU test, the sweep at two such shapes
-# with and without the flag, ~1-2 min).
+# with and without the flag, ~1-2 min). v29 (experiments/bn-v29-residual-l2-prefetch.patch, over
+# v26's and v27's: the staged forwards prefetch the residual's share into L2; staged forward GPU
+# tests, then the bench's shapes with the residual + ReLU calls timed, with and without, ~2-3 min).
 #
 # Land what wins on main afterwards, then run the full GPU check on main's sources as they
 # then are.
@@ -38,11 +40,15 @@ start=$SECONDS
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(v25)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
-                     [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward)
-# v27 is made over v26: asking for v27 applies both
-[[ " ${steps[*]} " == *" v27 "* ]] && steps=(v26 "${steps[@]}")
-for name in v26 v27 v28 v111 p8b; do  # in this order, whatever the order asked
-    [[ " ${steps[*]} " == *" $name "* ]] || continue
+                     [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
+                     [v29]=bn-v29-residual-l2-prefetch)
+# v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
+# run only where asked)
+apply=("${steps[@]}")
+[[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
+[[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
+for name in v26 v27 v29 v28 v111 p8b; do  # in this order, whatever the order asked
+    [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
         echo "applied $patch"
@@ -120,6 +126,12 @@ for name in "${steps[@]}"; do
             --variants default,span_fwd_v25,span_fwd_not_lean,span_fwd_direct_all,span_fwd_direct_in_order \
             --json "$out/sweep-v26.json"
         sed -n '/^case |/,$p' "$out/v26-sweep.txt" ;;
+    v29)  # BatchNorm v29: the residual asked of the L2: staged forwards' GPU tests with a residual, then the
+          # bench's shapes with the residual + ReLU calls timed against the plain ones
+        tests_step v29-tests "$(cap 150)" tests/test_batch_norm.py -k "staged and (forward or activations)"
+        BN_SWEEP_FUSED=1 step v29-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,no_residual_prefetch --json "$out/sweep-v29.json"
+        sed -n '/^case |/,$p' "$out/v29-sweep.txt" ;;
     v28)  # BatchNorm v28 (probe): bf16 56 x 56 backward through the span backward's clusters
         tests_step v28-tests "$(cap 120)" tests/test_batch_norm.py -k "span_wide_backward"
         BN_SWEEP_SHAPES=32x256x56x56,16x512x56x56 BN_SWEEP_LAYOUTS=nchw \

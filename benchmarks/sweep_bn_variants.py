@@ -3,8 +3,11 @@ passes against the per-channel ones, their piece length and register bound, the 
 pass's own in-flight bytes and the block size, bn_stats_flat's settings, against the defaults. Kernel time
 (_bench.queued_time_ms), training forward and backward, fractions of copy.
 
-    [BN_SWEEP_SHAPES=NxCxHxW,...] [BN_SWEEP_LAYOUTS=nhwc] python benchmarks/sweep_bn_variants.py \
-        [--json out.json] [--variants a,b]
+    [BN_SWEEP_SHAPES=NxCxHxW,...] [BN_SWEEP_LAYOUTS=nhwc] [BN_SWEEP_FUSED=1] \
+        python benchmarks/sweep_bn_variants.py [--json out.json] [--variants a,b]
+
+BN_SWEEP_FUSED=1 also times the bench's residual + ReLU calls and gives each direction's time
+as a multiple of the plain call's (issue 5: at most 1.2x forward).
 """
 from __future__ import annotations
 
@@ -100,13 +103,18 @@ VARIANTS = {
     "span_fwd_two_parts": (("-DCUNORM_BN_SPAN_FWD_PARTS=2",), 256, {}),
     "span_fwd_four_parts": (("-DCUNORM_BN_SPAN_FWD_PARTS=4",), 256, {}),
     "span_fwd_staged_out": (("-DCUNORM_BN_SPAN_FWD_DIRECT=0",), 256, {}),
+    # v29 (its patch): the staged forwards' residual asked of the L2 ahead of the apply (the
+    # default there) or not
+    "no_residual_prefetch": (("-DCUNORM_BN_PREFETCH_RESIDUAL=0",), 256, {}),
+    # v28 (its patch): the backward of planes past a block (56 x 56) through the span backward's clusters
+    "span_wide_bwd": ((), 256, {"STAGED_SPAN_WIDE_BWD": True}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
                  "USE_STAGED", "USE_STAGED_BWD", "STAGED_MIN_RESIDENT", "STAGED_PREFER_WIDE", "STAGED_MIN_WORD",
                  "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL", "CL_GRID_FITS", "USE_STAGED_CL",
                  "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID",
-                 "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL")
+                 "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD")
 
 
 def _use(options, block: int, settings: dict) -> None:
@@ -128,8 +136,29 @@ def _layouts() -> tuple:
     return tuple(cl for cl, name in ((False, "nchw"), (True, "nhwc")) if name in given)
 
 
+def _fused() -> bool:
+    return os.environ.get("BN_SWEEP_FUSED", "") not in ("", "0")
+
+
+def _plain_row(shape, dtype, cl, copy) -> dict:
+    f, b = _case(shape, dtype, cl)
+    return {"fwd_of_copy": round(f / copy, 3), "bwd_of_copy": round(b / copy, 3)}
+
+
+def _fused_row(shape, dtype, cl, copy) -> dict:
+    """The plain calls' fractions of copy and the residual + ReLU calls' times over theirs."""
+    from cunorm._bench_bn import _cupy_case
+
+    f, b, fr, br = _cupy_case(shape, dtype, cl)[:4]
+    size = int(numpy.prod(shape)) * numpy.dtype(dtype).itemsize
+    return {"fwd_of_copy": round(2 * size / f / 1e6 / copy, 3), "bwd_of_copy": round(3 * size / b / 1e6 / copy, 3),
+            "fused_fwd_x": round(fr / f, 3), "fused_bwd_x": round(br / b, 3)}
+
+
 def sweep(log=print, names=None) -> list[dict]:
-    defaults = (_compile.COMPILE_OPTIONS, _batch_norm.BLOCK, {k: getattr(_batch_norm, k) for k in HOST_SETTINGS})
+    # (a setting a parked patch adds is absent without it)
+    defaults = (_compile.COMPILE_OPTIONS, _batch_norm.BLOCK,
+                {k: getattr(_batch_norm, k) for k in HOST_SETTINGS if hasattr(_batch_norm, k)})
     copy = _bench.copy_gbps()
     rows = []
     try:
@@ -140,12 +169,12 @@ def sweep(log=print, names=None) -> list[dict]:
             for shape in _shapes():
                 for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
                     for cl in _layouts():
-                        f, b = _case(shape, dtype, cl)
                         row = {"variant": name, "shape": list(shape), "dtype": dtype.name,
-                               "layout": "nhwc" if cl else "nchw", "fwd_of_copy": round(f / copy, 3),
-                               "bwd_of_copy": round(b / copy, 3)}
+                               "layout": "nhwc" if cl else "nchw"}
+                        row.update(_fused_row(shape, dtype, cl, copy) if _fused() else _plain_row(shape, dtype, cl, copy))
                         log(f"{name:20s} {dtype.name:8s} {row['layout']} {shape}: fwd {row['fwd_of_copy']:.3f} "
-                            f"bwd {row['bwd_of_copy']:.3f}")
+                            f"bwd {row['bwd_of_copy']:.3f}" + (f" fused x{row['fused_fwd_x']:.3f} / "
+                                                               f"x{row['fused_bwd_x']:.3f}" if _fused() else ""))
                         rows.append(row)
     finally:
         _use(*defaults)
@@ -159,7 +188,10 @@ def _table(rows: list[dict]) -> str:
     cases: dict = {}
     for r in rows:
         key = f"{r['dtype'][:4]} {r['layout']} {'x'.join(map(str, r['shape']))}"
-        cases.setdefault(key, {})[r["variant"]] = f"{r['fwd_of_copy']:.3f} / {r['bwd_of_copy']:.3f}"
+        cell = f"{r['fwd_of_copy']:.3f} / {r['bwd_of_copy']:.3f}"
+        if "fused_fwd_x" in r:
+            cell += f" (x{r['fused_fwd_x']:.2f} / x{r['fused_bwd_x']:.2f})"
+        cases.setdefault(key, {})[r["variant"]] = cell
     lines = ["case | " + " | ".join(variants)]
     lines += [k + " | " + " | ".join(c.get(v, "nan") for v in variants) for k, c in cases.items()]
     return "\n".join(lines)
