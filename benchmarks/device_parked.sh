@@ -128,7 +128,7 @@ for name in "${steps[@]}"; do
         sed -n '/^case |/,$p' "$out/v26-sweep.txt" ;;
     v29)  # BatchNorm v29: the residual asked of the L2: staged forwards' GPU tests with a residual, then the
           # bench's shapes with the residual + ReLU calls timed against the plain ones
-        tests_step v29-tests "$(cap 150)" tests/test_batch_norm.py -k "staged and (forward or activations)"
+        tests_step v29-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -k "staged and (forward or activations)"
         BN_SWEEP_FUSED=1 step v29-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,no_residual_prefetch --json "$out/sweep-v29.json"
         sed -n '/^case |/,$p' "$out/v29-sweep.txt" ;;
