@@ -8,7 +8,7 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: v25): v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
+# Steps (default: v27 v29 v28): v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
 # min), p8b (its patch, sweep main / p8 / p8b, then racecheck of p8b, ~8 min), stagedcl (the
 # GPU test a6960f4 fixed, test_gpu_staged_cl_forward_and_backward, no patch, ~1 min), clwaves
 # (benchmarks/probe_bn_staged_cl_waves.py: the staged channels-last BatchNorm's waves, ~1-2
@@ -38,7 +38,7 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(v25)
+[ ${#steps[@]} -eq 0 ] && steps=(v27 v29 v28)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch)
