@@ -26,13 +26,17 @@ def _use(inflight: int, blocks_per_sm: int, min_trips: int) -> None:
     rebuild_batch_norm((f"-DCUNORM_BN_INFLIGHT_BYTES={inflight}",))
 
 
+def _gbps(shape, dtype, fwd_ms: float, bwd_ms: float) -> tuple:
+    """(forward, backward) GB/s of the bytes model (forward 2 numel s, backward 3 numel s)."""
+    size = int(numpy.prod(shape)) * numpy.dtype(dtype).itemsize
+    return 2 * size / fwd_ms / 1e6, 3 * size / bwd_ms / 1e6
+
+
 def _case(shape, dtype, channels_last):
     """(forward, backward) GB/s of the bench's own BatchNorm case (cunorm._bench_bn)."""
     from cunorm._bench_bn import _cupy_case
 
-    f, b = _cupy_case(shape, dtype, channels_last)[:2]
-    size = int(numpy.prod(shape)) * numpy.dtype(dtype).itemsize
-    return 2 * size / f / 1e6, 3 * size / b / 1e6
+    return _gbps(shape, dtype, *_cupy_case(shape, dtype, channels_last)[:2])
 
 
 def sweep(log=print) -> list[dict]:

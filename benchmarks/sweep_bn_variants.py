@@ -19,7 +19,7 @@ from cunorm import _bench, _compile
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
 from _sweep_cli import rebuild_batch_norm  # benchmarks/ is the script's directory
-from sweep_bn_config import SHAPES, _case
+from sweep_bn_config import SHAPES, _case, _gbps
 
 # name: (NVRTC defines, host BLOCK, host settings of _batch_norm)
 VARIANTS = {
@@ -150,8 +150,8 @@ def _fused_row(shape, dtype, cl, copy) -> dict:
     from cunorm._bench_bn import _cupy_case
 
     f, b, fr, br = _cupy_case(shape, dtype, cl)[:4]
-    size = int(numpy.prod(shape)) * numpy.dtype(dtype).itemsize
-    return {"fwd_of_copy": round(2 * size / f / 1e6 / copy, 3), "bwd_of_copy": round(3 * size / b / 1e6 / copy, 3),
+    gf, gb = _gbps(shape, dtype, f, b)
+    return {"fwd_of_copy": round(gf / copy, 3), "bwd_of_copy": round(gb / copy, 3),
             "fused_fwd_x": round(fr / f, 3), "fused_bwd_x": round(br / b, 3)}
 
 
