@@ -1841,8 +1841,9 @@ bn_bwd_staged(const T* __restrict__ dy, const T* __restrict__ x, const T* __rest
 // lies in at most two channels (I >= VEC): its first, lo, and from element ``cut`` on lo + 1.
 // A thread's two channels' partial sums go through shared memory, where a warp a channel adds
 // its words' in order (deterministic), then the cluster its blocks' in rank order (every
-// block ends with the same bits); the outputs are written over the staged x word by word with
-// each element's channel's constants, then stored as bn_fwd_staged stores them. G is the
+// block ends with the same bits); the outputs are made word by word with each element's
+// channel's constants and stored straight to global memory or written over the staged x and
+// copied out as bn_fwd_staged stores them (v26, CUNORM_BN_SPAN_FWD_DIRECT). G is the
 // fewest channels whose span is whole 16-byte copies (bf16 7 x 7: 8 channels, 49 words).
 // Word classes: a span's words that lie in one channel (42 of bf16 7 x 7's 49) go to the
 // block's first threads, those across a channel boundary (7) after them, so all but one warp
@@ -1855,11 +1856,15 @@ bn_bwd_staged(const T* __restrict__ dy, const T* __restrict__ x, const T* __rest
 // its barriers for the boundary words' warps, whose work the classes do not shorten, so
 // fewer instructions gained only the bf16 forward at full-GPU grids ((256, 2048, 7, 7) 0.441
 // -> 0.492 of copy, (256, 256, 9, 9) 0.239 -> 0.273); grids under one wave lost 0.02, the
-// float32 forward 0.03-0.06, every backward 0.01-0.11. CUNORM_BN_SPAN_CLASSES_FWD: 0 never,
-// 1 half precision (the default), 2 every dtype; CUNORM_BN_SPAN_CLASSES_BWD: 0 (the
-// default) or 1.
+// float32 forward 0.03-0.06, every backward 0.01-0.11. Once y went straight out (v26) and
+// the apply lost the residual's loads (v27), the classes lost the bf16 forward too: H100
+// (NOTES "BatchNorm v27 outcome", results/sweep-bn-v27-h100.txt), words in order with direct
+// stores against the classes 0.731 / 0.656 of copy at (256, 2048, 7, 7), 0.526 / 0.434 at
+// (64, 1024, 7, 7), 0.487 / 0.433 at 9 x 9, 0.355 / 0.284 at 11 x 11; float32 level.
+// CUNORM_BN_SPAN_CLASSES_FWD: 0 never (the default), 1 half precision, 2 every dtype;
+// CUNORM_BN_SPAN_CLASSES_BWD: 0 (the default) or 1.
 #ifndef CUNORM_BN_SPAN_CLASSES_FWD
-#define CUNORM_BN_SPAN_CLASSES_FWD 1
+#define CUNORM_BN_SPAN_CLASSES_FWD 0
 #endif
 #ifndef CUNORM_BN_SPAN_CLASSES_BWD
 #define CUNORM_BN_SPAN_CLASSES_BWD 0
@@ -1907,13 +1912,12 @@ struct SpanWord {
   }
 };
 
-// f(o, cut, valid) for each image o of this thread's word (row, row + rows, ... < O): cut,
-// where the word's second channel starts, and valid, its elements inside the span; both a
-// constant VEC for a word in one channel where the classes keep such words together (the
-// element loops then fold their channel choice away; such a word lies in the span, whose
-// last stage ends on a channel's end).
-// span_images_upto: those of its images from o (this thread's next, kept for the next call)
-// up to ``end``.
+// f(o, cut, valid) for each image o of this thread's word from o (its next: row, row + rows,
+// ...; left at the next one for a later call) up to ``end``: cut, where the word's second
+// channel starts, and valid, its elements inside the span; both a constant VEC for a word in
+// one channel where the classes keep such words together (the element loops then fold their
+// channel choice away; such a word lies in the span, whose last stage ends on a channel's
+// end).
 template <typename T, bool CLASSES, typename F>
 __device__ __forceinline__ void span_images_upto(const SpanWord<T, CLASSES>& sw, int& o, int end, F&& f) {
   constexpr int VEC = SpanWord<T, CLASSES>::VEC;
@@ -1924,6 +1928,7 @@ __device__ __forceinline__ void span_images_upto(const SpanWord<T, CLASSES>& sw,
   }
 }
 
+// span_images_upto over all of the thread's images (< O).
 template <typename T, bool CLASSES, typename F>
 __device__ __forceinline__ void span_images(const SpanWord<T, CLASSES>& sw, int O, F&& f) {
   int o = sw.row;
@@ -2008,17 +2013,28 @@ __device__ __forceinline__ Channel<A> channel_at(const A (*cons)[kMaxStagedGroup
   return Channel<A>{cons[0][g], cons[1][g], cons[2][g]};
 }
 
-// v26: a block's share staged in CUNORM_BN_SPAN_FWD_PARTS groups of images, each its own
-// group of copies, so the statistics of one run while the next lands (v25 loaded the whole
-// share, then summed: an SM's two blocks keep nearly the same phase, so its loads and
-// arithmetic barely overlapped); and y stored from the apply straight to global memory
-// (CUNORM_BN_SPAN_FWD_DIRECT; v25 wrote it over the stage, then copied the stage out: a
-// shared-memory store, load and a block barrier more a word). 1 and 0: v25's.
+// v26: y stored from the apply straight to global memory (CUNORM_BN_SPAN_FWD_DIRECT: 0
+// never, 1 for 4- and 8-byte x, 2 always) where v25 wrote it over the stage and then copied
+// the stage out; and a block's share staged in CUNORM_BN_SPAN_FWD_PARTS groups of copies
+// (the statistics of one part while the next lands). Measured on an H100 (NOTES "BatchNorm
+// v26 outcome"): direct stores +0.04-0.06 of copy for float32 at every shape swept, but
+// -0.09 for bf16 at issue 5's (256, 2048, 7, 7) (+0.04 at its grids of one wave); two or
+// four parts level for float32, -0.04 for bf16 there. So one part. bf16's loss was the
+// word classes' (v27 outcome, above CUNORM_BN_SPAN_CLASSES_FWD): with words in order and
+// v27's lean apply, direct stores gained bf16 0.07-0.16 of copy over v26's form, so direct
+// for every dtype.
 #ifndef CUNORM_BN_SPAN_FWD_PARTS
-#define CUNORM_BN_SPAN_FWD_PARTS 2
+#define CUNORM_BN_SPAN_FWD_PARTS 1
 #endif
 #ifndef CUNORM_BN_SPAN_FWD_DIRECT
-#define CUNORM_BN_SPAN_FWD_DIRECT 1
+#define CUNORM_BN_SPAN_FWD_DIRECT 2
+#endif
+// v27: the apply's word loop built twice, with the residual's loads and without them (a call
+// without one paid eight predicated loads and adds a word), and for half precision the
+// channel's mean folded into its shift (one FFMA an element; y's rounding to 8 or 11 bits
+// hides float32's cancellation, as the channels-last backward's fold of v19). 0: v26's loop.
+#ifndef CUNORM_BN_SPAN_FWD_LEAN
+#define CUNORM_BN_SPAN_FWD_LEAN 1
 #endif
 static_assert(CUNORM_BN_SPAN_FWD_PARTS >= 1 && CUNORM_BN_SPAN_FWD_PARTS <= 4, "copies_wait_upto waits on 0-3 groups");
 
@@ -2033,6 +2049,7 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
   typedef typename AccOf<T>::type A;
   typedef SpanWord<T, CUNORM_BN_SPAN_CLASSES_FWD == 2 || (CUNORM_BN_SPAN_CLASSES_FWD == 1 && sizeof(T) == 2)> Span;
   constexpr int VEC = Span::VEC, kWarps = BLOCK / kWarp;
+  constexpr bool kDirect = CUNORM_BN_SPAN_FWD_DIRECT == 2 || (CUNORM_BN_SPAN_FWD_DIRECT == 1 && sizeof(T) >= 4);
   static_assert(kWarps <= kMaxStagedGroups, "a warp a channel");
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ SpanScratch<A, BLOCK, 4, CLUSTER> sm;  // cons: a channel's mean, scale, shift, pivot
@@ -2095,20 +2112,33 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
   }
   __syncthreads();
   if (sw.live) {
-    const Channel<A> cl = channel_at<A>(sm.cons, sw.lo), ch = channel_at<A>(sm.cons, sw.hi);
+    Channel<A> cl = channel_at<A>(sm.cons, sw.lo), ch = channel_at<A>(sm.cons, sw.hi);
+    if (CUNORM_BN_SPAN_FWD_LEAN && sizeof(T) == 2) {  // z = x scale + (shift - mean scale)
+      cl = Channel<A>{A(0), cl.scale, cl.shift - cl.mean * cl.scale};
+      ch = Channel<A>{A(0), ch.scale, ch.shift - ch.mean * ch.scale};
+    }
     const T* rw = res ? res + base + sw.e0 : nullptr;
     T* yw = y + base + sw.e0;  // 16-byte aligned as the copies' x is (the planner's condition for both)
-    span_images(sw, O, [&](int o, int cut, int valid) {
-      A v[VEC], r[VEC], out[VEC];
-      unpack_words(staged_word<T, VEC>(sx + o * GI), v);
-      residual_word<true>(rw, o * so, r, valid);
+    const auto apply = [&](auto with_res) {
+      span_images(sw, O, [&](int o, int cut, int valid) {
+        A v[VEC], r[VEC], out[VEC];
+        unpack_words(staged_word<T, VEC>(sx + o * GI), v);
+        if constexpr (decltype(with_res)::value) residual_word<true>(rw, o * so, r, valid);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) out[e] = act_forward(tag(), (e < cut ? cl : ch).z(v[e], r[e]), param);
-      if (CUNORM_BN_SPAN_FWD_DIRECT) store_word_part<T>(yw + o * so, out, 0, valid);
-      else *reinterpret_cast<Pack<T, VEC>*>(sx + o * GI) = convert_pack<T>(out);
-    });
+        for (int e = 0; e < VEC; ++e) {
+          const Channel<A>& k = e < cut ? cl : ch;
+          // without a residual no + 0 (which would not fold: -0 + 0 is +0)
+          const A z = decltype(with_res)::value ? k.z(v[e], r[e]) : (v[e] - k.mean) * k.scale + k.shift;
+          out[e] = act_forward(tag(), z, param);
+        }
+        if (kDirect) store_word_part<T>(yw + o * so, out, 0, valid);
+        else *reinterpret_cast<Pack<T, VEC>*>(sx + o * GI) = convert_pack<T>(out);
+      });
+    };
+    if (!CUNORM_BN_SPAN_FWD_LEAN || rw) apply(Flag<true>{});
+    else apply(Flag<false>{});
   }
-  if (!CUNORM_BN_SPAN_FWD_DIRECT) {
+  if (!kDirect) {
     __syncthreads();
     stage_out<BLOCK, 16, sizeof(T)>(reinterpret_cast<unsigned char*>(y + base), staged, so_bytes, O, span, pitch);
   }

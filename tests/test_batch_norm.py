@@ -700,10 +700,26 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
     with _sm_count(108, capability=80):
         assert _batch_norm.plan(_batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1), BFLOAT16,
                                 numpy.float32, 0, 0).staged is None
-    # the backward is not clustered (v16: no gain): 56 x 56 takes its passes
+    # the backward's whole-word stage is not clustered (v16: no gain): bf16 56 x 56 takes the
+    # span backward's clusters (v28, STAGED_SPAN_WIDE_BWD: 392 words a span), float32's 784-word
+    # span too many for a block's threads, its passes; half precision alone (float32's 196-word
+    # 28 x 28 span unmeasured there, float64 has no span kernels)
     with _sm_count(132):
         lay = _batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1)
+        assert _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0).staged_bwd == S(
+            1, 16, 8, 2 * 8 * 6272, 4 * 256, 512, 4, 8, True)
+        assert _batch_norm.plan(lay, numpy.float16, numpy.float32, 0, 0).staged_bwd.span
+        assert _batch_norm.plan(lay, numpy.float32, numpy.float32, 0, 0).staged_bwd is None
+        lay = _batch_norm.layout((64, 64, 28, 28), (64 * 784, 784, 28, 1), 1)
+        assert _batch_norm.plan(lay, numpy.float32, numpy.float32, 0, 0).staged_bwd is None
+        lay = _batch_norm.layout((32, 64, 20, 20), (64 * 400, 400, 20, 1), 1)
+        assert _batch_norm.plan(lay, numpy.float64, numpy.float64, 0, 0).staged_bwd is None
+        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_WIDE_BWD", False)
+        _batch_norm.plan.cache_clear()
+        lay = _batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1)
         assert _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0).staged_bwd is None
+        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_WIDE_BWD", True)
+        _batch_norm.plan.cache_clear()
     # any word, the fewest channels first: narrower copies of fewer channels
     monkeypatch.setattr(_batch_norm, "STAGED_MIN_WORD", 1)
     monkeypatch.setattr(_batch_norm, "STAGED_PREFER_WIDE", False)
@@ -1077,12 +1093,50 @@ def test_gpu_staged_span_forward_and_backward(rng, shape, dtype, pdtype, span_fi
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("shape", [(8, 16, 7, 7), (161, 16, 7, 7)], ids=["one_block", "cluster"])
+def test_gpu_staged_span_half_forward_far_from_zero(rng, dtype, shape):
+    # v27: the half-precision span forward folds a channel's mean into its shift; channels
+    # whose mean is hundreds of times their spread (x near 1000: bf16's step there is 4, so a
+    # few distinct values a channel; float16's 0.5) still give y to half precision's rounding,
+    # without and with a residual
+    import cupy
+
+    if shape[0] > 100:
+        _needs_clusters()
+    assert _dense_plan(shape, dtype, numpy.float32).staged.span
+    x = (1000.0 + rng.standard_normal(shape)).astype(dtype)
+    r = rng.standard_normal(shape).astype(dtype)
+    w = rng.uniform(0.5, 2.0, shape[1]).astype(numpy.float32)
+    b = rng.standard_normal(shape[1]).astype(numpy.float32)
+    for residual in (None, r):
+        want = reference.batch_norm(x, w, b, residual=residual)
+        got = cunorm.batch_norm(cupy.asarray(x), cupy.asarray(w), cupy.asarray(b),
+                                residual=None if residual is None else cupy.asarray(residual))
+        assert_close("y", got, want, *tol(dtype))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("with_residual", [True, False], ids=["residual", "plain"])
 @pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
 def test_gpu_staged_span_activations(rng, activation, with_residual):
     assert _dense_plan((3, 96, 7, 7), BFLOAT16, numpy.float32).staged_bwd.span
     _gpu_case(rng, (3, 96, 7, 7), 1, BFLOAT16, numpy.float32, activation, True, with_residual)
     _gpu_case(rng, (2, 16, 5, 5), 1, numpy.dtype(numpy.float32), numpy.float32, activation, True, with_residual)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(32, 3, 56, 56), (40, 2, 56, 56)], ids=["cluster_4", "cluster_8"])
+@pytest.mark.parametrize("activation", [None, "relu"], ids=["plain", "relu"])
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
+def test_gpu_staged_span_wide_backward(rng, monkeypatch, fresh_plans, shape, activation, dtype):
+    # v28: planes past a block's whole-word stage (56 x 56, x and dy) backward through
+    # bn_bwd_staged_span's clusters where STAGED_SPAN_WIDE_BWD lets them
+    _needs_clusters()
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_WIDE_BWD", True)
+    st = _dense_plan(shape, dtype, numpy.float32).staged_bwd
+    assert st is not None and st.span and st.cluster == {32: 4, 40: 8}[shape[0]], st
+    _gpu_case(rng, shape, 1, dtype, numpy.float32, activation, training=True, with_residual=activation is not None)
 
 
 @pytest.mark.gpu

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+import sys
 
 import pytest
 
@@ -166,3 +167,33 @@ def test_split_check_adopts_tests_of_the_same_sources_only():
     assert record["tests_date"] == earlier["date"] and gpucheck.check_passed(record)
     with pytest.raises(SystemExit, match="other sources"):
         gpucheck.adopt_tests({"source_digest": "e" * 64, "tests": None}, earlier)
+
+
+def test_a_check_cut_short_in_the_benchmark_leaves_its_tests_record(tmp_path, monkeypatch):
+    """One device call for the whole check: main writes the tests' and sanitizers' part before
+    the benchmark starts, so a call killed in the benchmark leaves a record that a second
+    call's --tests-from adopts."""
+    import types
+
+    from cunorm import _bench  # imported with the real CuPy before the stand-in below
+
+    tests = {"passed": 3, "failed": 0, "skipped": 1, "exit_code": 0}
+    monkeypatch.setattr(gpucheck, "run_tests", lambda out, extra: tests)
+
+    class Killed(Exception):
+        pass
+
+    def killed(*a, **k):
+        raise Killed  # the device's time limit, in the benchmark's first step
+
+    fake_cupy = types.SimpleNamespace(__version__="0", cuda=types.SimpleNamespace(
+        runtime=types.SimpleNamespace(getDeviceProperties=lambda i: {"name": b"Fake GPU"})))
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)  # main's device name, restored after
+    monkeypatch.setattr(_bench, "copy_gbps", killed)
+    with pytest.raises(Killed):
+        gpucheck.main(["--out", str(tmp_path)])
+    left = json.loads((tmp_path / "gpu-latest.json").read_text())
+    assert left["tests"] == tests and left["bench"] == [] and left["copy_GBps"] is None
+    record = {"source_digest": gpucheck.source_digest(), "tests": None}
+    gpucheck.adopt_tests(record, left)
+    assert record["tests"] == tests and gpucheck.check_passed(record)

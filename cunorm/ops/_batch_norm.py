@@ -98,8 +98,9 @@ STAGED_CLUSTER_MIN_SM = 90
 # v25): the same stages in 16-byte copies (the backward's over clusters too), walked in
 # 16-byte words across the span's channels (a word in at most two), on STAGED_SPAN_BLOCK
 # threads; where no stage of 16-byte copies fits (or a span has more words than threads, or
-# runs are shorter than a word), the passes. Prediction in NOTES "BatchNorm v25", not run on
-# a GPU.
+# runs are shorter than a word), the passes. Measured (H200, NOTES "BatchNorm v25 outcome"):
+# they beat the passes in every case swept, bf16 (256, 2048, 7, 7) 0.409 / 0.459 -> 0.492 /
+# 0.546 of copy, float32 0.503 / 0.538 -> 0.652 / 0.677.
 USE_STAGED_SPAN = True
 USE_STAGED_SPAN_BWD = True
 STAGED_SPAN_BLOCK = 512  # = the kernel's BLOCK template argument (instantiated for it alone)
@@ -112,6 +113,15 @@ STAGED_SPAN_BLOCK = 512  # = the kernel's BLOCK template argument (instantiated 
 # off.
 STAGED_SPAN_FILL = False
 STAGED_SPAN_RESIDENT = 2
+# v28: the backward of planes whose whole-word stage fits no block (x and dy of every
+# image: bf16 56 x 56 is 401 KB a channel) through bn_bwd_staged_span over a cluster (of
+# STAGED_CLUSTERS), where its span has at most STAGED_SPAN_BLOCK words; the passes before.
+# v16's clustered backward gained nothing there (0.49 of copy against the passes' 0.49);
+# v25's span backward reads 0.68 of an H100's copy in clusters of 4 at 7 x 7. Measured (H100,
+# NOTES "BatchNorm v28 outcome", results/sweep-bn-v27-h100.txt): bf16 (32, 256, 56, 56)
+# backward 0.544 -> 0.698 of copy, (16, 512, 56, 56) 0.554 -> 0.721; float32 takes no span
+# there (unchanged): on.
+STAGED_SPAN_WIDE_BWD = True
 # Channels last (BatchNorm v21): the training forward and the
 # backward of x with its channels innermost take bn_fwd_staged_cl / bn_bwd_staged_cl, one
 # launch each reading x (and dy) once: a stage is G channels of every position, the positions
@@ -131,7 +141,7 @@ STAGED_CL_SPANS = (128, 64, 32, 16)
 STAGED_CL_MIN_RESIDENT = 2
 STAGED_CL_CLUSTERS = (2, 4, 8)
 STAGED_CL_LINE = 128  # = kClStageBytes
-# BatchNorm v24 (prediction, not yet measured: NOTES "BatchNorm v24"): a stage's blocks add
+# BatchNorm v24 (NOTES "BatchNorm v24"): a stage's blocks add
 # their sums through global memory (per-stage arrival counters) instead of as a thread-block
 # cluster, on a persistent cooperative grid of as many stages' blocks as are resident at
 # once, each block walking its stages. Clusters must each fit one GPC: the H200 ran 30
@@ -139,7 +149,7 @@ STAGED_CL_LINE = 128  # = kClStageBytes
 # (64, 1024, 14, 14)'s 32 stages of 8 two-an-SM blocks run as 30 clusters and then 2, where
 # 33 stages' blocks fit at once on the grid (264).
 USE_STAGED_CL_GRID = True
-# Measured (H100, thirty-ninth session, NOTES "BatchNorm v24 outcome", probe_bn_staged_cl_waves):
+# Measured (H100, NOTES "BatchNorm v24 and v111 outcome", probe_bn_staged_cl_waves):
 # the grid wins where it runs a direction's stages in fewer rounds than the clusters take
 # waves, and in at most two (bf16 (64, 1024, 14, 14) NHWC forward 0.488 -> 0.574 of copy, 1
 # round against 2 waves; backward 0.464 -> 0.512, 2 against 3; bf16 7 x 7 forward 0.582 ->
@@ -393,6 +403,12 @@ def _staged(lay: Layout, itemsize: int, acc_size: int, phase: int, device: int, 
         if best:
             break
     if best is None:
+        # half precision alone: measured there (float32's spans of at most STAGED_SPAN_BLOCK
+        # words are planes of <= 2048 elements, none swept; float64 has no span kernels)
+        if (tensors == 2 and STAGED_SPAN_WIDE_BWD and itemsize == 2
+                and compute_capability(device) >= STAGED_CLUSTER_MIN_SM):
+            return _staged_span(lay, itemsize, acc_size, limit, STAGED_CLUSTERS, tensors,
+                                STAGED_SPAN_RESIDENT * sm_count(device))
         return None
     G, cp, smem, K, OB = best
     small = (K == 1 and per_sm // (smem + STAGED_RESERVED_SMEM) >= STAGED_SMALL_BLOCK_MIN_RESIDENT
