@@ -73,6 +73,8 @@ VARIANTS = {
     # (wider spans), narrower spans, the forward staged alone
     "staged_cl_off": ((), 256, {"USE_STAGED_CL": False, "USE_STAGED_CL_BWD": False}),
     "staged_cl_forward_only": ((), 256, {"USE_STAGED_CL_BWD": False}),
+    # float32's channels-last backward staged too (lost 0.04-0.05 before v24's grid exchange)
+    "staged_cl_bwd_fp32": ((), 256, {"STAGED_CL_BWD_MAX_ITEMSIZE": 4}),
     "staged_cl_resident_1": ((), 256, {"STAGED_CL_MIN_RESIDENT": 1}),
     "staged_cl_spans_64": ((), 256, {"STAGED_CL_SPANS": (64, 32, 16)}),
     "staged_cl_spans_32": ((), 256, {"STAGED_CL_SPANS": (32, 16)}),
@@ -114,7 +116,8 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "USE_STAGED", "USE_STAGED_BWD", "STAGED_MIN_RESIDENT", "STAGED_PREFER_WIDE", "STAGED_MIN_WORD",
                  "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL", "CL_GRID_FITS", "USE_STAGED_CL",
                  "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID",
-                 "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD")
+                 "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD",
+                 "STAGED_CL_BWD_MAX_ITEMSIZE")
 
 
 def _use(options, block: int, settings: dict) -> None:
