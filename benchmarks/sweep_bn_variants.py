@@ -110,6 +110,12 @@ VARIANTS = {
     "no_residual_prefetch": (("-DCUNORM_BN_PREFETCH_RESIDUAL=0",), 256, {}),
     # v28 (its patch): the backward of planes past a block (56 x 56) through the span backward's clusters
     "span_wide_bwd": ((), 256, {"STAGED_SPAN_WIDE_BWD": True}),
+    # v30: float32 planes past a block's threads (56 x 56: 784 words) through the span
+    # backward walked in pieces; and every one-channel plane split to fill the block's threads
+    "span_wide_bwd_fp32": ((), 256, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2, 4)}),
+    "span_split_fill": ((), 256, {"STAGED_SPAN_SPLIT_FILL": True}),
+    "span_wide_bwd_fp32_fill": ((), 256, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2, 4), "STAGED_SPAN_SPLIT_FILL": True}),
+    "span_v28": ((), 256, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2,), "STAGED_SPAN_SPLIT_FILL": False}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
@@ -117,7 +123,7 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL", "CL_GRID_FITS", "USE_STAGED_CL",
                  "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID",
                  "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD",
-                 "STAGED_CL_BWD_MAX_ITEMSIZE")
+                 "STAGED_CL_BWD_MAX_ITEMSIZE", "STAGED_SPAN_WIDE_BWD_ITEMSIZES", "STAGED_SPAN_SPLIT_FILL")
 
 
 def _use(options, block: int, settings: dict) -> None:

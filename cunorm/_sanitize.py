@@ -80,7 +80,7 @@ def run(log=print) -> int:
     # blocks meeting in global memory, then again as clusters), training forward and backward;
     # then bn_fwd_staged_span / bn_bwd_staged_span (v25: bf16 7 x 7 over clusters of 2 and 4
     # on sm_90; one image of 13 channels, the last stage's span ending inside a word, with a
-    # residual)
+    # residual; 56 x 56 planes walked in pieces, v30)
     from .ops import _batch_norm
 
     staged_cl = (((3, 17, 23, 64), -1, ml_dtypes.bfloat16), ((5, 25, 21, 40), -1, ml_dtypes.bfloat16))
@@ -116,13 +116,28 @@ def staged_span_calls(rng) -> int:
 
     import cunorm
 
-    for shape in ((161, 16, 7, 7), (1, 13, 5, 5)):
-        x, r = (cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(ml_dtypes.bfloat16))
-                for _ in range(2))
-        w, b = cupy.ones(shape[1], numpy.float32), cupy.zeros(shape[1], numpy.float32)
-        y, mean, rstd = cunorm.batch_norm(x, w, b, residual=r, activation="relu", return_stats=True)
-        cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, residual=r, activation="relu")
-    return 4
+    from .ops import _batch_norm
+
+    # then the backward's one-channel planes walked in pieces (v30): float32 56 x 56 in two,
+    # bf16's in 49 of 8 words (STAGED_SPAN_SPLIT_FILL), both over clusters of 2 on sm_90
+    cases = (((161, 16, 7, 7), ml_dtypes.bfloat16, {}), ((1, 13, 5, 5), ml_dtypes.bfloat16, {}),
+             ((8, 3, 56, 56), numpy.float32, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2, 4)}),
+             ((16, 3, 56, 56), ml_dtypes.bfloat16, {"STAGED_SPAN_SPLIT_FILL": True}))
+    for shape, dt, settings in cases:
+        saved = {k: getattr(_batch_norm, k) for k in settings}
+        try:
+            for k, v in settings.items():
+                setattr(_batch_norm, k, v)
+            _batch_norm.plan.cache_clear()
+            x, r = (cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt)) for _ in range(2))
+            w, b = cupy.ones(shape[1], numpy.float32), cupy.zeros(shape[1], numpy.float32)
+            y, mean, rstd = cunorm.batch_norm(x, w, b, residual=r, activation="relu", return_stats=True)
+            cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, residual=r, activation="relu")
+        finally:
+            for k, v in saved.items():
+                setattr(_batch_norm, k, v)
+            _batch_norm.plan.cache_clear()
+    return 2 * len(cases)
 
 
 if __name__ == "__main__":

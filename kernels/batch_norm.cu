@@ -2150,10 +2150,14 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
 // memory where an activation needs it) summed with dz (x - mean) into its two channels' pairs,
 // dweight / dbias written by the cluster's first block, then dx over the staged x (and dres =
 // dz to global memory) stored as bn_bwd_staged stores it. One launch reading x and dy once.
+// M > 1 (v30; G = 1 alone, I a multiple of M VEC): each image's plane walked as M images of
+// I / M elements (staged back to back, as one channel's images are), so a plane of more words
+// than threads (float32 56 x 56: 784) takes the same one-word-a-thread walk; only the global
+// reads and writes of the residual and dres map a walk image back to (image, piece).
 template <int BLOCK, typename T, typename W, int ACT, bool CLUSTER>
 __global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
 bn_bwd_staged_span(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
-                   T* __restrict__ dres, i64 so, int I, int O_total, int C, int G, int K, int OB,
+                   T* __restrict__ dres, i64 so, int I, int O_total, int C, int G, int K, int OB, int M,
                    const typename AccOf<T>::type* __restrict__ mean, const typename AccOf<T>::type* __restrict__ rstd,
                    const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
                    int training, W* __restrict__ dw, W* __restrict__ db) {
@@ -2182,25 +2186,30 @@ bn_bwd_staged_span(const T* __restrict__ dy, const T* __restrict__ x, const T* _
     sm.cons[1][warp] = own.scale;
     sm.cons[2][warp] = own.shift;
   }
-  const Span sw(G, I, count, BLOCK);
+  const int IW = I / M, GW = G * IW, OW = O * M;  // the walk's images: OW of GW elements
+  const Span sw(G, IW, count, BLOCK);
   copies_wait<0>();
   __syncthreads();
   T* sx = reinterpret_cast<T*>(staged) + sw.e0;
   const T* sg = reinterpret_cast<const T*>(staged + half) + sw.e0;
   const Channel<A> cl = channel_at<A>(sm.cons, sw.lo), ch = channel_at<A>(sm.cons, sw.hi);
   const T* rw = ACT != 0 && res ? res + base + sw.e0 : nullptr;
+  // walk image o's offset in global memory from the stage's first element: image o / M's,
+  // plus piece o % M's (o IW - (o / M) I: no branch, one division)
+  const i64 past = so - I;
+  const auto at = [&](int o) { return i64(o / M) * past + i64(o) * IW; };
   // this thread's word of x and its dz in image o (elements from ``cut`` on in the second channel)
   const auto dz_at = [&](int o, int cut, int valid, A (&xv)[VEC], A (&dz)[VEC]) {
     A gv[VEC], rv[VEC];
-    unpack_words(staged_word<T, VEC>(sx + o * GI), xv);
-    unpack_words(staged_word<T, VEC>(sg + o * GI), gv);
-    residual_word<true>(rw, o * so, rv, valid);
+    unpack_words(staged_word<T, VEC>(sx + o * GW), xv);
+    unpack_words(staged_word<T, VEC>(sg + o * GW), gv);
+    residual_word<true>(rw, rw ? at(o) : i64(0), rv, valid);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) dz[e] = element_dz<ACT>(tag, e < cut ? cl : ch, xv[e], gv[e], rv[e], param);
   };
   A l1 = A(0), l2 = A(0), h1 = A(0), h2 = A(0);
   if (sw.live)
-    span_images(sw, O, [&](int o, int cut, int valid) {
+    span_images(sw, OW, [&](int o, int cut, int valid) {
       A xv[VEC], dz[VEC];
       dz_at(o, cut, valid, xv, dz);
 #pragma unroll
@@ -2210,7 +2219,7 @@ bn_bwd_staged_span(const T* __restrict__ dy, const T* __restrict__ x, const T* _
       }
     });
   A s1, s2;
-  span_stage_sum2<CLUSTER>(s1, s2, l1, l2, h1, h2, sm, sw, owner, warp, lane, GI, I, K);
+  span_stage_sum2<CLUSTER>(s1, s2, l1, l2, h1, h2, sm, sw, owner, warp, lane, GW, IW, K);
   if (lane == 0) {
     ChannelGrad<A> cg{A(0), A(0), A(0)};
     if (owner) {
@@ -2229,14 +2238,14 @@ bn_bwd_staged_span(const T* __restrict__ dy, const T* __restrict__ x, const T* _
     const ChannelGrad<A> gl{sm.cons[3][sw.lo], sm.cons[4][sw.lo], sm.cons[5][sw.lo]},
                          gh{sm.cons[3][sw.hi], sm.cons[4][sw.hi], sm.cons[5][sw.hi]};
     T* drw = dres ? dres + base + sw.e0 : nullptr;
-    span_images(sw, O, [&](int o, int cut, int valid) {
+    span_images(sw, OW, [&](int o, int cut, int valid) {
       A xv[VEC], dz[VEC], out[VEC];
       dz_at(o, cut, valid, xv, dz);
-      if (drw) store_word_part<T>(drw + o * so, dz, 0, valid);
+      if (drw) store_word_part<T>(drw + at(o), dz, 0, valid);
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         out[e] = e < cut ? gl.dx(dz[e], xv[e] - cl.mean) : gh.dx(dz[e], xv[e] - ch.mean);
-      *reinterpret_cast<Pack<T, VEC>*>(sx + o * GI) = convert_pack<T>(out);
+      *reinterpret_cast<Pack<T, VEC>*>(sx + o * GW) = convert_pack<T>(out);
     });
   }
   __syncthreads();

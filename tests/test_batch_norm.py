@@ -719,6 +719,25 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
         lay = _batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1)
         assert _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0).staged_bwd is None
         monkeypatch.setattr(_batch_norm, "STAGED_SPAN_WIDE_BWD", True)
+        # v30: float32's 784-word plane walked in two pieces of 392 where float32 is let in;
+        # STAGED_SPAN_SPLIT_FILL: pieces of 16 and 8 words (32 and 64 rows of 512 threads, none idle)
+        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_WIDE_BWD_ITEMSIZES", (2, 4))
+        _batch_norm.plan.cache_clear()
+        assert _batch_norm.plan(lay, numpy.float32, numpy.float32, 0, 0).staged_bwd == S(
+            1, 16, 4, 2 * 4 * 12544, 8 * 256, 512, 8, 4, True, 2)
+        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_SPLIT_FILL", True)
+        _batch_norm.plan.cache_clear()
+        assert _batch_norm.plan(lay, numpy.float32, numpy.float32, 0, 0).staged_bwd.split == 49  # 16 words
+        assert _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0).staged_bwd.split == 49  # 8 words
+        # the forward's span kernel takes no pieces; 7 x 7's spans cross channels (G > 1): none
+        monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN", True)
+        _batch_norm.plan.cache_clear()
+        lay7 = _batch_norm.layout((256, 2048, 7, 7), (2048 * 49, 49, 7, 1), 1)
+        assert _batch_norm.plan(lay7, BFLOAT16, numpy.float32, 0, 0).staged_bwd.split == 1
+        assert _batch_norm.plan(lay7, BFLOAT16, numpy.float32, 0, 0).staged.split == 1
+        monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN", False)
+        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_SPLIT_FILL", False)
+        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_WIDE_BWD_ITEMSIZES", (2,))
         _batch_norm.plan.cache_clear()
     # any word, the fewest channels first: narrower copies of fewer channels
     monkeypatch.setattr(_batch_norm, "STAGED_MIN_WORD", 1)
@@ -1136,6 +1155,25 @@ def test_gpu_staged_span_wide_backward(rng, monkeypatch, fresh_plans, shape, act
     monkeypatch.setattr(_batch_norm, "STAGED_SPAN_WIDE_BWD", True)
     st = _dense_plan(shape, dtype, numpy.float32).staged_bwd
     assert st is not None and st.span and st.cluster == {32: 4, 40: 8}[shape[0]], st
+    _gpu_case(rng, shape, 1, dtype, numpy.float32, activation, training=True, with_residual=activation is not None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,shape,split", [(numpy.float32, (16, 3, 56, 56), 2), (numpy.float32, (29, 3, 56, 56), 2),
+                                               (numpy.float32, (16, 3, 56, 56), 49), (BFLOAT16, (40, 3, 56, 56), 49),
+                                               (BFLOAT16, (32, 3, 28, 60), 105)],
+                         ids=["fp32_two_pieces", "fp32_uneven_share", "fp32_fill", "bf16_fill", "bf16_fill_odd_rows"])
+@pytest.mark.parametrize("activation", [None, "relu"], ids=["plain", "relu"])
+def test_gpu_staged_span_split_backward(rng, monkeypatch, fresh_plans, dtype, shape, split, activation):
+    # v30: a one-channel plane walked as ``split`` pieces (float32 56 x 56: 784 words, past a
+    # block's 512 threads; STAGED_SPAN_SPLIT_FILL: the pieces that fill the threads), with a
+    # residual's and dres's global words mapped back to (image, piece)
+    _needs_clusters()
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_WIDE_BWD_ITEMSIZES", (2, 4))
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_SPLIT_FILL", split > 2)  # 210 words: 105 pieces of 2
+    dtype = numpy.dtype(dtype)
+    st = _dense_plan(shape, dtype, numpy.float32).staged_bwd
+    assert st is not None and st.span and st.split == split and st.cluster > 1, st
     _gpu_case(rng, shape, 1, dtype, numpy.float32, activation, training=True, with_residual=activation is not None)
 
 

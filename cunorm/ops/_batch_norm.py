@@ -122,6 +122,15 @@ STAGED_SPAN_RESIDENT = 2
 # backward 0.544 -> 0.698 of copy, (16, 512, 56, 56) 0.554 -> 0.721; float32 takes no span
 # there (unchanged): on.
 STAGED_SPAN_WIDE_BWD = True
+# v30 (probe): the element sizes that take it. v28 measured half precision (2); float32 (4)
+# there needs bn_bwd_staged_span's split (its 56 x 56 plane is 784 words, past a block's
+# threads: walked as M = 2 pieces of 392), not measured: half precision alone until a sweep
+# says. float64 has no span kernels.
+STAGED_SPAN_WIDE_BWD_ITEMSIZES = (2, 4)
+# v30 (probe): split a one-channel plane into the pieces that fill a block's threads best
+# (_span_split), not only where its words outnumber them (bf16 56 x 56: 392 words leave 120
+# of 512 threads idle; 8 pieces of 49, 22). Not measured: off.
+STAGED_SPAN_SPLIT_FILL = True
 # Channels last (BatchNorm v21): the training forward and the
 # backward of x with its channels innermost take bn_fwd_staged_cl / bn_bwd_staged_cl, one
 # launch each reading x (and dy) once: a stage is G channels of every position, the positions
@@ -339,7 +348,8 @@ class Staged(NamedTuple):
     walk words of ``epw`` elements, ``smem`` bytes a block, ``blocks`` blocks (a stage each,
     or ``cluster`` a stage) of ``threads`` threads. Past one block a stage (bn_fwd_staged_cluster)
     each block takes ``images`` of the stage's images. ``span``: bn_fwd_staged_span's or
-    bn_bwd_staged_span's (words of ``epw`` elements across the span's channels)."""
+    bn_bwd_staged_span's (words of ``epw`` elements across the span's channels); ``split``:
+    bn_bwd_staged_span's M, the pieces it walks a one-channel plane in (_span_split)."""
 
     channels: int
     cp: int
@@ -350,6 +360,7 @@ class Staged(NamedTuple):
     cluster: int = 1
     images: int = 0
     span: bool = False
+    split: int = 1
 
 
 def compute_capability(device: int) -> int:
@@ -403,9 +414,7 @@ def _staged(lay: Layout, itemsize: int, acc_size: int, phase: int, device: int, 
         if best:
             break
     if best is None:
-        # half precision alone: measured there (float32's spans of at most STAGED_SPAN_BLOCK
-        # words are planes of <= 2048 elements, none swept; float64 has no span kernels)
-        if (tensors == 2 and STAGED_SPAN_WIDE_BWD and itemsize == 2
+        if (tensors == 2 and STAGED_SPAN_WIDE_BWD and itemsize in STAGED_SPAN_WIDE_BWD_ITEMSIZES
                 and compute_capability(device) >= STAGED_CLUSTER_MIN_SM):
             return _staged_span(lay, itemsize, acc_size, limit, STAGED_CLUSTERS, tensors,
                                 STAGED_SPAN_RESIDENT * sm_count(device))
@@ -439,8 +448,10 @@ def _staged_span(lay: Layout, itemsize: int, acc_size: int, limit: int, clusters
     vec = 16 // itemsize
     run = lay.I * itemsize
     G = 16 // math.gcd(16, run)
+    words = G * lay.I // vec
+    split = _span_split(words) if tensors == 2 and G == 1 else 1
     if (not (USE_STAGED_SPAN if tensors == 1 else USE_STAGED_SPAN_BWD) or lay.I < vec
-            or (lay.O > 1 and lay.so * itemsize % 16) or G * lay.I // vec > STAGED_SPAN_BLOCK):
+            or (lay.O > 1 and lay.so * itemsize % 16) or words // split > STAGED_SPAN_BLOCK):
         return None
     stages, chosen = -(-lay.C // G), None
     for K, OB in _cluster_shares(lay.O, clusters):
@@ -455,7 +466,19 @@ def _staged_span(lay: Layout, itemsize: int, acc_size: int, limit: int, clusters
     if chosen is None:
         return None
     K, OB, smem = chosen
-    return Staged(G, 16, vec, smem, stages * K, STAGED_SPAN_BLOCK, K, OB if K > 1 else 0, True)
+    return Staged(G, 16, vec, smem, stages * K, STAGED_SPAN_BLOCK, K, OB if K > 1 else 0, True, split)
+
+
+def _span_split(words: int) -> int:
+    """The pieces bn_bwd_staged_span walks a one-channel plane of ``words`` 16-byte words
+    in (its M): 1 where the plane has no more words than a block has threads (unless
+    STAGED_SPAN_SPLIT_FILL), else the fewest pieces of whole words that do; with
+    STAGED_SPAN_SPLIT_FILL, the pieces that leave the fewest threads without a word (the
+    fewest pieces of those)."""
+    pieces = [m for m in range(1, words + 1) if words % m == 0 and words // m <= STAGED_SPAN_BLOCK]
+    if not STAGED_SPAN_SPLIT_FILL:
+        return pieces[0] if pieces else 1
+    return min(pieces, key=lambda m: (STAGED_SPAN_BLOCK % (words // m), m))
 
 
 class StagedCl(NamedTuple):
@@ -918,7 +941,7 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
     make_current(device)
     if p.staged_bwd:
         st, lay = p.staged_bwd, p.lay
-        layout_args = (st.channels, st.cluster, st.images or lay.O) if st.span else (st.channels, st.cp)
+        layout_args = (st.channels, st.cluster, st.images or lay.O, st.split) if st.span else (st.channels, st.cp)
         _launch_staged(_staged_kernel(p, act, "", device, True), st,
                        (dy, x, res, dx, dres, lay.so, lay.I, lay.O, lay.C, *layout_args, mean, rstd, w, b, act,
                         scalar_bits(param, p.acc), int(training), dw, db), stream)
