@@ -703,7 +703,9 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
     # the backward's whole-word stage is not clustered (v16: no gain): bf16 56 x 56 takes the
     # span backward's clusters (v28, STAGED_SPAN_WIDE_BWD: 392 words a span), float32's 784-word
     # span too many for a block's threads, its passes; half precision alone (float32's 196-word
-    # 28 x 28 span unmeasured there, float64 has no span kernels)
+    # 28 x 28 span unmeasured there, float64 has no span kernels) as v28 planned them
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_WIDE_BWD_ITEMSIZES", (2,))
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_SPLIT_FILL", False)
     with _sm_count(132):
         lay = _batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1)
         assert _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0).staged_bwd == S(
