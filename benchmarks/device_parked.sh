@@ -8,10 +8,10 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: v30): v30 (experiments/bn-v30-span-split-backward.patch: bn_bwd_staged_span
+# Steps (default: p8b): v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
 # block; the span GPU tests, racecheck and memcheck of the span cases, the sweep at NCHW 56 x
-# 56 and 28 x 28 with the residual + ReLU calls timed, ~2-3 min), v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
+# 56 and 28 x 28 with the residual + ReLU calls timed, ~1 min on a warm H200), v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
 # min), p8b (its patch, sweep main / p8 / p8b, then racecheck of p8b, ~8 min), stagedcl (the
 # GPU test a6960f4 fixed, test_gpu_staged_cl_forward_and_backward, no patch, ~1 min), clwaves
 # (benchmarks/probe_bn_staged_cl_waves.py: the staged channels-last BatchNorm's waves, ~1-2
@@ -41,16 +41,16 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(v30)
+[ ${#steps[@]} -eq 0 ] && steps=(p8b)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v30]=bn-v30-span-split-backward)
+                     [v29]=bn-v29-residual-l2-prefetch)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked)
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v30 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -151,7 +151,7 @@ for name in "${steps[@]}"; do
         done
         BN_SWEEP_SHAPES=32x256x56x56,16x512x56x56,64x128x28x28 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
             step v30-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
-            --variants default,span_wide_bwd_fp32,span_split_fill,span_wide_bwd_fp32_fill --json "$out/sweep-v30.json"
+            --variants default,span_v28 --json "$out/sweep-v30.json"
         sed -n '/^case |/,$p' "$out/v30-sweep.txt" ;;
     stagedcl)
         tests_step stagedcl-tests "$(cap 150)" tests/test_batch_norm.py -k test_gpu_staged_cl_forward_and_backward ;;
