@@ -8,7 +8,8 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: p8b): v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
+# Steps (default: v32 p8b): v32 (probe, no patch: the span kernels for whole-word NCHW planes,
+# STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
 # block; the span GPU tests, racecheck and memcheck of the span cases, the sweep at NCHW 56 x
 # 56 and 28 x 28 with the residual + ReLU calls timed, ~1 min on a warm H200), v111 (its patch, FP8 fused tests, float_sums / mma_sums sweep, ~3
@@ -41,7 +42,7 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(p8b)
+[ ${#steps[@]} -eq 0 ] && steps=(v32 p8b)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch)
@@ -153,6 +154,12 @@ for name in "${steps[@]}"; do
             step v30-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,span_v28 --json "$out/sweep-v30.json"
         sed -n '/^case |/,$p' "$out/v30-sweep.txt" ;;
+    v32)  # BatchNorm v32 (probe, no patch): the span kernels for whole-word planes (14 x 14, 28 x 28)
+        tests_step v32-tests "$(cap 150)" -n 4 tests/test_batch_norm.py -k "whole_word_planes"
+        BN_SWEEP_SHAPES=64x1024x14x14,128x256x14x14,32x512x28x28,64x128x28x28 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
+            step v32-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,span_8byte_words,span_all_words --json "$out/sweep-v32.json"
+        sed -n '/^case |/,$p' "$out/v32-sweep.txt" ;;
     stagedcl)
         tests_step stagedcl-tests "$(cap 150)" tests/test_batch_norm.py -k test_gpu_staged_cl_forward_and_backward ;;
     *) echo "unknown step $name" ;;

@@ -116,6 +116,12 @@ VARIANTS = {
     "span_split_fill": ((), 256, {"STAGED_SPAN_SPLIT_FILL": True}),
     "span_wide_bwd_fp32_fill": ((), 256, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2, 4), "STAGED_SPAN_SPLIT_FILL": True}),
     "span_v28": ((), 256, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2,), "STAGED_SPAN_SPLIT_FILL": False}),
+    # v32 (probe): the span kernels for planes whose channel walk has 8-byte words (bf16 14 x
+    # 14: 392-byte runs; bn_fwd_staged / bn_bwd_staged there), or for every staged plane whose
+    # span fits a block's threads (float32 14 x 14 too); planes past it keep their kernels'
+    # fallbacks (the forward's span has no pieces: float32 56 x 56 then takes the passes)
+    "span_8byte_words": ((), 256, {"STAGED_MIN_WORD": 16}),
+    "span_all_words": ((), 256, {"STAGED_MIN_WORD": 32}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",

@@ -1201,6 +1201,25 @@ def test_gpu_staged_span_matches_the_passes(rng, monkeypatch, fresh_plans, shape
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype,shape", [(BFLOAT16, (16, 40, 14, 14)), (numpy.float32, (16, 40, 14, 14)),
+                                         (numpy.float32, (3, 9, 28, 28)), (BFLOAT16, (300, 5, 16, 16))],
+                         ids=["bf16_8_byte_words", "fp32_16_byte_words", "fp32_one_channel_spans",
+                              "bf16_clusters"])
+@pytest.mark.parametrize("activation", [None, "relu"], ids=["plain", "relu"])
+def test_gpu_staged_span_whole_word_planes(rng, monkeypatch, fresh_plans, dtype, shape, activation):
+    # the span kernels where the channel walk has whole 8- or 16-byte words (STAGED_MIN_WORD
+    # past 16 sends every staged plane to them: sweep variant span_all_words), one channel a
+    # span (G = 1) and two (bf16 14 x 14: 392-byte runs), forward and backward
+    monkeypatch.setattr(_batch_norm, "STAGED_MIN_WORD", 32)
+    dtype = numpy.dtype(dtype)
+    if shape[0] > 100:
+        _needs_clusters()
+    p = _dense_plan(shape, dtype, numpy.float32)
+    assert p.staged is not None and p.staged.span and p.staged_bwd is not None and p.staged_bwd.span, p
+    _gpu_case(rng, shape, 1, dtype, numpy.float32, activation, training=True, with_residual=activation is not None)
+
+
+@pytest.mark.gpu
 def test_gpu_more_channels_than_one_grid_axis(rng):
     # 70000 channels: the channel-major launches go out in slices of 65,535
     _gpu_case(rng, (2, 70000, 3), 1, numpy.dtype(numpy.float32), numpy.float32, None, training=True)
