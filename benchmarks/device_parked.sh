@@ -8,7 +8,11 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: v32 p8b): v32 (probe, no patch: the span kernels for whole-word NCHW planes,
+# Steps (default: v31 v32 p8b): v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
+# backwards' first walk writes dz over the staged dy, the second reads it back: the residual
+# read once; its GPU test and the staged / span backward tests, both sanitizers over the span
+# cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
+# ~2-3 min), v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
 # block; the span GPU tests, racecheck and memcheck of the span cases, the sweep at NCHW 56 x
@@ -42,16 +46,16 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(v32 p8b)
+[ ${#steps[@]} -eq 0 ] && steps=(v31 v32 p8b)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch)
+                     [v29]=bn-v29-residual-l2-prefetch [v31]=bn-v31-staged-dz-written-back)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked)
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v31 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -154,6 +158,17 @@ for name in "${steps[@]}"; do
             step v30-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,span_v28 --json "$out/sweep-v30.json"
         sed -n '/^case |/,$p' "$out/v30-sweep.txt" ;;
+    v31)  # BatchNorm v31: dz written back over the staged dy: its tests, both sanitizers, the fused sweep
+        tests_step v31-tests "$(cap 200)" -n 8 tests/test_batch_norm.py -k "staged"
+        for tool in racecheck memcheck; do
+            [ -n "${PARKED_NO_TOOLS:-}" ] && break
+            step "v31-$tool" "$(cap 120)" compute-sanitizer --tool "$tool" python3 -c "$v25_cases"
+            tail -2 "$out/v31-$tool.txt"
+        done
+        BN_SWEEP_SHAPES=256x2048x7x7,64x1024x14x14,64x128x28x28,32x256x56x56 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
+            step v31-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,staged_dz_recompute --json "$out/sweep-v31.json"
+        sed -n '/^case |/,$p' "$out/v31-sweep.txt" ;;
     v32)  # BatchNorm v32 (probe, no patch): the span kernels for whole-word planes (14 x 14, 28 x 28)
         tests_step v32-tests "$(cap 150)" -n 4 tests/test_batch_norm.py -k "whole_word_planes"
         BN_SWEEP_SHAPES=64x1024x14x14,128x256x14x14,32x512x28x28,64x128x28x28 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \

@@ -120,6 +120,9 @@ VARIANTS = {
     # 14: 392-byte runs; bn_fwd_staged / bn_bwd_staged there), or for every staged plane whose
     # span fits a block's threads (float32 14 x 14 too); planes past it keep their kernels'
     # fallbacks (the forward's span has no pieces: float32 56 x 56 then takes the passes)
+    # v31 (its patch): the staged backwards' second walk reading dz from the stage (the
+    # default there) or recomputing it from x and the residual read again (v30's)
+    "staged_dz_recompute": (("-DCUNORM_BN_STAGED_DZ_BACK=0",), 256, {}),
     "span_8byte_words": ((), 256, {"STAGED_MIN_WORD": 16}),
     "span_all_words": ((), 256, {"STAGED_MIN_WORD": 32}),
 }
