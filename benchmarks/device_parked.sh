@@ -90,6 +90,17 @@ cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 v25_cases="import cupy; from cunorm import _sanitize; _sanitize.staged_span_calls(cupy.random.default_rng(0)); \
 cupy.cuda.runtime.deviceSynchronize(); print('v25 sanitizer cases done')"
 
+# racecheck and memcheck of the span cases (cunorm._sanitize.staged_span_calls), logs NAME-TOOL;
+# PARKED_NO_TOOLS=1 leaves them to the full check
+span_tools() {
+    local name="$1" tool
+    for tool in racecheck memcheck; do
+        [ -n "${PARKED_NO_TOOLS:-}" ] && break
+        step "$name-$tool" "$(cap 120)" compute-sanitizer --tool "$tool" python3 -c "$v25_cases"
+        tail -2 "$out/$name-$tool.txt"
+    done
+}
+
 for name in "${steps[@]}"; do
     case "$name" in
     v111)  # the FP8 fused forward's tests, then the float sums against the tensor cores' (two rounds)
@@ -124,11 +135,7 @@ for name in "${steps[@]}"; do
     v26) ;;  # applied for v27 (its sweep runs there)
     v27)  # BatchNorm v26's defaults + v27: the span GPU tests, both sanitizers, then the sweep
         tests_step v26-tests "$(cap 150)" tests/test_batch_norm.py -k "staged_span or span_word"
-        for tool in racecheck memcheck; do  # PARKED_NO_TOOLS=1: left to the full check
-            [ -n "${PARKED_NO_TOOLS:-}" ] && break
-            step "v26-$tool" "$(cap 90)" compute-sanitizer --tool "$tool" python3 -c "$v25_cases"
-            tail -2 "$out/v26-$tool.txt"
-        done
+        span_tools v26
         BN_SWEEP_SHAPES=256x2048x7x7,64x1024x7x7,256x256x9x9,32x512x11x11 BN_SWEEP_LAYOUTS=nchw \
             step v26-sweep "$(cap 240)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,span_fwd_v25,span_fwd_not_lean,span_fwd_direct_all,span_fwd_direct_in_order \
@@ -149,22 +156,14 @@ for name in "${steps[@]}"; do
     v30)  # BatchNorm v30: the span backward's pieces: span GPU tests, both sanitizers over the span cases
           # (v30's two among them), then the sweep with the residual + ReLU calls timed
         tests_step v30-tests "$(cap 150)" -n 4 tests/test_batch_norm.py -k "span"
-        for tool in racecheck memcheck; do
-            [ -n "${PARKED_NO_TOOLS:-}" ] && break
-            step "v30-$tool" "$(cap 120)" compute-sanitizer --tool "$tool" python3 -c "$v25_cases"
-            tail -2 "$out/v30-$tool.txt"
-        done
+        span_tools v30
         BN_SWEEP_SHAPES=32x256x56x56,16x512x56x56,64x128x28x28 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
             step v30-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,span_v28 --json "$out/sweep-v30.json"
         sed -n '/^case |/,$p' "$out/v30-sweep.txt" ;;
     v31)  # BatchNorm v31: dz written back over the staged dy: its tests, both sanitizers, the fused sweep
         tests_step v31-tests "$(cap 200)" -n 8 tests/test_batch_norm.py -k "staged"
-        for tool in racecheck memcheck; do
-            [ -n "${PARKED_NO_TOOLS:-}" ] && break
-            step "v31-$tool" "$(cap 120)" compute-sanitizer --tool "$tool" python3 -c "$v25_cases"
-            tail -2 "$out/v31-$tool.txt"
-        done
+        span_tools v31
         BN_SWEEP_SHAPES=256x2048x7x7,64x1024x14x14,64x128x28x28,32x256x56x56 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
             step v31-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,staged_dz_recompute --json "$out/sweep-v31.json"
