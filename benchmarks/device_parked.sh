@@ -12,7 +12,8 @@
 # backwards' first walk writes dz over the staged dy, the second reads it back: the residual
 # read once; its GPU test and the staged / span backward tests, both sanitizers over the span
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
-# ~2-3 min), v32 (probe, no patch: the span kernels for whole-word NCHW planes,
+# ~2-3 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min),
+# v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
 # block; the span GPU tests, racecheck and memcheck of the span cases, the sweep at NCHW 56 x
@@ -168,6 +169,13 @@ for name in "${steps[@]}"; do
             step v31-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,staged_dz_recompute --json "$out/sweep-v31.json"
         sed -n '/^case |/,$p' "$out/v31-sweep.txt" ;;
+    prof)  # ncu's stalls of the BatchNorm kernels issue 5 still misses with (staged channels last,
+           # the NHWC passes, the span backward's pieces, the NCHW 14 x 14 staged forward), ~2 min
+        step prof "$(cap 300)" python3 benchmarks/profile_stalls.py --out "$out/stalls" \
+            batch_norm:bfloat16:64x1024x14x14:nhwc:fwd batch_norm:bfloat16:64x1024x14x14:nhwc:bwd \
+            batch_norm:bfloat16:32x256x56x56:nhwc:fwd batch_norm:bfloat16:32x256x56x56:nchw:bwd \
+            batch_norm:bfloat16:64x1024x14x14:nchw:fwd batch_norm:float32:32x256x56x56:nchw:bwd
+        tail -40 "$out/prof.txt" ;;
     v32)  # BatchNorm v32 (probe, no patch): the span kernels for whole-word planes (14 x 14, 28 x 28)
         tests_step v32-tests "$(cap 150)" -n 4 tests/test_batch_norm.py -k "whole_word_planes"
         BN_SWEEP_SHAPES=64x1024x14x14,128x256x14x14,32x512x28x28,64x128x28x28 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
