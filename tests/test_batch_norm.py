@@ -672,6 +672,21 @@ class _sm_count:
 
 # ---- bn_fwd_staged: the one-read training forward ---------------------------------------------
 
+def test_span_split_pieces(monkeypatch):
+    # v30: bn_bwd_staged_span's pieces of a one-channel plane: whole words each, at most a
+    # block's threads; the fewest such, or (STAGED_SPAN_SPLIT_FILL) those leaving the fewest
+    # threads without a word
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_SPLIT_FILL", False)
+    assert [_batch_norm._span_split(w) for w in (1, 49, 392, 512, 513, 784, 1568, 1031)] == [1, 1, 1, 1, 3, 2, 4, 1031]
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_SPLIT_FILL", True)
+    assert [_batch_norm._span_split(w) for w in (392, 784, 210, 512, 49)] == [49, 49, 105, 1, 49]  # 49: words of one
+    for fill in (False, True):
+        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_SPLIT_FILL", fill)
+        for words in range(1, 3000, 7):
+            m = _batch_norm._span_split(words)
+            assert words % m == 0 and words // m <= _batch_norm.STAGED_SPAN_BLOCK, (words, m)
+
+
 def test_plans_staged_forward(fresh_plans, monkeypatch):
     # the benchmark's channel-major shapes: the widest copies whose stage (the fewest channels
     # whose spans are whole copies) fits half an SM's shared memory, where the channel walk's
