@@ -8,11 +8,13 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: v31 v32 p8b): v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
+# Steps (default: v31 v32 v33 prof): v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
 # backwards' first walk writes dz over the staged dy, the second reads it back: the residual
 # read once; its GPU test and the staged / span backward tests, both sanitizers over the span
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
-# ~2-3 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min),
+# ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
+# GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -47,16 +49,17 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(v31 v32 p8b)
+[ ${#steps[@]} -eq 0 ] && steps=(v31 v32 v33 prof)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v31]=bn-v31-staged-dz-written-back)
+                     [v29]=bn-v29-residual-l2-prefetch [v31]=bn-v31-staged-dz-written-back
+                     [v33]=bn-v33-span-forward-pieces)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked)
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v31 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v31 v33 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -169,6 +172,12 @@ for name in "${steps[@]}"; do
             step v31-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,staged_dz_recompute --json "$out/sweep-v31.json"
         sed -n '/^case |/,$p' "$out/v31-sweep.txt" ;;
+    v33)  # BatchNorm v33: the span forward in pieces: its GPU tests, then the sweep
+        tests_step v33-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -k "span"
+        BN_SWEEP_SHAPES=32x256x56x56,16x512x56x56,64x128x28x28,256x2048x7x7 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
+            step v33-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,span_fwd_no_pieces,span_all_words,span_fwd_pieces --json "$out/sweep-v33.json"
+        sed -n '/^case |/,$p' "$out/v33-sweep.txt" ;;
     prof)  # ncu's stalls of the BatchNorm kernels issue 5 still misses with (staged channels last,
            # the NHWC passes, the span backward's pieces, the NCHW 14 x 14 staged forward), ~2 min
         step prof "$(cap 300)" python3 benchmarks/profile_stalls.py --out "$out/stalls" \

@@ -123,6 +123,10 @@ VARIANTS = {
     # v31 (its patch): the staged backwards' second walk reading dz from the stage (the
     # default there) or recomputing it from x and the residual read again (v30's)
     "staged_dz_recompute": (("-DCUNORM_BN_STAGED_DZ_BACK=0",), 256, {}),
+    # v33 (its patch): the span forward in pieces, so whole-word planes past 512 words (float32
+    # 56 x 56) take the span kernels too; and v33's build with M fixed at 1 (v32's code)
+    "span_fwd_pieces": ((), 256, {"STAGED_MIN_WORD": 32, "STAGED_SPAN_FWD_PIECES": True}),
+    "span_fwd_no_pieces": (("-DCUNORM_BN_SPAN_FWD_PIECES=0",), 256, {}),
     "span_8byte_words": ((), 256, {"STAGED_MIN_WORD": 16}),
     "span_all_words": ((), 256, {"STAGED_MIN_WORD": 32}),
 }
@@ -132,7 +136,8 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL", "CL_GRID_FITS", "USE_STAGED_CL",
                  "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID",
                  "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD",
-                 "STAGED_CL_BWD_MAX_ITEMSIZE", "STAGED_SPAN_WIDE_BWD_ITEMSIZES", "STAGED_SPAN_SPLIT_FILL")
+                 "STAGED_CL_BWD_MAX_ITEMSIZE", "STAGED_SPAN_WIDE_BWD_ITEMSIZES", "STAGED_SPAN_SPLIT_FILL",
+                 "STAGED_SPAN_FWD_PIECES")
 
 
 def _use(options, block: int, settings: dict) -> None:
