@@ -176,7 +176,8 @@ for name in "${steps[@]}"; do
         tests_step v33-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -k "span"
         BN_SWEEP_SHAPES=32x256x56x56,16x512x56x56,64x128x28x28,256x2048x7x7 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
             step v33-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
-            --variants default,span_fwd_no_pieces,span_all_words,span_fwd_pieces --json "$out/sweep-v33.json"
+            --variants default,span_fwd_no_pieces,span_all_words,span_fwd_pieces,span_fwd_only_pieces \
+            --json "$out/sweep-v33.json"
         sed -n '/^case |/,$p' "$out/v33-sweep.txt" ;;
     prof)  # ncu's stalls of the BatchNorm kernels issue 5 still misses with (staged channels last,
            # the NHWC passes, the span backward's pieces, the NCHW 14 x 14 staged forward), ~2 min

@@ -127,6 +127,7 @@ VARIANTS = {
     # 56 x 56) take the span kernels too; and v33's build with M fixed at 1 (v32's code)
     "span_fwd_pieces": ((), 256, {"STAGED_MIN_WORD": 32, "STAGED_SPAN_FWD_PIECES": True}),
     "span_fwd_no_pieces": (("-DCUNORM_BN_SPAN_FWD_PIECES=0",), 256, {}),
+    "span_fwd_only_pieces": ((), 256, {"STAGED_FWD_MIN_WORD": 32, "STAGED_SPAN_FWD_PIECES": True}),
     "span_8byte_words": ((), 256, {"STAGED_MIN_WORD": 16}),
     "span_all_words": ((), 256, {"STAGED_MIN_WORD": 32}),
 }
@@ -137,7 +138,7 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID",
                  "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD",
                  "STAGED_CL_BWD_MAX_ITEMSIZE", "STAGED_SPAN_WIDE_BWD_ITEMSIZES", "STAGED_SPAN_SPLIT_FILL",
-                 "STAGED_SPAN_FWD_PIECES")
+                 "STAGED_SPAN_FWD_PIECES", "STAGED_FWD_MIN_WORD")
 
 
 def _use(options, block: int, settings: dict) -> None:
