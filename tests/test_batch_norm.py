@@ -687,34 +687,8 @@ def test_span_split_pieces(monkeypatch):
             assert words % m == 0 and words // m <= _batch_norm.STAGED_SPAN_BLOCK, (words, m)
 
 
-def test_plans_staged_forward(fresh_plans, monkeypatch):
-    # the benchmark's channel-major shapes: the widest copies whose stage (the fewest channels
-    # whose spans are whole copies) fits half an SM's shared memory, where the channel walk's
-    # words are 8 bytes or more; over that, channels last, or pointers off 16 bytes: the passes
-    # (bn_fwd_staged_span off: test_plans_staged_span has the narrower words)
-    monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN", False)
-
-    def staged(shape, dtype, phase=0, strides=None):
-        strides = strides or contiguous_strides(shape)
-        with _sm_count(132):
-            return _batch_norm.plan(_batch_norm.layout(shape, strides, 1), dtype, numpy.float32, phase, 0).staged
-
+def test_plans_span_wide_backward(fresh_plans, monkeypatch):
     S = _batch_norm.Staged
-    limit = H200_SMEM[1] // 2 - _batch_norm.STAGED_RESERVED_SMEM
-    assert staged((64, 1024, 14, 14), BFLOAT16) == S(2, 16, 4, 64 * 2 * 392, 512, 256)  # 392-byte runs: 8-byte words
-    assert staged((64, 1024, 14, 14), numpy.float32) == S(1, 16, 4, 64 * 784, 1024, 256)
-    assert staged((256, 2048, 7, 7), BFLOAT16) is None  # 98-byte runs: 2-byte words
-    assert staged((256, 2048, 7, 7), numpy.float32) is None  # 196-byte runs: 4-byte words
-    assert staged((16, 64, 28, 28), BFLOAT16) == S(1, 16, 8, 16 * 1568, 64, 256)
-    # stages past one block's share split their images over a cluster (sm_90), the fewest blocks
-    assert staged((32, 256, 56, 56), BFLOAT16) == S(1, 16, 8, 16 * 6272, 2 * 256, 512, 2, 16)
-    assert staged((32, 256, 56, 56), numpy.float32) == S(1, 16, 4, 8 * 12544, 4 * 256, 512, 4, 8)
-    assert staged((9, 4, 64, 64), numpy.float32) == S(1, 16, 4, 5 * 16384, 2 * 4, 512, 2, 5)  # 5 + 4 images
-    assert staged((3, 2, 128, 128), numpy.float32) is None  # 2 blocks: 128 KB each; 4: one without an image
-    assert staged((128, 64, 112, 112), BFLOAT16) is None  # 3.2 MB a channel: 8 blocks of 401 KB
-    with _sm_count(108, capability=80):
-        assert _batch_norm.plan(_batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1), BFLOAT16,
-                                numpy.float32, 0, 0).staged is None
     # the backward's whole-word stage is not clustered (v16: no gain): bf16 56 x 56 takes the
     # span backward's clusters (v28, STAGED_SPAN_WIDE_BWD: 392 words a span), float32's 784-word
     # span too many for a block's threads, its passes; half precision alone (float32's 196-word
@@ -747,15 +721,39 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
         assert _batch_norm.plan(lay, numpy.float32, numpy.float32, 0, 0).staged_bwd.split == 49  # 16 words
         assert _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0).staged_bwd.split == 49  # 8 words
         # the forward's span kernel takes no pieces; 7 x 7's spans cross channels (G > 1): none
-        monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN", True)
-        _batch_norm.plan.cache_clear()
         lay7 = _batch_norm.layout((256, 2048, 7, 7), (2048 * 49, 49, 7, 1), 1)
         assert _batch_norm.plan(lay7, BFLOAT16, numpy.float32, 0, 0).staged_bwd.split == 1
         assert _batch_norm.plan(lay7, BFLOAT16, numpy.float32, 0, 0).staged.split == 1
-        monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN", False)
-        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_SPLIT_FILL", False)
-        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_WIDE_BWD_ITEMSIZES", (2,))
-        _batch_norm.plan.cache_clear()
+
+
+def test_plans_staged_forward(fresh_plans, monkeypatch):
+    # the benchmark's channel-major shapes: the widest copies whose stage (the fewest channels
+    # whose spans are whole copies) fits half an SM's shared memory, where the channel walk's
+    # words are 8 bytes or more; over that, channels last, or pointers off 16 bytes: the passes
+    # (bn_fwd_staged_span off: test_plans_staged_span has the narrower words)
+    monkeypatch.setattr(_batch_norm, "USE_STAGED_SPAN", False)
+
+    def staged(shape, dtype, phase=0, strides=None):
+        strides = strides or contiguous_strides(shape)
+        with _sm_count(132):
+            return _batch_norm.plan(_batch_norm.layout(shape, strides, 1), dtype, numpy.float32, phase, 0).staged
+
+    S = _batch_norm.Staged
+    limit = H200_SMEM[1] // 2 - _batch_norm.STAGED_RESERVED_SMEM
+    assert staged((64, 1024, 14, 14), BFLOAT16) == S(2, 16, 4, 64 * 2 * 392, 512, 256)  # 392-byte runs: 8-byte words
+    assert staged((64, 1024, 14, 14), numpy.float32) == S(1, 16, 4, 64 * 784, 1024, 256)
+    assert staged((256, 2048, 7, 7), BFLOAT16) is None  # 98-byte runs: 2-byte words
+    assert staged((256, 2048, 7, 7), numpy.float32) is None  # 196-byte runs: 4-byte words
+    assert staged((16, 64, 28, 28), BFLOAT16) == S(1, 16, 8, 16 * 1568, 64, 256)
+    # stages past one block's share split their images over a cluster (sm_90), the fewest blocks
+    assert staged((32, 256, 56, 56), BFLOAT16) == S(1, 16, 8, 16 * 6272, 2 * 256, 512, 2, 16)
+    assert staged((32, 256, 56, 56), numpy.float32) == S(1, 16, 4, 8 * 12544, 4 * 256, 512, 4, 8)
+    assert staged((9, 4, 64, 64), numpy.float32) == S(1, 16, 4, 5 * 16384, 2 * 4, 512, 2, 5)  # 5 + 4 images
+    assert staged((3, 2, 128, 128), numpy.float32) is None  # 2 blocks: 128 KB each; 4: one without an image
+    assert staged((128, 64, 112, 112), BFLOAT16) is None  # 3.2 MB a channel: 8 blocks of 401 KB
+    with _sm_count(108, capability=80):
+        assert _batch_norm.plan(_batch_norm.layout((32, 256, 56, 56), (256 * 3136, 3136, 56, 1), 1), BFLOAT16,
+                                numpy.float32, 0, 0).staged is None
     # any word, the fewest channels first: narrower copies of fewer channels
     monkeypatch.setattr(_batch_norm, "STAGED_MIN_WORD", 1)
     monkeypatch.setattr(_batch_norm, "STAGED_PREFER_WIDE", False)
