@@ -8,7 +8,8 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: v31 v32 v33 prof): v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
+# Steps (default: prof; v31 and v33 are on main since the forty-second session, their steps
+# apply nothing and measure main): v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
 # backwards' first walk writes dz over the staged dy, the second reads it back: the residual
 # read once; its GPU test and the staged / span backward tests, both sanitizers over the span
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
@@ -49,17 +50,16 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(v31 v32 v33 prof)
+[ ${#steps[@]} -eq 0 ] && steps=(prof)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v31]=bn-v31-staged-dz-written-back
-                     [v33]=bn-v33-span-forward-pieces)
+                     [v29]=bn-v29-residual-l2-prefetch)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked)
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v31 v33 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then

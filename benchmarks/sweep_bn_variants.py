@@ -130,6 +130,14 @@ VARIANTS = {
     "span_fwd_only_pieces": ((), 256, {"STAGED_FWD_MIN_WORD": 32, "STAGED_SPAN_FWD_PIECES": True}),
     "span_8byte_words": ((), 256, {"STAGED_MIN_WORD": 16}),
     "span_all_words": ((), 256, {"STAGED_MIN_WORD": 32}),
+    # v34: the forward alone through the span kernels for 8-byte-word planes (bf16 14 x 14),
+    # and every plane's forward in pieces as few as fit a block (not those filling it)
+    "span_fwd_8byte_words": ((), 256, {"STAGED_FWD_MIN_WORD": 16}),
+    "span_fwd_only_fewest_pieces": ((), 256, {"STAGED_FWD_MIN_WORD": 32, "STAGED_SPAN_FWD_PIECES": True,
+                                              "STAGED_SPAN_SPLIT_FILL": False}),
+    # v34's defaults undone: the forward's span kernels for words under 8 bytes alone, no pieces (v32's plans)
+    "span_fwd_v32": ((), 256, {"STAGED_FWD_MIN_WORD": None, "STAGED_SPAN_FWD_WHOLE_WORDS": False,
+                               "STAGED_SPAN_FWD_PIECES": False}),
 }
 HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
                  "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
@@ -138,7 +146,7 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID",
                  "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD",
                  "STAGED_CL_BWD_MAX_ITEMSIZE", "STAGED_SPAN_WIDE_BWD_ITEMSIZES", "STAGED_SPAN_SPLIT_FILL",
-                 "STAGED_SPAN_FWD_PIECES", "STAGED_FWD_MIN_WORD")
+                 "STAGED_SPAN_FWD_PIECES", "STAGED_FWD_MIN_WORD", "STAGED_SPAN_FWD_WHOLE_WORDS")
 
 
 def _use(options, block: int, settings: dict) -> None:

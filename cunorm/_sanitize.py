@@ -10,6 +10,8 @@ odd N (pack width one), strided rows, the fused options and BatchNorm in both la
 """
 from __future__ import annotations
 
+import contextlib
+
 import ml_dtypes
 import numpy
 
@@ -89,19 +91,15 @@ def run(log=print) -> int:
                                  ((11, 2, 64, 64), 1, numpy.float32), ((4, 9, 11, 24), -1, numpy.float32),
                                  *staged_cl)] + [(c, False) for c in staged_cl]
     grid_default = _batch_norm.USE_STAGED_CL_GRID
-    try:
-        for (shape, axis, dt), grid in cases:
-            _batch_norm.USE_STAGED_CL_GRID = grid and grid_default
-            _batch_norm.plan.cache_clear()
+    for (shape, axis, dt), grid in cases:
+        # (the forward of bf16's 8-byte words in bn_fwd_staged, not the span kernel v33 sends it to)
+        with batch_norm_settings(USE_STAGED_CL_GRID=grid and grid_default, STAGED_FWD_MIN_WORD=None):
             x = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt))
             c = shape[axis]
             w, b = cupy.ones(c, numpy.float32), cupy.zeros(c, numpy.float32)
             y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=axis, return_stats=True)
             cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, channel_axis=axis)
             calls += 2
-    finally:
-        _batch_norm.USE_STAGED_CL_GRID = grid_default
-        _batch_norm.plan.cache_clear()
     calls += staged_span_calls(rng)
     cupy.cuda.runtime.deviceSynchronize()
     log(f"cunorm._sanitize: {calls} calls done")
@@ -116,28 +114,39 @@ def staged_span_calls(rng) -> int:
 
     import cunorm
 
-    from .ops import _batch_norm
-
-    # then the backward's one-channel planes walked in pieces (v30): float32 56 x 56 in two,
-    # bf16's in 49 of 8 words (STAGED_SPAN_SPLIT_FILL), both over clusters of 2 on sm_90
+    # then the backward's one-channel planes walked in pieces (v30): float32 56 x 56 in the
+    # fewest, two (STAGED_SPAN_SPLIT_FILL off), bf16's in 49 of 8 words (the default), both
+    # over clusters of 2 on sm_90; bf16's 16-image forward in those pieces too (v33 / v34), and
+    # its 14 x 14 forward of two channels a span (8-byte words, v33)
     cases = (((161, 16, 7, 7), ml_dtypes.bfloat16, {}), ((1, 13, 5, 5), ml_dtypes.bfloat16, {}),
-             ((8, 3, 56, 56), numpy.float32, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2, 4)}),
+             ((4, 5, 14, 14), ml_dtypes.bfloat16, {}),
+             ((8, 3, 56, 56), numpy.float32, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2, 4), "STAGED_SPAN_SPLIT_FILL": False}),
              ((16, 3, 56, 56), ml_dtypes.bfloat16, {"STAGED_SPAN_SPLIT_FILL": True}))
     for shape, dt, settings in cases:
-        saved = {k: getattr(_batch_norm, k) for k in settings}
-        try:
-            for k, v in settings.items():
-                setattr(_batch_norm, k, v)
-            _batch_norm.plan.cache_clear()
+        with batch_norm_settings(**settings):
             x, r = (cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt)) for _ in range(2))
             w, b = cupy.ones(shape[1], numpy.float32), cupy.zeros(shape[1], numpy.float32)
             y, mean, rstd = cunorm.batch_norm(x, w, b, residual=r, activation="relu", return_stats=True)
             cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, residual=r, activation="relu")
-        finally:
-            for k, v in saved.items():
-                setattr(_batch_norm, k, v)
-            _batch_norm.plan.cache_clear()
     return 2 * len(cases)
+
+
+@contextlib.contextmanager
+def batch_norm_settings(**settings):
+    """The BatchNorm planner's module settings (cunorm.ops._batch_norm) set for the block and
+    restored after it, its plans cleared on both sides."""
+    from .ops import _batch_norm
+
+    saved = {k: getattr(_batch_norm, k) for k in settings}
+    try:
+        for k, v in settings.items():
+            setattr(_batch_norm, k, v)
+        _batch_norm.plan.cache_clear()
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(_batch_norm, k, v)
+        _batch_norm.plan.cache_clear()
 
 
 if __name__ == "__main__":

@@ -1725,6 +1725,15 @@ bn_fwd_staged(const T* __restrict__ x, const T* __restrict__ res, T* __restrict_
 }
 
 // ---- one-read backward: x and dy staged in shared memory (NOTES "BatchNorm v15")
+// v31: with an activation, the staged backwards' first walk writes dz (rounded to T, as dres
+// is) over the staged dy and stores dres there, so the second walk reads dz from the stage:
+// the residual is read from global memory once, where both walks read it to recompute z
+// (bn_bwd_staged_cl has done so since v21). Exact for ReLU (dz is dy or 0) and for float32 /
+// float64; half precision's smooth activations take dz rounded to T in dx's first term.
+// 0: v30's walks.
+#ifndef CUNORM_BN_STAGED_DZ_BACK
+#define CUNORM_BN_STAGED_DZ_BACK 1
+#endif
 // The layout and stages of bn_fwd_staged, with dy's spans staged after x's (2 O G I elements
 // a block). A group of warps a channel sums dz and dz (x - mean) over its staged elements
 // (dz = dy act'(z), z recomputed from x and the residual, read from global memory where an
@@ -1761,9 +1770,11 @@ __device__ __forceinline__ void staged_backward(const T* __restrict__ dy, const 
   const A rs = active ? rstd[c] : A(0), wc = active && w ? cvt<A>(w[c]) : A(1);
   copies_wait<0>();
   __syncthreads();
+  constexpr bool kDzBack = ACT != 0 && CUNORM_BN_STAGED_DZ_BACK;
   T* sx = reinterpret_cast<T*>(staged);
-  const T* sg = reinterpret_cast<const T*>(staged + half);
+  T* sg = reinterpret_cast<T*>(staged + half);
   const T* rc = ACT != 0 && res ? res + c * I : nullptr;
+  T* const drc_first = kDzBack && dres ? dres + c * I : nullptr;  // dres from the first walk (v31)
   const auto dz_at = [&](int off, int o, int iw, A (&xv)[EPW], A (&dz)[EPW]) {
     A gv[EPW], rv[EPW];
     unpack_words(staged_word<T, EPW>(sx + off), xv);
@@ -1787,6 +1798,10 @@ __device__ __forceinline__ void staged_backward(const T* __restrict__ dy, const 
         s1 += dz[e];
         s2 += dz[e] * (xv[e] - ch.mean);
       }
+      if (kDzBack) {  // this thread's word again in the second walk: no other thread reads it
+        *reinterpret_cast<Word*>(sg + off) = convert_pack<T>(dz);
+        if (drc_first) *reinterpret_cast<Word*>(drc_first + o * so + iw * EPW) = convert_pack<T>(dz);
+      }
     });
   staged_group_sum2<kWarps>(s1, s2, red, wpc);
   if (active) {
@@ -1795,11 +1810,16 @@ __device__ __forceinline__ void staged_backward(const T* __restrict__ dy, const 
     if (lane == 0) store_param_grads(c, ChunkSums{double(s1), double(sq)}, dw, db);
     const A a = rs * wc, m2 = grad_mean<A>(double(sq), n, training);
     const ChannelGrad<A> cg{a, grad_mean<A>(double(s1), n, training), a * rs * m2};
-    T* drc = dres ? dres + c * I : nullptr;
+    T* drc = !kDzBack && dres ? dres + c * I : nullptr;
     walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int o, int iw) {
       A xv[EPW], dz[EPW], out[EPW];
-      dz_at(off, o, iw, xv, dz);
-      if (drc) *reinterpret_cast<Word*>(drc + o * so + iw * EPW) = convert_pack<T>(dz);
+      if (kDzBack) {
+        unpack_words(staged_word<T, EPW>(sx + off), xv);
+        unpack_words(staged_word<T, EPW>(sg + off), dz);
+      } else {
+        dz_at(off, o, iw, xv, dz);
+        if (drc) *reinterpret_cast<Word*>(drc + o * so + iw * EPW) = convert_pack<T>(dz);
+      }
 #pragma unroll
       for (int e = 0; e < EPW; ++e) out[e] = cg.dx(dz[e], xv[e] - ch.mean);
       *reinterpret_cast<Word*>(sx + off) = convert_pack<T>(out);
@@ -2038,11 +2058,17 @@ __device__ __forceinline__ Channel<A> channel_at(const A (*cons)[kMaxStagedGroup
 #endif
 static_assert(CUNORM_BN_SPAN_FWD_PARTS >= 1 && CUNORM_BN_SPAN_FWD_PARTS <= 4, "copies_wait_upto waits on 0-3 groups");
 
-// Launched with bn_fwd_staged's arguments (copies of 16 bytes).
+// Launched with bn_fwd_staged's arguments, the copies' bytes (always 16 here) replaced by M:
+// as bn_bwd_staged_span's (v33), a one-channel plane walked as M images of I / M elements.
+// CUNORM_BN_SPAN_FWD_PIECES 0: M taken as 1 at compile time (v32's code, for sweeps; the host
+// must then plan no pieces).
+#ifndef CUNORM_BN_SPAN_FWD_PIECES
+#define CUNORM_BN_SPAN_FWD_PIECES 1
+#endif
 template <int BLOCK, typename T, typename W, typename R, int ACT, bool CLUSTER>
 __global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
 bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, int I, int O_total,
-                   int C, int G, int /* copies: 16 bytes */, int K, int OB, const W* __restrict__ w,
+                   int C, int G, int M_arg, int K, int OB, const W* __restrict__ w,
                    const W* __restrict__ b, int act, typename AccOf<T>::type param, double eps, double factor,
                    R* __restrict__ running_mean, R* __restrict__ running_var,
                    typename AccOf<T>::type* __restrict__ mean, typename AccOf<T>::type* __restrict__ rstd) {
@@ -2078,7 +2104,9 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
   const A rv = writer && running_var ? cvt<A>(running_var[c]) : A(0);
   const A pivot = owner ? cvt<A>(x[c * I]) : A(0);
   if (lane == 0) pivots[warp] = pivot;  // zeros past the stage's channels: never summed, never stored
-  const Span sw(G, I, count, BLOCK);
+  const int M = CUNORM_BN_SPAN_FWD_PIECES ? M_arg : 1;
+  const int IW = I / M, GW = G * IW;  // the walk's images: O M of GW elements
+  const Span sw(G, IW, count, BLOCK);
   T* sx = reinterpret_cast<T*>(staged) + sw.e0;  // this thread's word in image 0
   A ls = A(0), lq = A(0), hs = A(0), hq = A(0);
   int next = sw.row;  // this thread's next image, part to part
@@ -2088,9 +2116,9 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
     __syncthreads();  // the part's copies (and, the first time, the pivots) seen by the block
     if (sw.live) {
       const A pl = pivots[sw.lo], ph = pivots[sw.hi];
-      span_images_upto(sw, next, part_end(p), [&](int o, int cut, int) {
+      span_images_upto(sw, next, part_end(p) * M, [&](int o, int cut, int) {
         A v[VEC];
-        unpack_words(staged_word<T, VEC>(sx + o * GI), v);
+        unpack_words(staged_word<T, VEC>(sx + o * GW), v);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const A d = v[e] - (e < cut ? pl : ph);
@@ -2100,7 +2128,7 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
     }
   }
   A s, q;
-  span_stage_sum2<CLUSTER>(s, q, ls, lq, hs, hq, sm, sw, owner, warp, lane, GI, I, K);
+  span_stage_sum2<CLUSTER>(s, q, ls, lq, hs, hq, sm, sw, owner, warp, lane, GW, IW, K);
   const double n = double(O_total) * double(I);
   if (lane == 0) {
     Channel<A> ch{A(0), A(0), A(0)};
@@ -2119,11 +2147,14 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
     }
     const T* rw = res ? res + base + sw.e0 : nullptr;
     T* yw = y + base + sw.e0;  // 16-byte aligned as the copies' x is (the planner's condition for both)
+    // walk image o's offset in global memory (as bn_bwd_staged_span's; M = 1: o so)
+    const i64 past = so - I;
+    const auto at = [&](int o) { return M == 1 ? o * so : i64(o / M) * past + i64(o) * IW; };
     const auto apply = [&](auto with_res) {
-      span_images(sw, O, [&](int o, int cut, int valid) {
+      span_images(sw, O * M, [&](int o, int cut, int valid) {
         A v[VEC], r[VEC], out[VEC];
-        unpack_words(staged_word<T, VEC>(sx + o * GI), v);
-        if constexpr (decltype(with_res)::value) residual_word<true>(rw, o * so, r, valid);
+        unpack_words(staged_word<T, VEC>(sx + o * GW), v);
+        if constexpr (decltype(with_res)::value) residual_word<true>(rw, at(o), r, valid);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const Channel<A>& k = e < cut ? cl : ch;
@@ -2131,8 +2162,8 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
           const A z = decltype(with_res)::value ? k.z(v[e], r[e]) : (v[e] - k.mean) * k.scale + k.shift;
           out[e] = act_forward(tag(), z, param);
         }
-        if (kDirect) store_word_part<T>(yw + o * so, out, 0, valid);
-        else *reinterpret_cast<Pack<T, VEC>*>(sx + o * GI) = convert_pack<T>(out);
+        if (kDirect) store_word_part<T>(yw + at(o), out, 0, valid);
+        else *reinterpret_cast<Pack<T, VEC>*>(sx + o * GW) = convert_pack<T>(out);
       });
     };
     if (!CUNORM_BN_SPAN_FWD_LEAN || rw) apply(Flag<true>{});
@@ -2190,10 +2221,12 @@ bn_bwd_staged_span(const T* __restrict__ dy, const T* __restrict__ x, const T* _
   const Span sw(G, IW, count, BLOCK);
   copies_wait<0>();
   __syncthreads();
+  constexpr bool kDzBack = ACT != 0 && CUNORM_BN_STAGED_DZ_BACK;
   T* sx = reinterpret_cast<T*>(staged) + sw.e0;
-  const T* sg = reinterpret_cast<const T*>(staged + half) + sw.e0;
+  T* sg = reinterpret_cast<T*>(staged + half) + sw.e0;
   const Channel<A> cl = channel_at<A>(sm.cons, sw.lo), ch = channel_at<A>(sm.cons, sw.hi);
   const T* rw = ACT != 0 && res ? res + base + sw.e0 : nullptr;
+  T* const drw_first = kDzBack && dres ? dres + base + sw.e0 : nullptr;  // dres from the first walk (v31)
   // walk image o's offset in global memory from the stage's first element: image o / M's,
   // plus piece o % M's (o IW - (o / M) I: no branch, one division)
   const i64 past = so - I;
@@ -2217,6 +2250,10 @@ bn_bwd_staged_span(const T* __restrict__ dy, const T* __restrict__ x, const T* _
         const A xm = xv[e] - (e < cut ? cl.mean : ch.mean);
         if (e < cut) { l1 += dz[e]; l2 += dz[e] * xm; } else { h1 += dz[e]; h2 += dz[e] * xm; }
       }
+      if (kDzBack) {  // the thread's own word: the second walk reads it back, no other thread
+        *reinterpret_cast<Pack<T, VEC>*>(sg + o * GW) = convert_pack<T>(dz);
+        if (drw_first) store_word_part<T>(drw_first + at(o), dz, 0, valid);
+      }
     });
   A s1, s2;
   span_stage_sum2<CLUSTER>(s1, s2, l1, l2, h1, h2, sm, sw, owner, warp, lane, GW, IW, K);
@@ -2237,11 +2274,16 @@ bn_bwd_staged_span(const T* __restrict__ dy, const T* __restrict__ x, const T* _
   if (sw.live) {
     const ChannelGrad<A> gl{sm.cons[3][sw.lo], sm.cons[4][sw.lo], sm.cons[5][sw.lo]},
                          gh{sm.cons[3][sw.hi], sm.cons[4][sw.hi], sm.cons[5][sw.hi]};
-    T* drw = dres ? dres + base + sw.e0 : nullptr;
+    T* drw = !kDzBack && dres ? dres + base + sw.e0 : nullptr;
     span_images(sw, OW, [&](int o, int cut, int valid) {
       A xv[VEC], dz[VEC], out[VEC];
-      dz_at(o, cut, valid, xv, dz);
-      if (drw) store_word_part<T>(drw + at(o), dz, 0, valid);
+      if (kDzBack) {
+        unpack_words(staged_word<T, VEC>(sx + o * GW), xv);
+        unpack_words(staged_word<T, VEC>(sg + o * GW), dz);
+      } else {
+        dz_at(o, cut, valid, xv, dz);
+        if (drw) store_word_part<T>(drw + at(o), dz, 0, valid);
+      }
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         out[e] = e < cut ? gl.dx(dz[e], xv[e] - cl.mean) : gh.dx(dz[e], xv[e] - ch.mean);

@@ -687,6 +687,55 @@ def test_span_split_pieces(monkeypatch):
             assert words % m == 0 and words // m <= _batch_norm.STAGED_SPAN_BLOCK, (words, m)
 
 
+def test_plans_forward_min_word_alone(fresh_plans):
+    # v33/v34: STAGED_FWD_MIN_WORD (16) sends the forward alone of 8-byte-word planes (bf16
+    # 14 x 14) to the span kernels, the backward keeping bn_bwd_staged; float64 (no span
+    # kernels) and planes the span kernels do not take keep bn_fwd_staged
+    lay = _batch_norm.layout((64, 1024, 14, 14), contiguous_strides((64, 1024, 14, 14)), 1)
+    with _sm_count(132):
+        p = _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0)
+        assert p.staged.span and p.staged.split == 1 and not p.staged_bwd.span
+        lay = _batch_norm.layout((64, 256, 7, 7), contiguous_strides((64, 256, 7, 7)), 1)  # 392-byte runs
+        p = _batch_norm.plan(lay, numpy.dtype(numpy.float64), numpy.float64, 0, 0)
+        assert p.staged and not p.staged.span
+        lay = _batch_norm.layout((64, 256, 1, 2), contiguous_strides((64, 256, 1, 2)), 1)  # a run under a word
+        p = _batch_norm.plan(lay, numpy.dtype(numpy.float32), numpy.float32, 0, 0)
+        assert p.staged and not p.staged.span
+
+
+@pytest.mark.parametrize("shape, half, single", [
+    ((64, 128, 28, 28), False, True),   # bf16: 98-word planes in one block (lost: 0.713 -> 0.652)
+    ((32, 512, 28, 28), False, True),
+    ((128, 128, 28, 28), True, True),   # bf16: clustered stages (won: 0.632 -> 0.684)
+    ((32, 256, 56, 56), True, True),    # 392-word planes (won: 0.693 -> 0.762)
+    ((16, 512, 56, 56), True, True),
+    ((8, 256, 56, 56), False, False),   # 8 images (float32 lost: 0.735 -> 0.698)
+    ((32, 64, 112, 112), True, False),  # float32: no stage fits (the passes)
+])
+def test_plans_span_forward_whole_words(fresh_plans, monkeypatch, shape, half, single):
+    # v34: forwards of 16-byte words through the span kernels (in pieces) where v34's sweep
+    # had them win: float32 from 16 images, half precision where the stage is clustered or
+    # the plane has 256 words or more; the backward unchanged; none without clusters (sm_80)
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), 1)
+    with _sm_count(132):
+        for dtype, span in ((BFLOAT16, half), (numpy.dtype(numpy.float16), half), (numpy.dtype(numpy.float32), single)):
+            p = _batch_norm.plan(lay, dtype, numpy.float32, 0, 0)
+            assert (p.staged is not None and p.staged.span) == span, (dtype, p.staged)
+            if span:
+                words = shape[2] * shape[3] * dtype.itemsize // 16
+                assert p.staged.split == _batch_norm._span_split(words) and p.staged.channels == 1
+        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FWD_WHOLE_WORDS", False)
+        _batch_norm.plan.cache_clear()
+        for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
+            p = _batch_norm.plan(lay, dtype, numpy.float32, 0, 0)
+            assert p.staged is None or not p.staged.span
+    with _sm_count(108, capability=80):
+        monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FWD_WHOLE_WORDS", True)
+        for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
+            p = _batch_norm.plan(lay, dtype, numpy.float32, 0, 0)
+            assert p.staged is None or not p.staged.span
+
+
 def test_plans_span_wide_backward(fresh_plans, monkeypatch):
     S = _batch_norm.Staged
     # the backward's whole-word stage is not clustered (v16: no gain): bf16 56 x 56 takes the
@@ -720,7 +769,7 @@ def test_plans_span_wide_backward(fresh_plans, monkeypatch):
         _batch_norm.plan.cache_clear()
         assert _batch_norm.plan(lay, numpy.float32, numpy.float32, 0, 0).staged_bwd.split == 49  # 16 words
         assert _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0).staged_bwd.split == 49  # 8 words
-        # the forward's span kernel takes no pieces; 7 x 7's spans cross channels (G > 1): none
+        # 7 x 7's spans cross channels (G > 1): no pieces, forward or backward
         lay7 = _batch_norm.layout((256, 2048, 7, 7), (2048 * 49, 49, 7, 1), 1)
         assert _batch_norm.plan(lay7, BFLOAT16, numpy.float32, 0, 0).staged_bwd.split == 1
         assert _batch_norm.plan(lay7, BFLOAT16, numpy.float32, 0, 0).staged.split == 1
@@ -796,11 +845,20 @@ def test_plans_staged_forward(fresh_plans, monkeypatch):
                     assert st.threads == (256 if small else 512)
 
 
+def _forward_staged_not_span(monkeypatch) -> None:
+    """The forwards the planner sends to bn_fwd_staged_span since v33 / v34 (8-byte words,
+    whole-word planes) back to bn_fwd_staged, whose own tests these are."""
+    monkeypatch.setattr(_batch_norm, "STAGED_FWD_MIN_WORD", None)
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FWD_WHOLE_WORDS", False)
+    _batch_norm.plan.cache_clear()
+
+
 @pytest.fixture(params=["widest_copies", "fewest_channels"])
 def staged_any_word(request, monkeypatch):
     """bn_fwd_staged wherever it can run (words of any width, not only the 8 bytes or more the
     planner keeps it to), stages chosen by the widest copies (the default) or the fewest
     channels: the kernel's every word and copy width under test."""
+    _forward_staged_not_span(monkeypatch)
     monkeypatch.setattr(_batch_norm, "STAGED_MIN_WORD", 1)
     monkeypatch.setattr(_batch_norm, "STAGED_PREFER_WIDE", request.param == "widest_copies")
     yield from _replanned(request.param)
@@ -869,6 +927,7 @@ def _staged_match_the_passes(rng, shape, use_staged) -> None:
 def test_gpu_staged_kernels_match_the_passes(rng, monkeypatch, fresh_plans):
     # the same y, statistics and gradients (to rounding) whichever kernels run; deterministic
     shape = (16, 64, 14, 14)
+    _forward_staged_not_span(monkeypatch)
     assert _dense_plan(shape, numpy.dtype(numpy.float32), numpy.float32).staged_bwd is not None
     _staged_match_the_passes(rng, shape, lambda staged: _staged_or_passes(monkeypatch, staged))
 
@@ -891,9 +950,11 @@ CLUSTER_SHAPES = [(32, 8, 56, 56), (24, 3, 64, 64), (13, 3, 72, 72), (30, 3, 48,
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype,pdtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("shape", CLUSTER_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gpu_staged_forward_over_clusters(rng, shape, dtype, pdtype):
+def test_gpu_staged_forward_over_clusters(rng, monkeypatch, fresh_plans, shape, dtype, pdtype):
     _needs_clusters()
+    _forward_staged_not_span(monkeypatch)
     p = _dense_plan(shape, dtype, pdtype)
+    assert p.staged is None or not p.staged.span, p.staged
     if p.staged is None or p.staged.cluster == 1:
         pytest.skip(f"{shape} {dtype}: not a clustered stage ({p.staged})")  # the planner's word or fit rules
     _gpu_case(rng, shape, 1, dtype, pdtype, "relu", training=True)
@@ -907,6 +968,7 @@ def test_gpu_clustered_stages_match_the_passes(rng, monkeypatch, fresh_plans):
     import cupy
 
     _needs_clusters()
+    _forward_staged_not_span(monkeypatch)
     shape = (32, 8, 56, 56)
     x = cupy.asarray((rng.standard_normal(shape) * 3 + 100).astype(numpy.float32))
     w, b = cupy.asarray(rng.standard_normal(8).astype(numpy.float32)), cupy.zeros(8, numpy.float32)
@@ -914,7 +976,7 @@ def test_gpu_clustered_stages_match_the_passes(rng, monkeypatch, fresh_plans):
     for staged in (True, True, False):
         _staged_or_passes(monkeypatch, staged)
         st = _dense_plan(shape, numpy.dtype(numpy.float32), numpy.float32).staged
-        assert (st is not None and st.cluster == 4) if staged else st is None, st
+        assert (st is not None and st.cluster == 4 and not st.span) if staged else st is None, st
         rm, rv = cupy.zeros(8, numpy.float32), cupy.ones(8, numpy.float32)
         y, mean, rstd = cunorm.batch_norm(x, w, b, running_mean=rm, running_var=rv, return_stats=True)
         runs.append((y, mean, rstd, rm, rv))
@@ -924,12 +986,19 @@ def test_gpu_clustered_stages_match_the_passes(rng, monkeypatch, fresh_plans):
 
 
 @pytest.mark.gpu
-def test_gpu_staged_forward_plans_sharing_a_kernel_keep_their_shared_memory(rng):
+@pytest.mark.parametrize("span", [False, True], ids=["staged", "span"])
+def test_gpu_staged_forward_plans_sharing_a_kernel_keep_their_shared_memory(rng, monkeypatch, fresh_plans, span):
     # plans are cached: a smaller stage of the same instantiation launched between two of a
-    # larger one must not lower the kernel's shared-memory allowance under the larger
+    # larger one must not lower the kernel's shared-memory allowance under the larger (the
+    # span forward's too: v34 sends these float32 planes there on sm_90)
     big, small = (128, 64, 14, 14), (80, 64, 14, 14)  # 100,352 and 62,720 bytes a stage
     f32 = numpy.dtype(numpy.float32)
+    if span:
+        _needs_clusters()
+    else:
+        _forward_staged_not_span(monkeypatch)
     assert _dense_plan(big, f32, f32).staged.smem > _dense_plan(small, f32, f32).staged.smem > 48 * 1024
+    assert _dense_plan(big, f32, f32).staged.span == _dense_plan(small, f32, f32).staged.span == span
     for shape in (big, small, big):
         _gpu_case(rng, shape, 1, f32, numpy.float32, None, training=True, with_residual=False)
 
@@ -1193,6 +1262,47 @@ def test_gpu_staged_span_split_backward(rng, monkeypatch, fresh_plans, dtype, sh
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype,shape", [(numpy.float32, (16, 3, 56, 56)), (numpy.float32, (41, 5, 28, 28)),
+                                         (BFLOAT16, (16, 3, 56, 56))],
+                         ids=["fp32_56x56_clusters", "fp32_28x28_uneven", "bf16_56x56"])
+@pytest.mark.parametrize("fill", [False, True], ids=["fewest", "fill"])
+@pytest.mark.parametrize("activation", [None, "relu"], ids=["plain", "relu"])
+def test_gpu_staged_span_forward_pieces(rng, monkeypatch, fresh_plans, dtype, shape, fill, activation):
+    # v33: the span forward walking one-channel planes in pieces (STAGED_SPAN_FWD_PIECES, with
+    # STAGED_MIN_WORD past 16 so whole-word planes take the span kernels): y, the statistics
+    # and running statistics, then the backward, against the reference
+    _needs_clusters()
+    monkeypatch.setattr(_batch_norm, "STAGED_MIN_WORD", 32)
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_FWD_PIECES", True)
+    monkeypatch.setattr(_batch_norm, "STAGED_SPAN_SPLIT_FILL", fill)
+    dtype = numpy.dtype(dtype)
+    st = _dense_plan(shape, dtype, numpy.float32).staged
+    words = shape[2] * shape[3] * dtype.itemsize // 16
+    assert st is not None and st.span and st.split == _batch_norm._span_split(words), st
+    assert st.split > 1 or not (fill or words > _batch_norm.STAGED_SPAN_BLOCK), st
+    _gpu_case(rng, shape, 1, dtype, numpy.float32, activation, training=True, with_residual=activation is not None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,shape", [(BFLOAT16, (16, 3, 56, 56)), (numpy.float16, (16, 3, 112, 112)),
+                                         (numpy.float32, (17, 5, 28, 28)), (numpy.float32, (16, 3, 14, 14)),
+                                         (BFLOAT16, (5, 40, 14, 14))],
+                         ids=["bf16_56x56", "fp16_112x112_clusters", "fp32_28x28", "fp32_14x14", "bf16_8_byte_words"])
+@pytest.mark.parametrize("activation", [None, "relu"], ids=["plain", "relu"])
+def test_gpu_staged_span_forward_as_planned(rng, fresh_plans, dtype, shape, activation):
+    # v34's defaults: the forwards of 16-byte-word planes (from 16 images) and of 8-byte-word
+    # ones through the span kernels, in pieces where the plane is one channel a span; the
+    # backward as before
+    _needs_clusters()
+    dtype = numpy.dtype(dtype)
+    st = _dense_plan(shape, dtype, numpy.float32).staged
+    assert st is not None and st.span, st
+    words = shape[2] * shape[3] * dtype.itemsize // 16
+    assert st.split == (_batch_norm._span_split(words) if st.channels == 1 else 1), st
+    _gpu_case(rng, shape, 1, dtype, numpy.float32, activation, training=True, with_residual=activation is not None)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("shape,fill", [((16, 128, 7, 7), False), ((16, 128, 7, 7), True), ((160, 16, 7, 7), False)],
                          ids=["one_block", "filled", "cluster"])
 def test_gpu_staged_span_matches_the_passes(rng, monkeypatch, fresh_plans, shape, fill):
@@ -1230,6 +1340,26 @@ def test_gpu_staged_span_whole_word_planes(rng, monkeypatch, fresh_plans, dtype,
     p = _dense_plan(shape, dtype, numpy.float32)
     assert p.staged is not None and p.staged.span and p.staged_bwd is not None and p.staged_bwd.span, p
     _gpu_case(rng, shape, 1, dtype, numpy.float32, activation, training=True, with_residual=activation is not None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,kernel", [((16, 24, 14, 14), "staged"), ((40, 24, 7, 7), "span"),
+                                          ((16, 3, 56, 56), "span_pieces")],
+                         ids=["staged", "span", "span_pieces"])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "silu"])
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16), numpy.dtype(numpy.float32)],
+                         ids=["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("with_residual", [True, False], ids=["residual", "no_residual"])
+def test_gpu_staged_backward_dz_written_back(rng, fresh_plans, shape, kernel, activation, dtype, with_residual):
+    # v31: with an activation the staged backwards' first walk writes dz over the staged dy
+    # (and dres out), the second reads it back: dx, dweight, dbias and dresidual against the
+    # reference, half precision's smooth activations with dz rounded to the dtype in dx
+    if kernel == "span_pieces":
+        _needs_clusters()
+    p = _dense_plan(shape, dtype, numpy.float32)
+    st = p.staged_bwd
+    assert st is not None and st.span == (kernel != "staged") and (st.split > 1) == (kernel == "span_pieces"), st
+    _gpu_case(rng, shape, 1, dtype, numpy.float32, activation, training=True, with_residual=with_residual)
 
 
 @pytest.mark.gpu

@@ -113,6 +113,32 @@ STAGED_SPAN_BLOCK = 512  # = the kernel's BLOCK template argument (instantiated 
 # off.
 STAGED_SPAN_FILL = False
 STAGED_SPAN_RESIDENT = 2
+# v33: the span forward walks one-channel planes in pieces too (as _span_split gives them),
+# so whole-word planes past a block's threads (float32 56 x 56: 784 words) can take it.
+# Measured with the forward's STAGED_FWD_MIN_WORD at 32 (every staged forward to the span
+# kernels; H100, NOTES "BatchNorm v33 and v34 outcome", results/sweep-bn-v34-h100.txt): bf16
+# (32, 256, 56, 56) forward 0.693 -> 0.762 of copy, float32 0.804 -> 0.847; its build with
+# M fixed at 1 reads as v32's: on.
+STAGED_SPAN_FWD_PIECES = True
+# v33: the forward's own STAGED_MIN_WORD (None: the backward's). 16: 8-byte-word planes (bf16
+# 14 x 14) forward through the span kernels, the backward staged (v32's sweep: both through
+# the span kernels, bf16 (128, 256, 14, 14) backward 0.752 -> 0.686). Measured (H100, v34's
+# sweep): bf16 (64, 1024, 14, 14) forward 0.582 -> 0.642, (128, 256, 14, 14) 0.614 -> 0.668,
+# (32, 256, 14, 14) 0.326 -> 0.337; backward unchanged.
+STAGED_FWD_MIN_WORD = 16
+# v34: a forward of 16-byte words takes the span kernels too (in pieces), where the batch has
+# at least STAGED_SPAN_FWD_MIN_IMAGES images and the plane is float32, or has at least
+# STAGED_SPAN_FWD_HALF_MIN_WORDS words, or its stage spans a cluster. Measured (H100, v34's
+# sweep, all forwards of 16-byte words through the span kernels): float32 won at every
+# NCHW shape with 16 or more images (28 x 28: +0.016-0.069 of copy; 56 x 56 +0.04-0.06;
+# 14 x 14 +0.01-0.02), lost at (8, 256, 56, 56) 0.735 -> 0.698; bf16 won where the stage is
+# clustered ((128, 128, 28, 28) 0.632 -> 0.684, (32, 64, 112, 112) 0.627 -> 0.681) or the
+# plane has 392 words (56 x 56: +0.03-0.07), lost at 28 x 28's 98-word planes in one block
+# ((64, 128, 28, 28) 0.713 -> 0.652, (32, 512, 28, 28) 0.680 -> 0.610), even at 8 images
+# (8, 256, 56, 56). float64 has no span kernels.
+STAGED_SPAN_FWD_WHOLE_WORDS = True
+STAGED_SPAN_FWD_MIN_IMAGES = 16
+STAGED_SPAN_FWD_HALF_MIN_WORDS = 256
 # v28: the backward of planes whose whole-word stage fits no block (x and dy of every
 # image: bf16 56 x 56 is 401 KB a channel) through bn_bwd_staged_span over a cluster (of
 # STAGED_CLUSTERS), where its span has at most STAGED_SPAN_BLOCK words; the passes before.
@@ -122,14 +148,19 @@ STAGED_SPAN_RESIDENT = 2
 # backward 0.544 -> 0.698 of copy, (16, 512, 56, 56) 0.554 -> 0.721; float32 takes no span
 # there (unchanged): on.
 STAGED_SPAN_WIDE_BWD = True
-# v30 (probe): the element sizes that take it. v28 measured half precision (2); float32 (4)
-# there needs bn_bwd_staged_span's split (its 56 x 56 plane is 784 words, past a block's
-# threads: walked as M = 2 pieces of 392), not measured: half precision alone until a sweep
-# says. float64 has no span kernels.
+# v30: the element sizes that take it: half precision (v28) and float32, whose planes past a
+# block's threads (56 x 56: 784 words) bn_bwd_staged_span walks in pieces. Measured (H200,
+# NOTES "BatchNorm v30 outcome", results/sweep-bn-v30-h200.txt): float32 NCHW backward
+# (32, 256, 56, 56) 0.553 -> 0.679 of copy, (16, 512, 56, 56) 0.559 -> 0.721, (64, 128, 28,
+# 28) 0.475 -> 0.546 (pieces filling the block: 0.670, 0.714, 0.550); the residual + ReLU
+# backward's time there 0.98-1.12x the passes' (the residual read from global memory in both
+# walks). float64 has no span kernels.
 STAGED_SPAN_WIDE_BWD_ITEMSIZES = (2, 4)
-# v30 (probe): split a one-channel plane into the pieces that fill a block's threads best
+# v30: split a one-channel plane into the pieces that fill a block's threads best
 # (_span_split), not only where its words outnumber them (bf16 56 x 56: 392 words leave 120
-# of 512 threads idle; 8 pieces of 49, 22). Not measured: off.
+# of 512 threads idle; 49 pieces of 8 words, none). Measured (H200, same sweep): bf16
+# backward +0.014-0.022 of copy at 56 x 56 and 28 x 28, float32 -0.009 to +0.004, the
+# residual + ReLU backward 2-7% faster: on.
 STAGED_SPAN_SPLIT_FILL = True
 # Channels last (BatchNorm v21): the training forward and the
 # backward of x with its channels innermost take bn_fwd_staged_cl / bn_bwd_staged_cl, one
@@ -398,10 +429,15 @@ def _staged(lay: Layout, itemsize: int, acc_size: int, phase: int, device: int, 
     # words: the widest that divide every run and image stride (the residual is read in them)
     word = next(w for w in (16, 8, 4, 2, 1) if w >= itemsize and w % itemsize == 0 and run % w == 0 and
                 strides % w == 0)
-    if word < STAGED_MIN_WORD:
+    # the forward's own bound: float64 has no span kernels, and a plane they do not take
+    # between the two bounds stays with bn_fwd_staged
+    fwd_min_word = STAGED_MIN_WORD if STAGED_FWD_MIN_WORD is None or itemsize not in (2, 4) else STAGED_FWD_MIN_WORD
+    if word < (STAGED_MIN_WORD if tensors == 2 else max(STAGED_MIN_WORD, fwd_min_word)):
         span_clusters = STAGED_CLUSTERS if compute_capability(device) >= STAGED_CLUSTER_MIN_SM else ()
-        return _staged_span(lay, itemsize, acc_size, limit, span_clusters, tensors,
+        span = _staged_span(lay, itemsize, acc_size, limit, span_clusters, tensors,
                             STAGED_SPAN_RESIDENT * sm_count(device))
+        if span is not None or word < STAGED_MIN_WORD:
+            return span
     best = None
     for K, OB in _cluster_shares(lay.O, clusters):
         for cp in (16, 8, 4):
@@ -420,10 +456,22 @@ def _staged(lay: Layout, itemsize: int, acc_size: int, phase: int, device: int, 
                                 STAGED_SPAN_RESIDENT * sm_count(device))
         return None
     G, cp, smem, K, OB = best
+    if tensors == 1 and word == 16 and clusters and _span_forward_whole_words(lay, itemsize, K):
+        span = _staged_span(lay, itemsize, acc_size, limit, clusters, tensors, STAGED_SPAN_RESIDENT * sm_count(device))
+        if span is not None:
+            return span
     small = (K == 1 and per_sm // (smem + STAGED_RESERVED_SMEM) >= STAGED_SMALL_BLOCK_MIN_RESIDENT
              and G <= STAGED_BLOCKS[0] // 32)
     return Staged(G, cp, word // itemsize, smem, -(-lay.C // G) * K, STAGED_BLOCKS[0] if small else STAGED_BLOCKS[1],
                   K, OB if K > 1 else 0)
+
+
+def _span_forward_whole_words(lay: Layout, itemsize: int, cluster: int) -> bool:
+    """Whether a forward of 16-byte words whose stage takes ``cluster`` blocks goes to the
+    span kernels instead (STAGED_SPAN_FWD_WHOLE_WORDS; measured on sm_90 alone, where clusters are)."""
+    if not STAGED_SPAN_FWD_WHOLE_WORDS or itemsize not in (2, 4) or lay.O < STAGED_SPAN_FWD_MIN_IMAGES:
+        return False
+    return itemsize == 4 or cluster > 1 or lay.I * itemsize // 16 >= STAGED_SPAN_FWD_HALF_MIN_WORDS
 
 
 def staged_span_static_smem(acc_size: int, clustered: bool, backward: bool = False) -> int:
@@ -449,7 +497,7 @@ def _staged_span(lay: Layout, itemsize: int, acc_size: int, limit: int, clusters
     run = lay.I * itemsize
     G = 16 // math.gcd(16, run)
     words = G * lay.I // vec
-    split = _span_split(words) if tensors == 2 and G == 1 else 1
+    split = _span_split(words) if G == 1 and (tensors == 2 or STAGED_SPAN_FWD_PIECES) else 1
     if (not (USE_STAGED_SPAN if tensors == 1 else USE_STAGED_SPAN_BWD) or lay.I < vec
             or (lay.O > 1 and lay.so * itemsize % 16) or words // split > STAGED_SPAN_BLOCK):
         return None
@@ -476,8 +524,8 @@ def _span_split(words: int) -> int:
     STAGED_SPAN_SPLIT_FILL, the pieces that leave the fewest threads without a word (the
     fewest pieces of those)."""
     pieces = [m for m in range(1, words + 1) if words % m == 0 and words // m <= STAGED_SPAN_BLOCK]
-    if not STAGED_SPAN_SPLIT_FILL:
-        return pieces[0] if pieces else 1
+    if not STAGED_SPAN_SPLIT_FILL:  # (words pieces of one word always fit)
+        return pieces[0]
     return min(pieces, key=lambda m: (STAGED_SPAN_BLOCK % (words // m), m))
 
 
@@ -816,7 +864,8 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
     make_current(device)
     if training and p.staged:
         st, lay = p.staged, p.lay
-        args = (x, res, y, lay.so, lay.I, lay.O, lay.C, st.channels, st.cp, st.cluster, st.images or lay.O, w, b, act,
+        args = (x, res, y, lay.so, lay.I, lay.O, lay.C, st.channels, st.split if st.span else st.cp, st.cluster,
+                st.images or lay.O, w, b, act,
                 scalar_bits(param, p.acc), _f64(eps), _f64(factor), running_mean, running_var, mean, rstd)
         _launch_staged(_staged_kernel(p, act, numpy.dtype(rdtype).name, device), st, args, stream)
         return
