@@ -8,11 +8,13 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: v35; v31 and v33 are on main since the forty-second session, their steps
+# Steps (default: v36; v31 and v33 are on main since the forty-second session, their steps
 # apply nothing and measure main): v35 (experiments/bn-v35-cl-grid-only-stages.patch: the
 # channels-last stages over 16-128 blocks meeting in global memory; the whole BatchNorm test
 # file three times under 8 workers, where the forty-second session's check saw a worker crash
-# once, then its sweep against the passes, ~3-4 min), v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
+# once, then its sweep against the passes, ~3-4 min), v36 (bn-v36-no-one-word-cl-spans.patch
+# over v35's: no 16-byte channels-last spans where a position holds more; the same test
+# rounds, then the sweep of v35 + v36 / v35 alone (cl_spans_16) / the passes, ~4 min), v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
 # backwards' first walk writes dz over the staged dy, the second reads it back: the residual
 # read once; its GPU test and the staged / span backward tests, both sanitizers over the span
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
@@ -53,16 +55,18 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(v35)
+[ ${#steps[@]} -eq 0 ] && steps=(v36)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v35]=bn-v35-cl-grid-only-stages)
+                     [v29]=bn-v29-residual-l2-prefetch [v35]=bn-v35-cl-grid-only-stages
+                     [v36]=bn-v36-no-one-word-cl-spans)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked)
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v35 v111 p8b; do  # in this order, whatever the order asked
+[[ " ${apply[*]} " == *" v36 "* ]] && apply+=(v35)
+for name in v26 v27 v29 v28 v35 v36 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -203,6 +207,14 @@ for name in "${steps[@]}"; do
             BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 step v35-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,cl_grid_shares_off --json "$out/sweep-v35.json"
         sed -n '/^case |/,$p' "$out/v35-sweep.txt" ;;
+    v36)  # BatchNorm v35 + v36: the test rounds, then the NHWC sweep of both, v35 alone and neither
+        for round in 1 2 3; do
+            tests_step "v36-tests-$round" "$(cap 150)" -n 8 tests/test_batch_norm.py
+        done
+        BN_SWEEP_SHAPES=32x256x56x56,20x128x56x56,64x128x28x28,64x256x28x28,32x512x28x28,128x256x14x14,8x256x56x56,128x128x28x28 \
+            BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 step v36-sweep "$(cap 220)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,cl_spans_16,cl_grid_shares_off --json "$out/sweep-v36.json"
+        sed -n '/^case |/,$p' "$out/v36-sweep.txt" ;;
     stagedcl)
         tests_step stagedcl-tests "$(cap 150)" tests/test_batch_norm.py -k test_gpu_staged_cl_forward_and_backward ;;
     *) echo "unknown step $name" ;;
