@@ -8,13 +8,14 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: v36; v31 and v33 are on main since the forty-second session, their steps
+# Steps (default: v36 fill; v31 and v33 are on main since the forty-second session, their steps
 # apply nothing and measure main): v35 (experiments/bn-v35-cl-grid-only-stages.patch: the
 # channels-last stages over 16-128 blocks meeting in global memory; the whole BatchNorm test
 # file three times under 8 workers, where the forty-second session's check saw a worker crash
 # once, then its sweep against the passes, ~3-4 min), v36 (bn-v36-no-one-word-cl-spans.patch
 # over v35's: no 16-byte channels-last spans where a position holds more; the same test
-# rounds, then the sweep of v35 + v36 / v35 alone (cl_spans_16) / the passes, ~4 min), v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
+# rounds, then the sweep of v35 + v36 / v35 alone (cl_spans_16) / the passes, ~4 min), fill
+# (no patch: v30's pieces filling the block against the fewest, NCHW, ~1 min), v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
 # backwards' first walk writes dz over the staged dy, the second reads it back: the residual
 # read once; its GPU test and the staged / span backward tests, both sanitizers over the span
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
@@ -55,7 +56,7 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(v36)
+[ ${#steps[@]} -eq 0 ] && steps=(v36 fill)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch [v35]=bn-v35-cl-grid-only-stages
@@ -215,6 +216,11 @@ for name in "${steps[@]}"; do
             BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 step v36-sweep "$(cap 220)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,cl_spans_16,cl_grid_shares_off --json "$out/sweep-v36.json"
         sed -n '/^case |/,$p' "$out/v36-sweep.txt" ;;
+    fill)  # v30's pieces filling the block against the fewest, NCHW backward (no patch), ~1 min
+        BN_SWEEP_SHAPES=32x256x56x56,16x512x56x56,64x128x28x28,256x2048x7x7 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
+            step fill-sweep "$(cap 150)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,span_split_fewest --json "$out/sweep-fill.json"
+        sed -n '/^case |/,$p' "$out/fill-sweep.txt" ;;
     stagedcl)
         tests_step stagedcl-tests "$(cap 150)" tests/test_batch_norm.py -k test_gpu_staged_cl_forward_and_backward ;;
     *) echo "unknown step $name" ;;

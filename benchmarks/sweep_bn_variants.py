@@ -114,6 +114,9 @@ VARIANTS = {
     # backward walked in pieces; and every one-channel plane split to fill the block's threads
     "span_wide_bwd_fp32": ((), 256, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2, 4)}),
     "span_split_fill": ((), 256, {"STAGED_SPAN_SPLIT_FILL": True}),
+    # the fewest pieces (v30 before its fill), for the H100's bf16 56 x 56 backward (0.68 -> 0.63
+    # between its checks around v30, where the H200 gained 0.014-0.022)
+    "span_split_fewest": ((), 256, {"STAGED_SPAN_SPLIT_FILL": False}),
     "span_wide_bwd_fp32_fill": ((), 256, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2, 4), "STAGED_SPAN_SPLIT_FILL": True}),
     "span_v28": ((), 256, {"STAGED_SPAN_WIDE_BWD_ITEMSIZES": (2,), "STAGED_SPAN_SPLIT_FILL": False}),
     # v32 (probe): the span kernels for planes whose channel walk has 8-byte words (bf16 14 x
