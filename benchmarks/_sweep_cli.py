@@ -26,30 +26,16 @@ def chosen(variants: dict, names=None) -> dict:
 
 
 def rebuild_row_norms(options) -> None:
-    """Compile the row-norm and fused kernels anew with these NVRTC options: drops the loaded
-    modules and every cache that holds one of their kernel pointers (a stale one would time
-    the previous build)."""
+    """Compile every kernel anew with these NVRTC options: drops the loaded modules and, with
+    them, every cache that holds one of their kernel pointers or a plan sized by one
+    (_compile.held_with_modules; a stale pointer would time the previous build, or crash)."""
     from cunorm import _compile
-    from cunorm.ops import _fused, _grid_rows, _row_norm
 
     _compile.COMPILE_OPTIONS = tuple(options)
     _compile.drop_modules()
-    for cache in (_row_norm._forward_kernels, _row_norm.forward_plan, _row_norm.backward_plan, _grid_rows.grid_plan,
-                  _fused.fused_forward_plan, _fused.fused_backward_plan):
-        cache.cache_clear()
 
 
-def rebuild_batch_norm(options) -> None:
-    """rebuild_row_norms for the BatchNorm kernels: these NVRTC options, the loaded modules
-    dropped and every BatchNorm cache that holds a kernel pointer or a plan sized by one
-    cleared (plan, _passes, _staged_kernel, _staged_cl_kernel)."""
-    from cunorm import _compile
-    from cunorm.ops import _batch_norm
-
-    _compile.COMPILE_OPTIONS = tuple(options)
-    _compile.drop_modules()
-    for cache in (_batch_norm.plan, _batch_norm._passes, _batch_norm._staged_kernel, _batch_norm._staged_cl_kernel):
-        cache.cache_clear()
+rebuild_batch_norm = rebuild_row_norms  # one rebuild serves every op
 
 
 def adding_options(base: tuple):

@@ -138,6 +138,8 @@ VARIANTS = {
     "span_fwd_8byte_words": ((), 256, {"STAGED_FWD_MIN_WORD": 16}),
     "span_fwd_only_fewest_pieces": ((), 256, {"STAGED_FWD_MIN_WORD": 32, "STAGED_SPAN_FWD_PIECES": True,
                                               "STAGED_SPAN_SPLIT_FILL": False}),
+    # v36: the 16-byte channels-last spans back (main's plans before the forty-third session)
+    "cl_spans_16": ((), 256, {"STAGED_CL_SPANS": (128, 64, 32, 16)}),
     # v34's defaults undone: the forward's span kernels for words under 8 bytes alone, no pieces (v32's plans)
     "span_fwd_v32": ((), 256, {"STAGED_FWD_MIN_WORD": None, "STAGED_SPAN_FWD_WHOLE_WORDS": False,
                                "STAGED_SPAN_FWD_PIECES": False}),

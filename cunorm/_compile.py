@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import threading
 import warnings
+import weakref
 
 import numpy
 
@@ -80,16 +81,47 @@ def function_ptr(filename: str, name_expression: str, device: int) -> int:
     return fn[1]
 
 
+# What holds kernel pointers, or plans sized by a kernel's occupancy: the lru_caches
+# (held_with_modules) and the per-signature plan dicts (KernelPlans, held weakly, as a JAX
+# callback's dies with its function). A module dropped and rebuilt gets new pointers; one
+# kept launches the unloaded build (or the old one, timed as the new). Before these, each
+# rebuild listed the caches it cleared, and the BatchNorm tests' list had missed
+# _staged_cl_kernel, whose key, a Plan, compares equal across plans made afresh.
+_pointer_caches: list = []
+_plan_dicts: list = []
+
+
+def held_with_modules(cache):
+    """Registers ``cache`` (an lru_cache) for drop_modules to clear; returns it (a decorator)."""
+    _pointer_caches.append(cache)
+    return cache
+
+
+class KernelPlans(dict):
+    """A per-signature plan dict holding kernel pointers, emptied by drop_modules."""
+
+    __slots__ = ("__weakref__",)
+
+    def __init__(self):
+        super().__init__()
+        _plan_dicts.append(weakref.ref(self))
+
+
 def drop_modules() -> None:
-    """Forgets the loaded kernels (the sweeps recompile under other options) and what _launch
-    keeps keyed by their pointers, which a reloaded kernel may reuse."""
+    """Forgets the loaded kernels (the sweeps and tests recompile under other options) and
+    everything keyed by or holding their pointers, which a reloaded kernel may reuse."""
     from . import _launch
 
     _modules.clear()
     _launch._smem_allowed.clear()
-    for cache in (_launch.blocks_per_sm, _launch.max_active_clusters, _launch.static_smem,
-                  _launch.allow_nonportable_clusters):
+    for cache in _pointer_caches:
         cache.cache_clear()
+    live = [ref for ref in _plan_dicts if ref() is not None]
+    _plan_dicts[:] = live
+    for ref in live:
+        plans = ref()
+        if plans is not None:
+            plans.clear()
 
 
 # Why CuPy's on-disk kernel cache was given up in this process (empty while it works).

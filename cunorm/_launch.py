@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy
 
 from . import _config
+from ._compile import held_with_modules
 
 MAX_LEADING_AXES = 4  # what the kernels' RowMap addresses; more (after merging) costs a copy
 
@@ -152,6 +153,7 @@ def smem_limits(device: int) -> tuple:
             runtime.deviceGetAttribute(runtime.cudaDevAttrMaxSharedMemoryPerMultiprocessor, device))
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=None)
 def static_smem(function_ptr: int) -> int:
     """A kernel's static shared memory, bytes."""
@@ -166,6 +168,7 @@ def fits_smem(function_ptr: int, smem: int, device: int) -> bool:
     return static_smem(function_ptr) + smem <= smem_limits(device)[0]
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=None)
 def blocks_per_sm(function_ptr: int, block: int, smem: int = 0) -> int:
     """Resident blocks per SM for a kernel at this block size and dynamic shared memory
@@ -181,6 +184,7 @@ class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig (cuda.h)
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=None)
 def max_active_clusters(function_ptr: int, block: int, smem: int, cluster: int, at_launch: bool = False) -> int | None:
     """Clusters of a kernel that the GPU runs at once (cuOccupancyMaxActiveClusters: a cluster
@@ -205,6 +209,7 @@ def max_active_clusters(function_ptr: int, block: int, smem: int, cluster: int, 
 _NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=None)
 def allow_nonportable_clusters(function_ptr: int) -> bool:
     """Lets a kernel whose compile-time clusters pass the portable eight blocks launch (sm_90

@@ -1955,6 +1955,16 @@ __device__ __forceinline__ void span_images(const SpanWord<T, CLASSES>& sw, int 
   span_images_upto(sw, o, O, f);
 }
 
+// A span walk's image o (of O M: each image's one-channel plane in M pieces of IW elements)
+// in global memory from the stage's first element: image o / M's, plus piece o % M's (o IW -
+// (o / M) I: no branch, one division); with M = 1 plainly o so (no division).
+struct SpanWalkAt {
+  i64 so, past;
+  int IW, M;
+  __device__ __forceinline__ SpanWalkAt(i64 so_, int I, int M_) : so(so_), past(so_ - I), IW(I / M_), M(M_) {}
+  __device__ __forceinline__ i64 operator()(int o) const { return M == 1 ? o * so : i64(o / M) * past + i64(o) * IW; }
+};
+
 // The shared memory of a span kernel beside its stage: each thread's word's two pairs of
 // partial sums, NCONS constants a channel, and the cluster's exchange.
 template <typename A, int BLOCK, int NCONS, bool CLUSTER>
@@ -2147,9 +2157,7 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
     }
     const T* rw = res ? res + base + sw.e0 : nullptr;
     T* yw = y + base + sw.e0;  // 16-byte aligned as the copies' x is (the planner's condition for both)
-    // walk image o's offset in global memory (as bn_bwd_staged_span's; M = 1: o so)
-    const i64 past = so - I;
-    const auto at = [&](int o) { return M == 1 ? o * so : i64(o / M) * past + i64(o) * IW; };
+    const SpanWalkAt at(so, I, M);
     const auto apply = [&](auto with_res) {
       span_images(sw, O * M, [&](int o, int cut, int valid) {
         A v[VEC], r[VEC], out[VEC];
@@ -2227,10 +2235,7 @@ bn_bwd_staged_span(const T* __restrict__ dy, const T* __restrict__ x, const T* _
   const Channel<A> cl = channel_at<A>(sm.cons, sw.lo), ch = channel_at<A>(sm.cons, sw.hi);
   const T* rw = ACT != 0 && res ? res + base + sw.e0 : nullptr;
   T* const drw_first = kDzBack && dres ? dres + base + sw.e0 : nullptr;  // dres from the first walk (v31)
-  // walk image o's offset in global memory from the stage's first element: image o / M's,
-  // plus piece o % M's (o IW - (o / M) I: no branch, one division)
-  const i64 past = so - I;
-  const auto at = [&](int o) { return i64(o / M) * past + i64(o) * IW; };
+  const SpanWalkAt at(so, I, M);
   // this thread's word of x and its dz in image o (elements from ``cut`` on in the second channel)
   const auto dz_at = [&](int o, int cut, int valid, A (&xv)[VEC], A (&dz)[VEC]) {
     A gv[VEC], rv[VEC];

@@ -501,9 +501,7 @@ def _build_with(*options):
     from cunorm import _compile
 
     _compile.COMPILE_OPTIONS = options
-    _compile.drop_modules()
-    for cache in (_batch_norm.plan, _batch_norm._passes, _batch_norm._staged_kernel):
-        cache.cache_clear()
+    _compile.drop_modules()  # the plans and kernel pointers with the modules
 
 
 # (layout, dtype, activation) for the ring test: each layout with the plain, ReLU and generic
@@ -1584,6 +1582,22 @@ def test_plans_staged_cl(fresh_plans):
         _batch_norm.USE_STAGED_CL_GRID = True
 
 
+def test_plans_staged_cl_no_one_word_spans(fresh_plans, monkeypatch):
+    # v36: no 16-byte spans where a position holds more channels (bf16 (64, 128, 28, 28) NHWC
+    # forward read 0.266 of copy in them, the passes 0.400): the passes there; a position of
+    # one word (8 bf16 channels) keeps its one-word span
+    with _sm_count(132):
+        p = _cl_plan((64, 28, 28, 128), BFLOAT16, numpy.float32, device=0)
+        assert p.staged_cl is None and p.staged_cl_bwd is None
+        p = _cl_plan((32, 28, 28, 512), BFLOAT16, numpy.float32, device=0)
+        assert p.staged_cl.wshift == 1 and p.staged_cl_bwd is None  # 32-byte spans forward
+        assert _cl_plan((2, 3, 3, 8), BFLOAT16, numpy.float32, device=0).staged_cl.wshift == 0
+        monkeypatch.setattr(_batch_norm, "STAGED_CL_SPANS", (128, 64, 32, 16))
+        _batch_norm.plan.cache_clear()
+        st = _cl_plan((64, 28, 28, 128), BFLOAT16, numpy.float32, device=0).staged_cl
+        assert st.wshift == 0 and st.cluster == 8
+
+
 # Channels-last shapes for the staged kernels in every dtype: one 16-byte word a position
 # (8 half channels), one position with a last word past C (13), one block a stage (16, 1536
 # channels), clusters of 2, 4 and 8 (64, 40, 72 channels) with positions uneven over their
@@ -1614,6 +1628,33 @@ def test_gpu_staged_cl_forward_and_backward(rng, shape, dtype, pdtype):
         _gpu_case(rng, shape, -1, dtype, pdtype, "relu", training=True)
         _gpu_case(rng, shape, -1, dtype, pdtype, None, training=True, with_residual=False)
     _gpu_case(rng, shape, -1, dtype, pdtype, None, training=False)  # eval: the staged backward alone
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(7, 11, 13, 1536), (64, 14, 14, 1024)], ids=lambda s: "x".join(map(str, s)))
+def test_gpu_staged_cl_kernels_rebuilt(rng, shape):
+    # a rebuild (_compile.drop_modules, as the ring test's and the sweeps' other builds do)
+    # unloads the staged kernels' modules: the call after it must compile them again, not
+    # launch the pointers a cache kept for a Plan equal to the new one (_build_with's list of
+    # caches had missed _staged_cl_kernel). Same bits both times.
+    import gc
+
+    import cupy
+    from cunorm import _compile
+
+    _staged_cl_or_skip(shape, BFLOAT16, numpy.float32)
+    x = cupy.asarray((rng.standard_normal(shape) * 2 + 30).astype(BFLOAT16))
+    dy, res = (cupy.asarray(rng.standard_normal(shape).astype(BFLOAT16)) for _ in range(2))
+    w, b = (cupy.asarray(rng.standard_normal(shape[-1]).astype(numpy.float32)) for _ in range(2))
+    runs = []
+    for _ in range(2):
+        y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=-1, residual=res, activation="relu",
+                                          return_stats=True)
+        grads = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=-1, residual=res, activation="relu")
+        runs.append([a.view(numpy.uint8).get() for a in (y, mean, rstd, *grads)])
+        _compile.drop_modules()
+        gc.collect()  # the modules unloaded now, not at some later collection
+    assert all(numpy.array_equal(a, b) for a, b in zip(*runs))
 
 
 @pytest.mark.gpu

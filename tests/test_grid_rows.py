@@ -129,12 +129,10 @@ def loaded_side_words(every_grid_pass):
 
     before = _compile.COMPILE_OPTIONS
     _compile.COMPILE_OPTIONS = (*before, "-DCUNORM_GRID_STAGE_SIDE=0")
-    _compile.drop_modules()
-    _clear_plans()
+    _compile.drop_modules()  # the plans with the modules
     yield
     _compile.COMPILE_OPTIONS = before
     _compile.drop_modules()
-    _clear_plans()
 
 
 @pytest.mark.gpu

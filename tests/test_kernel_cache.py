@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -102,3 +103,61 @@ def test_gpu_corrupted_cache_entries(tmp_path):
     report = _probe(cache)
     assert report["max_error"] < 1e-4, report
     assert report["in_memory"] and len(report["warnings"]) == 1, report
+
+
+def _cunorm_modules():
+    """cunorm's modules that import here (the torch and JAX adapters where those are installed)."""
+    import importlib
+    import pkgutil
+
+    import cunorm
+
+    for info in pkgutil.walk_packages(cunorm.__path__, "cunorm."):
+        if info.name.endswith("__main__"):
+            continue
+        try:
+            yield importlib.import_module(info.name)
+        except ImportError:  # torch or JAX absent: their adapters' caches are not loaded either
+            continue
+
+
+# what a cache's body calls when it keeps a kernel pointer or a plan sized by a kernel
+_HOLDS_POINTERS = re.compile(r"\b(function_ptr|_\w*kernels?|\w*plans?|blocks_per_sm|max_active_clusters|fits_smem"
+                             r"|_staged\w*|_passes)\(")
+
+
+def test_drop_modules_clears_every_cache_of_kernel_pointers():
+    # a rebuild (tests and sweeps under other NVRTC options) must not leave a pointer into an
+    # unloaded module, which launched runs a dropped build or none: every lru_cache whose body
+    # makes kernel pointers or plans is one drop_modules clears
+    import functools
+    import inspect
+
+    modules = list(_cunorm_modules())  # imported first: importing registers a module's caches
+    registered = {id(c) for c in _compile._pointer_caches}
+    holding, missed = [], []
+    for module in modules:
+        for name, obj in vars(module).items():
+            if isinstance(obj, functools._lru_cache_wrapper) and obj.__module__ == module.__name__:
+                source = inspect.getsource(obj.__wrapped__)
+                body = source[source.index("\n", source.index("def ")):]
+                if _HOLDS_POINTERS.search(body):
+                    holding.append(name)
+                    if id(obj) not in registered:
+                        missed.append(f"{module.__name__}.{name}")
+    assert {"plan", "_staged_cl_kernel", "forward_plan", "grid_plan", "fused_backward_plan"} <= set(holding)
+    assert not missed, f"lru_caches of kernel pointers or plans that drop_modules leaves: {missed}"
+
+
+def test_drop_modules_empties_the_plan_dicts():
+    import gc
+
+    plans, dead = _compile.KernelPlans(), _compile.KernelPlans()
+    plans["signature"] = dead["signature"] = ("plan", 0x7F00)
+    del dead
+    gc.collect()
+    before = len(_compile._plan_dicts)
+    _compile.drop_modules()
+    assert plans == {}
+    assert len(_compile._plan_dicts) < before  # a collected dict's reference is pruned
+    assert any(ref() is plans for ref in _compile._plan_dicts)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy
 
 from .. import _checks, reference
+from .._compile import KernelPlans, held_with_modules
 from .._launch import Arena, arena_bytes, contiguous_strides, make_current, remember
 from ..ops import _batch_norm
 from ..ops.batch_norm import checked_forward
@@ -161,12 +162,14 @@ def _scratch(shape, dtype, pdt, axis: int, blocks) -> int:
     return need
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=256)
 def _scratch_forward(shape, dtype, pdt, rdt, s: _Static, residual: bool) -> int:
     return _scratch(shape, dtype, pdt, s.axis, lambda p, dev: _batch_norm.forward_scratch(
         p, s.training, s.act, s.param, rdt, dev, residual))
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=256)
 def _scratch_backward(shape, dtype, pdt, s: _Static, residual: bool) -> int:
     return _scratch(shape, dtype, pdt, s.axis, lambda p, dev: _batch_norm.backward_scratch(
@@ -210,7 +213,7 @@ def _forward_callback(x_shape, x_dtype, s: _Static):
                 if out is not None:
                     out[i] = value
 
-    plans: dict = {}
+    plans = KernelPlans()
 
     def _gpu(stream, y, mean, rstd, new_rm, new_rv, scratch, x, r, w, b, rm, rv):
         from cupy_backends.cuda.api import runtime
@@ -275,7 +278,7 @@ def _backward_callback(x_shape, x_dtype, s: _Static, wanted: tuple):
                 if out is not None:
                     out[i] = g
 
-    plans: dict = {}
+    plans = KernelPlans()
 
     def _gpu(stream, outs, dy, x, r, w, b, mean, rstd):
         dx, dw, db, dr, scratch = outs

@@ -22,6 +22,7 @@ import numpy
 from jax.experimental.buffer_callback import buffer_callback
 
 from .. import reference
+from .._compile import KernelPlans, held_with_modules
 from .._launch import ARENA_ALIGN, Arena, View, arena_bytes, contiguous_strides, make_current, remember
 from ..ops import _row_norm
 
@@ -55,6 +56,7 @@ def _plan_device() -> int | None:
         return None
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=1024)
 def scratch_bytes_forward(shape, dtype, pdt, nd, rms, eps) -> int:
     """Scratch a forward of this signature may need: the larger of the plans for aligned and
@@ -70,6 +72,7 @@ def scratch_bytes_forward(shape, dtype, pdt, nd, rms, eps) -> int:
     return need
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=1024)
 def scratch_bytes_backward(shape, dtype, wdt, nd, rms, has_weight, has_bias) -> int:
     dev = _plan_device()
@@ -214,7 +217,7 @@ def forward(x_shape, x_dtype, nd: int, rms: bool, eps: float):
             for out, value in zip(arrays, [y, rstd] if rms else [y, mean, rstd]):
                 out[i] = value
 
-    plans: dict = {}
+    plans = KernelPlans()
 
     def _forward_gpu(stream, outs, x, weight, bias):
         y, stats, scratch = outs[0], outs[1:-1], outs[-1]
@@ -293,7 +296,7 @@ def backward(x_shape, x_dtype, nd: int, rms: bool, has_weight: bool, has_bias: b
                 if out is not None:
                     out[i] = g
 
-    plans: dict = {}
+    plans = KernelPlans()
 
     def _backward_gpu(stream, outs, dy, x, weight, mean, rstd):
         dx, dw, db, scratch = outs

@@ -21,6 +21,7 @@ import numpy
 
 from .. import reference
 from .._checks import BFLOAT16
+from .._compile import KernelPlans, held_with_modules
 from .._launch import Arena, arena_bytes, contiguous_strides, make_current, remember
 from ..ops import _fused, _fused_api, _row_norm
 from . import _callbacks
@@ -42,6 +43,7 @@ def _pointers(*dtypes) -> tuple:
     return tuple((0, numpy.dtype(d).itemsize) for d in dtypes if d is not None)  # XLA's buffers are aligned
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=1024)
 def _plans(shape: tuple, x_dtype, r_dtype, w_dtype, has_bias: bool, cfg: Config, dev: int):
     """(forward plan, backward plan) for one unbatched call on ``dev``, either None where the
@@ -185,7 +187,7 @@ def _forward_callback(x_shape, cfg: Config, has_residual: bool):
                 if out is not None:
                     out[i] = value
 
-    plans: dict = {}
+    plans = KernelPlans()
 
     def _gpu(stream, outs, x, r, w, b):
         y, h, mean, rstd = outs
@@ -259,7 +261,7 @@ def _backward_callback(x_shape, cfg: Config, has_weight: bool, has_bias: bool):
                 if out is not None:
                     out[i] = value
 
-    plans: dict = {}
+    plans = KernelPlans()
 
     def _gpu(stream, outs, dy, dh, h, w, mean, rstd):
         dx, dres, dw, db, scratch = outs

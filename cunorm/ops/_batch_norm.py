@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy
 
 from .._checks import acc_dtype
-from .._compile import c_type, function_ptr
+from .._compile import c_type, function_ptr, held_with_modules
 from .._launch import (allow_smem, blocks_per_sm, launch, launch_cluster, launch_cooperative, make_current,
                        max_active_clusters, pick_vec, scalar_bits, sm_count, smem_limits, zero_async)
 from ._row_norm import _b
@@ -177,7 +177,13 @@ USE_STAGED_CL_BWD = True
 # float32 -0.044 / -0.051: the staged backward serves half precision only.
 STAGED_CL_BWD_MAX_ITEMSIZE = 2
 STAGED_CL_BLOCK = 512  # = the kernels' BLOCK template argument (instantiated for it alone)
-STAGED_CL_SPANS = (128, 64, 32, 16)
+# v36: no 16-byte spans (one word of a position's channels) where a position holds more:
+# measured (H100, forty-third session, results/sweep-bn-v36-h100.txt, NOTES "BatchNorm v36
+# outcome"), bf16 NHWC forward (64, 128, 28, 28) 0.266 of copy in them -> 0.400 in the passes,
+# (64, 256, 28, 28) 0.221 -> 0.449, float32 0.237 -> 0.535 and 0.210 -> 0.553; bf16 backward
+# (32, 512, 28, 28) 0.265 -> 0.420, (128, 256, 14, 14) 0.309 -> 0.417. A position of one word
+# (C <= 8 bf16) keeps its one-word span (the spans only cap a stage; the channels bound it).
+STAGED_CL_SPANS = (128, 64, 32)
 STAGED_CL_MIN_RESIDENT = 2
 STAGED_CL_CLUSTERS = (2, 4, 8)
 STAGED_CL_LINE = 128  # = kClStageBytes
@@ -380,7 +386,7 @@ class Staged(NamedTuple):
     or ``cluster`` a stage) of ``threads`` threads. Past one block a stage (bn_fwd_staged_cluster)
     each block takes ``images`` of the stage's images. ``span``: bn_fwd_staged_span's or
     bn_bwd_staged_span's (words of ``epw`` elements across the span's channels); ``split``:
-    bn_bwd_staged_span's M, the pieces it walks a one-channel plane in (_span_split)."""
+    the span kernels' M, the pieces they walk a one-channel plane in (_span_split)."""
 
     channels: int
     cp: int
@@ -425,7 +431,13 @@ def _staged(lay: Layout, itemsize: int, acc_size: int, phase: int, device: int, 
     strides = lay.so * itemsize if lay.O > 1 else 0
     per_block, per_sm = smem_limits(device)
     limit = min(per_block, per_sm // STAGED_MIN_RESIDENT - STAGED_RESERVED_SMEM)
-    clusters = STAGED_CLUSTERS if tensors == 1 and compute_capability(device) >= STAGED_CLUSTER_MIN_SM else ()
+    span_clusters = STAGED_CLUSTERS if compute_capability(device) >= STAGED_CLUSTER_MIN_SM else ()
+    clusters = span_clusters if tensors == 1 else ()  # bn_bwd_staged takes none
+
+    def span() -> Staged | None:  # the span kernels' launch for this plane
+        return _staged_span(lay, itemsize, acc_size, limit, span_clusters, tensors,
+                            STAGED_SPAN_RESIDENT * sm_count(device))
+
     # words: the widest that divide every run and image stride (the residual is read in them)
     word = next(w for w in (16, 8, 4, 2, 1) if w >= itemsize and w % itemsize == 0 and run % w == 0 and
                 strides % w == 0)
@@ -433,11 +445,9 @@ def _staged(lay: Layout, itemsize: int, acc_size: int, phase: int, device: int, 
     # between the two bounds stays with bn_fwd_staged
     fwd_min_word = STAGED_MIN_WORD if STAGED_FWD_MIN_WORD is None or itemsize not in (2, 4) else STAGED_FWD_MIN_WORD
     if word < (STAGED_MIN_WORD if tensors == 2 else max(STAGED_MIN_WORD, fwd_min_word)):
-        span_clusters = STAGED_CLUSTERS if compute_capability(device) >= STAGED_CLUSTER_MIN_SM else ()
-        span = _staged_span(lay, itemsize, acc_size, limit, span_clusters, tensors,
-                            STAGED_SPAN_RESIDENT * sm_count(device))
-        if span is not None or word < STAGED_MIN_WORD:
-            return span
+        spanned = span()
+        if spanned is not None or word < STAGED_MIN_WORD:
+            return spanned
     best = None
     for K, OB in _cluster_shares(lay.O, clusters):
         for cp in (16, 8, 4):
@@ -450,16 +460,14 @@ def _staged(lay: Layout, itemsize: int, acc_size: int, phase: int, device: int, 
         if best:
             break
     if best is None:
-        if (tensors == 2 and STAGED_SPAN_WIDE_BWD and itemsize in STAGED_SPAN_WIDE_BWD_ITEMSIZES
-                and compute_capability(device) >= STAGED_CLUSTER_MIN_SM):
-            return _staged_span(lay, itemsize, acc_size, limit, STAGED_CLUSTERS, tensors,
-                                STAGED_SPAN_RESIDENT * sm_count(device))
+        if tensors == 2 and STAGED_SPAN_WIDE_BWD and itemsize in STAGED_SPAN_WIDE_BWD_ITEMSIZES and span_clusters:
+            return span()
         return None
     G, cp, smem, K, OB = best
     if tensors == 1 and word == 16 and clusters and _span_forward_whole_words(lay, itemsize, K):
-        span = _staged_span(lay, itemsize, acc_size, limit, clusters, tensors, STAGED_SPAN_RESIDENT * sm_count(device))
-        if span is not None:
-            return span
+        spanned = span()
+        if spanned is not None:
+            return spanned
     small = (K == 1 and per_sm // (smem + STAGED_RESERVED_SMEM) >= STAGED_SMALL_BLOCK_MIN_RESIDENT
              and G <= STAGED_BLOCKS[0] // 32)
     return Staged(G, cp, word // itemsize, smem, -(-lay.C // G) * K, STAGED_BLOCKS[0] if small else STAGED_BLOCKS[1],
@@ -518,8 +526,8 @@ def _staged_span(lay: Layout, itemsize: int, acc_size: int, limit: int, clusters
 
 
 def _span_split(words: int) -> int:
-    """The pieces bn_bwd_staged_span walks a one-channel plane of ``words`` 16-byte words
-    in (its M): 1 where the plane has no more words than a block has threads (unless
+    """The pieces the span kernels walk a one-channel plane of ``words`` 16-byte words in
+    (their M; the forward's with STAGED_SPAN_FWD_PIECES): 1 where the plane has no more words than a block has threads (unless
     STAGED_SPAN_SPLIT_FILL), else the fewest pieces of whole words that do; with
     STAGED_SPAN_SPLIT_FILL, the pieces that leave the fewest threads without a word (the
     fewest pieces of those)."""
@@ -651,6 +659,7 @@ def pointer_phase(*pointers: int) -> int:
     return phase if all(p % 16 == phase for p in pointers if p) else -1
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=1024)
 def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
     """Pack width, block shape, chunking and grid; ``phase`` from pointer_phase."""
@@ -798,6 +807,7 @@ def _flat_folds(p: Plan, first: FlatStats | None) -> bool:
     return bool(p.flat_len) and (first is None or first.fold)
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=1024)
 def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdtype: str, device: int,
             residual: bool) -> _Passes:
@@ -915,6 +925,7 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
                 q.act_bits), stream)
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=1024)
 def _staged_kernel(p: Plan, act: int, rdtype: str, device: int, backward: bool = False) -> int:
     """bn_fwd_staged (bn_bwd_staged) for the plan, allowed its shared memory."""
@@ -931,6 +942,7 @@ def _staged_kernel(p: Plan, act: int, rdtype: str, device: int, backward: bool =
     return _smem_kernel(name, st.smem, device)
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=1024)
 def _staged_cl_kernel(p: Plan, act: int, rdtype: str, device: int, backward: bool = False) -> int:
     """bn_fwd_staged_cl (bn_bwd_staged_cl) for the plan, allowed its shared memory."""
@@ -951,6 +963,7 @@ def _smem_kernel(name: str, smem: int, device: int) -> int:
     return fn
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=1024)
 def _grid_pays(fn: int, st: StagedCl) -> bool:
     """STAGED_CL_GRID_RULE for a planned grid: fewer rounds of the stages than the clusters'

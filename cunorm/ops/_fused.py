@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy
 
 from .. import _config
-from .._compile import c_type, function_ptr
+from .._compile import c_type, function_ptr, held_with_modules
 from .._launch import blocks_per_sm, fits_smem, launch, pick_vec, row_layout, scalar_bits, sm_count
 from ._row_norm import KERNEL_FILE, TYPE_PAIRS, _b, _itemsize, partial_rows, reduce_partial_rows, stage_bytes
 
@@ -105,6 +105,7 @@ class FusedPlan(NamedTuple):
     n: int
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=4096)
 def fused_forward_plan(shape: tuple, x_strides: tuple, r_strides: tuple | None, dtype, rdtype, hdtype, odtype, wdtype,
                        nd: int, rms: bool, device: int, pointers: tuple) -> FusedPlan | None:
@@ -166,6 +167,7 @@ class FusedBackwardPlan(NamedTuple):
     smem: int  # dynamic shared memory (rows staged, _row_norm.stage_bytes)
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=4096)
 def fused_backward_plan(shape: tuple, h_strides: tuple, dy_strides: tuple, dydtype, hdtype, dxdtype, wdtype,
                         grad_dtype, nd: int, rms: bool, device: int, pointers: tuple) -> FusedBackwardPlan | None:

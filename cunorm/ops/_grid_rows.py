@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy
 
 from .. import _config
-from .._compile import c_type, function_ptr
+from .._compile import c_type, function_ptr, held_with_modules
 from .._launch import allow_smem, fits_smem, launch_cooperative, sm_count, zero_async
 
 GRID_FILE = "layer_norm_grid.cu"  # CUDA sm_80+ only
@@ -45,6 +45,7 @@ def instantiations(type_pairs) -> list[str]:
             for backward in (False, True) for rms in (False, True) for qpad in _config.GRID_QPADS]
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=256)
 def grid_plan(backward: bool, t: str, w: str, itemsize: int, n: int, vec: int, rms: bool,
               device: int) -> GridPlan | None:

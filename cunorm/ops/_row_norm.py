@@ -21,7 +21,7 @@ import numpy
 from .. import _config
 from . import _grid_rows
 from .._checks import acc_dtype
-from .._compile import c_type, function_ptr
+from .._compile import c_type, function_ptr, held_with_modules
 from .._launch import (View, allow_nonportable_clusters, allow_smem, blocks_per_sm, launch, make_current,
                        max_active_clusters, pick_vec, row_layout, scalar_bits, sm_count, smem_limits)
 
@@ -260,6 +260,7 @@ def _p(v) -> int:
     return 0 if v is None else v.ptr
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=4096)
 def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     """(config, kernel pointers, dynamic shared memory) of a forward: one kernel on the
@@ -319,6 +320,7 @@ class ForwardPlan(NamedTuple):
 # (benchmarks/NOTES.md, v3 and v5). Pointer alignment enters only through the pack width (a
 # power of two up to 16 bytes), so each pointer group's addresses ORed, mod 16, is all of it
 # a plan depends on.
+@held_with_modules
 @functools.lru_cache(maxsize=4096)
 def forward_plan(shape: tuple, strides: tuple, dtype, wdtype, nd: int, rms: bool, eps: float, device: int,
                  x_align: int, p_align: int) -> ForwardPlan | None:
@@ -496,6 +498,7 @@ class BackwardPlan(NamedTuple):
     grid_rows: _grid_rows.GridPlan | None = None  # `main` is the grid-row kernel: one partial row
 
 
+@held_with_modules
 @functools.lru_cache(maxsize=4096)
 def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdtype, grad_dtype, nd: int,
                   rms: bool, device: int, x_align: int, p_align: int) -> BackwardPlan | None:

@@ -16,6 +16,7 @@ import numpy
 import torch
 
 from .. import _config
+from .._compile import KernelPlans
 from .._launch import View, contiguous_strides, launch, make_current, remember, rows_of
 from ..ops import _row_norm
 from ._common import _NUMPY_DTYPE, _TORCH_DTYPE, _acc, _as_dtype, _check_backward, _check_tensors, _stats_shape
@@ -82,8 +83,8 @@ def _like(x: torch.Tensor) -> torch.Tensor:
 
 _GENERAL = False  # a signature the fast path hands to the general one
 _MAX_PLANS = 4096
-_forward_plans: dict = {}
-_backward_plans: dict = {}
+_forward_plans = KernelPlans()
+_backward_plans = KernelPlans()
 
 
 

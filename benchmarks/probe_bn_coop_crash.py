@@ -1,0 +1,47 @@
+"""Probe for the pytest worker crash (a segfault inside cuLaunchKernelEx's cooperative launch)
+seen in test_gpu_staged_cl_grid_exchange_matches_the_cluster[64x14x14x1024-bf16] under 8
+workers: one setting of that test's loop, repeated, in one of several processes sharing the
+GPU. ``python benchmarks/probe_bn_coop_crash.py {grid,walked,cluster} SECONDS``; prints the
+launches made; a crash shows as the process's exit status -11."""
+from __future__ import annotations
+
+import faulthandler
+import sys
+import time
+
+import cupy
+import numpy
+
+import cunorm
+from cunorm._checks import BFLOAT16
+from cunorm.ops import _batch_norm
+
+
+def main(setting: str, seconds: float) -> None:
+    faulthandler.enable()
+    shape, c = (64, 14, 14, 1024), 1024
+    _batch_norm.STAGED_CL_BWD_MAX_ITEMSIZE = 8
+    _batch_norm.STAGED_CL_GRID_RULE = False
+    if setting == "walked":  # the planner told of 4 SMs: one stage's blocks walk every stage
+        _batch_norm.sm_count = lambda device: 4
+    elif setting == "cluster":
+        _batch_norm.USE_STAGED_CL_GRID = False
+    rng = numpy.random.default_rng(0)
+    x = cupy.asarray((rng.standard_normal(shape) * 2 + 30).astype(BFLOAT16))
+    dy, res = (cupy.asarray(rng.standard_normal(shape).astype(BFLOAT16)) for _ in range(2))
+    w, b = (cupy.asarray(rng.standard_normal(c).astype(numpy.float32)) for _ in range(2))
+    end, n = time.time() + seconds, 0
+    while time.time() < end:
+        rm, rv = cupy.zeros(c, numpy.float32), cupy.ones(c, numpy.float32)
+        y, mean, rstd = cunorm.batch_norm(x, w, b, running_mean=rm, running_var=rv, channel_axis=-1, residual=res,
+                                          activation="relu", return_stats=True)
+        cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=-1, residual=res, activation="relu")
+        n += 1
+        if n % 50 == 0:
+            cupy.cuda.Device().synchronize()
+    cupy.cuda.Device().synchronize()
+    print(f"{setting}: {n} forward + backward calls, no crash")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], float(sys.argv[2]))
