@@ -8,13 +8,14 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: v36 fill; v31 and v33 are on main since the forty-second session, their steps
-# apply nothing and measure main): v35 (experiments/bn-v35-cl-grid-only-stages.patch: the
+# Steps (default: replay43 crash; v31, v33 and v36 are on main since the forty-second and forty-third
+# sessions): replay43 (no patch: the forty-third session's crashing worker's 171 tests, in
+# their order, in one process, ~1-2 min), crash (no patch: the pytest worker crash, NOTES "The pytest worker crash": the
+# BatchNorm test file under 8 workers with MALLOC_CHECK_=3 MALLOC_PERTURB_=165, up to four
+# rounds, each crashing worker's tests listed in order, then the first list replayed in one
+# process, ~2-4 min), v35 (experiments/bn-v35-cl-grid-only-stages.patch, over v36: the
 # channels-last stages over 16-128 blocks meeting in global memory; the whole BatchNorm test
-# file three times under 8 workers, where the forty-second session's check saw a worker crash
-# once, then its sweep against the passes, ~3-4 min), v36 (bn-v36-no-one-word-cl-spans.patch
-# over v35's: no 16-byte channels-last spans where a position holds more; the same test
-# rounds, then the sweep of v35 + v36 / v35 alone (cl_spans_16) / the passes, ~4 min), fill
+# file three times under 8 workers, then its NHWC sweep against the passes, ~4 min), fill
 # (no patch: v30's pieces filling the block against the fewest, NCHW, ~1 min), v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
 # backwards' first walk writes dz over the staged dy, the second reads it back: the residual
 # read once; its GPU test and the staged / span backward tests, both sanitizers over the span
@@ -56,18 +57,16 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(v36 fill)
+[ ${#steps[@]} -eq 0 ] && steps=(replay43 crash)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v35]=bn-v35-cl-grid-only-stages
-                     [v36]=bn-v36-no-one-word-cl-spans)
+                     [v29]=bn-v29-residual-l2-prefetch [v35]=bn-v35-cl-grid-only-stages)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked)
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-[[ " ${apply[*]} " == *" v36 "* ]] && apply+=(v35)
-for name in v26 v27 v29 v28 v35 v36 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v35 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -200,22 +199,40 @@ for name in "${steps[@]}"; do
             step v32-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,span_8byte_words,span_all_words --json "$out/sweep-v32.json"
         sed -n '/^case |/,$p' "$out/v32-sweep.txt" ;;
-    v35)  # BatchNorm v35: the whole BatchNorm file under 8 workers, three rounds, then the NHWC sweep
+    v35)  # BatchNorm v35 (over v36, on main): the whole BatchNorm file under 8 workers, three
+          # rounds, then the NHWC sweep against the passes where no cluster fits
         for round in 1 2 3; do
             tests_step "v35-tests-$round" "$(cap 150)" -n 8 tests/test_batch_norm.py
         done
-        BN_SWEEP_SHAPES=32x256x56x56,20x128x56x56,64x64x56x56,32x128x56x56,64x256x28x28,128x128x28x28,256x128x28x28 \
-            BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 step v35-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
+        BN_SWEEP_SHAPES=32x256x56x56,20x128x56x56,64x128x28x28,64x256x28x28,32x512x28x28,128x256x14x14,8x256x56x56,128x128x28x28 \
+            BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 step v35-sweep "$(cap 220)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,cl_grid_shares_off --json "$out/sweep-v35.json"
         sed -n '/^case |/,$p' "$out/v35-sweep.txt" ;;
-    v36)  # BatchNorm v35 + v36: the test rounds, then the NHWC sweep of both, v35 alone and neither
-        for round in 1 2 3; do
-            tests_step "v36-tests-$round" "$(cap 150)" -n 8 tests/test_batch_norm.py
+    crash)  # the pytest worker crash (NOTES "The pytest worker crash"; no patch): the BatchNorm
+            # file under 8 workers with glibc's heap checks, up to four rounds, each crashing
+            # worker's tests listed in order; then the first list replayed in one process
+        local_list=""
+        for round in 1 2 3 4; do
+            MALLOC_CHECK_=3 MALLOC_PERTURB_=165 step "crash-tests-$round" "$(cap 60)" \
+                python3 -m pytest -v -n 8 -p no:cacheprovider tests/test_batch_norm.py
+            tail -1 "$out/crash-tests-$round.txt"
+            for w in $(grep -o "worker 'gw[0-9]*' crashed" "$out/crash-tests-$round.txt" | grep -o "gw[0-9]*"); do
+                grep "^\[$w\] .*\(PASSED\|FAILED\|SKIPPED\|ERROR\) tests/" "$out/crash-tests-$round.txt" \
+                    | grep -o "tests/[^ ]*" > "$out/crash-order-$round-$w.txt"
+                echo "   $w crashed after $(wc -l < "$out/crash-order-$round-$w.txt") tests"
+                grep -m1 -A6 "Current thread" "$out/crash-tests-$round.txt"
+                grep -m3 -i "malloc\|free()\|corrupt" "$out/crash-tests-$round.txt"
+                [ -z "$local_list" ] && local_list="$out/crash-order-$round-$w.txt"
+            done
         done
-        BN_SWEEP_SHAPES=32x256x56x56,20x128x56x56,64x128x28x28,64x256x28x28,32x512x28x28,128x256x14x14,8x256x56x56,128x128x28x28 \
-            BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 step v36-sweep "$(cap 220)" python3 benchmarks/sweep_bn_variants.py \
-            --variants default,cl_spans_16,cl_grid_shares_off --json "$out/sweep-v36.json"
-        sed -n '/^case |/,$p' "$out/v36-sweep.txt" ;;
+        if [ -n "$local_list" ]; then  # pytest runs node ids given on its command line in that order
+            step crash-replay "$(cap 200)" python3 -m pytest -q -p no:xdist -p no:cacheprovider $(cat "$local_list")
+            tail -1 "$out/crash-replay.txt"; grep -m1 -A6 "Current thread" "$out/crash-replay.txt"
+        fi ;;
+    replay43)  # the forty-third session's crashing worker's 171 tests in that order, in one process
+        step replay43 "$(cap 240)" python3 -m pytest -q -p no:xdist -p no:cacheprovider \
+            $(cat benchmarks/results/crash-bn-43-h100-order.txt)
+        tail -1 "$out/replay43.txt"; grep -m1 -A6 "Current thread" "$out/replay43.txt" ;;
     fill)  # v30's pieces filling the block against the fewest, NCHW backward (no patch), ~1 min
         BN_SWEEP_SHAPES=32x256x56x56,16x512x56x56,64x128x28x28,256x2048x7x7 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
             step fill-sweep "$(cap 150)" python3 benchmarks/sweep_bn_variants.py \
