@@ -8,12 +8,12 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: replay43 crash; v31, v33 and v36 are on main since the forty-second and forty-third
+# Steps (default: replay43 crash eager; v31, v33 and v36 are on main since the forty-second and forty-third
 # sessions): replay43 (no patch: the forty-third session's crashing worker's 171 tests, in
 # their order, in one process, ~1-2 min), crash (no patch: the pytest worker crash, NOTES "The pytest worker crash": the
 # BatchNorm test file under 8 workers with MALLOC_CHECK_=3 MALLOC_PERTURB_=165, up to four
 # rounds, each crashing worker's tests listed in order, then the first list replayed in one
-# process, ~2-4 min), v35 (experiments/bn-v35-cl-grid-only-stages.patch, over v36: the
+# process, ~2-4 min), eager (the same with CUDA_MODULE_LOADING=EAGER), v35 (experiments/bn-v35-cl-grid-only-stages.patch, over v36: the
 # channels-last stages over 16-128 blocks meeting in global memory; the whole BatchNorm test
 # file three times under 8 workers, then its NHWC sweep against the passes, ~4 min), fill
 # (no patch: v30's pieces filling the block against the fewest, NCHW, ~1 min), v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
@@ -57,7 +57,7 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(replay43 crash)
+[ ${#steps[@]} -eq 0 ] && steps=(replay43 crash eager)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch [v35]=bn-v35-cl-grid-only-stages)
@@ -110,6 +110,31 @@ span_tools() {
         step "$name-$tool" "$(cap 120)" compute-sanitizer --tool "$tool" python3 -c "$v25_cases"
         tail -2 "$out/$name-$tool.txt"
     done
+}
+
+# crash_rounds NAME VAR=VALUE...: the BatchNorm file under 8 workers with these variables set,
+# up to four rounds, each crashing worker's tests listed in order ($out/NAME-order-R-gwN.txt,
+# the last the test that crashed); then the first list replayed in one process
+crash_rounds() {
+    local name="$1" list="" round w
+    shift
+    for round in 1 2 3 4; do
+        step "$name-tests-$round" "$(cap 60)" env "$@" python3 -m pytest -v -n 8 -p no:cacheprovider \
+            tests/test_batch_norm.py
+        tail -1 "$out/$name-tests-$round.txt"
+        for w in $(grep -o "worker 'gw[0-9]*' crashed" "$out/$name-tests-$round.txt" | grep -o "gw[0-9]*"); do
+            grep "^\[$w\] .*\(PASSED\|FAILED\|SKIPPED\|ERROR\) tests/" "$out/$name-tests-$round.txt" \
+                | grep -o "tests/[^ ]*" > "$out/$name-order-$round-$w.txt"
+            echo "   $w crashed after $(wc -l < "$out/$name-order-$round-$w.txt") tests"
+            grep -m1 -A6 "Current thread" "$out/$name-tests-$round.txt"
+            grep -m3 -i "malloc\|free()\|corrupt" "$out/$name-tests-$round.txt"
+            [ -z "$list" ] && list="$out/$name-order-$round-$w.txt"
+        done
+    done
+    if [ -n "$list" ]; then  # pytest runs node ids given on its command line in that order
+        step "$name-replay" "$(cap 200)" env "$@" python3 -m pytest -q -p no:xdist -p no:cacheprovider $(cat "$list")
+        tail -1 "$out/$name-replay.txt"; grep -m1 -A6 "Current thread" "$out/$name-replay.txt"
+    fi
 }
 
 for name in "${steps[@]}"; do
@@ -208,27 +233,10 @@ for name in "${steps[@]}"; do
             BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 step v35-sweep "$(cap 220)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,cl_grid_shares_off --json "$out/sweep-v35.json"
         sed -n '/^case |/,$p' "$out/v35-sweep.txt" ;;
-    crash)  # the pytest worker crash (NOTES "The pytest worker crash"; no patch): the BatchNorm
-            # file under 8 workers with glibc's heap checks, up to four rounds, each crashing
-            # worker's tests listed in order; then the first list replayed in one process
-        local_list=""
-        for round in 1 2 3 4; do
-            MALLOC_CHECK_=3 MALLOC_PERTURB_=165 step "crash-tests-$round" "$(cap 60)" \
-                python3 -m pytest -v -n 8 -p no:cacheprovider tests/test_batch_norm.py
-            tail -1 "$out/crash-tests-$round.txt"
-            for w in $(grep -o "worker 'gw[0-9]*' crashed" "$out/crash-tests-$round.txt" | grep -o "gw[0-9]*"); do
-                grep "^\[$w\] .*\(PASSED\|FAILED\|SKIPPED\|ERROR\) tests/" "$out/crash-tests-$round.txt" \
-                    | grep -o "tests/[^ ]*" > "$out/crash-order-$round-$w.txt"
-                echo "   $w crashed after $(wc -l < "$out/crash-order-$round-$w.txt") tests"
-                grep -m1 -A6 "Current thread" "$out/crash-tests-$round.txt"
-                grep -m3 -i "malloc\|free()\|corrupt" "$out/crash-tests-$round.txt"
-                [ -z "$local_list" ] && local_list="$out/crash-order-$round-$w.txt"
-            done
-        done
-        if [ -n "$local_list" ]; then  # pytest runs node ids given on its command line in that order
-            step crash-replay "$(cap 200)" python3 -m pytest -q -p no:xdist -p no:cacheprovider $(cat "$local_list")
-            tail -1 "$out/crash-replay.txt"; grep -m1 -A6 "Current thread" "$out/crash-replay.txt"
-        fi ;;
+    crash)  # the pytest worker crash (NOTES "The pytest worker crash"; no patch), under glibc's heap checks
+        crash_rounds crash MALLOC_CHECK_=3 MALLOC_PERTURB_=165 ;;
+    eager)  # the same rounds with CUDA's lazy module loading off
+        crash_rounds eager CUDA_MODULE_LOADING=EAGER ;;
     replay43)  # the forty-third session's crashing worker's 171 tests in that order, in one process
         step replay43 "$(cap 240)" python3 -m pytest -q -p no:xdist -p no:cacheprovider \
             $(cat benchmarks/results/crash-bn-43-h100-order.txt)
