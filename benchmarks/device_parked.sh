@@ -8,9 +8,11 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: replay43 crash eager; v31, v33 and v36 are on main since the forty-second and forty-third
+# Steps (default: replay43 mixed crash eager; v31, v33 and v36 are on main since the forty-second and forty-third
 # sessions): replay43 (no patch: the forty-third session's crashing worker's 171 tests, in
-# their order, in one process, ~1-2 min), crash (no patch: the pytest worker crash, NOTES "The pytest worker crash": the
+# their order, in one process, ~1-2 min), mixed (eight processes of
+# benchmarks/probe_bn_coop_crash.py cycling the crashing test's launch settings, ~1 min),
+# crash (no patch: the pytest worker crash, NOTES "The pytest worker crash": the
 # BatchNorm test file under 8 workers with MALLOC_CHECK_=3 MALLOC_PERTURB_=165, up to four
 # rounds, each crashing worker's tests listed in order, then the first list replayed in one
 # process, ~2-4 min), eager (the same with CUDA_MODULE_LOADING=EAGER), v35 (experiments/bn-v35-cl-grid-only-stages.patch, over v36: the
@@ -57,7 +59,7 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(replay43 crash eager)
+[ ${#steps[@]} -eq 0 ] && steps=(replay43 mixed crash eager)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch [v35]=bn-v35-cl-grid-only-stages)
@@ -237,6 +239,15 @@ for name in "${steps[@]}"; do
         crash_rounds crash MALLOC_CHECK_=3 MALLOC_PERTURB_=165 ;;
     eager)  # the same rounds with CUDA's lazy module loading off
         crash_rounds eager CUDA_MODULE_LOADING=EAGER ;;
+    mixed)  # eight processes cycling through the crashing test's five launch settings (probe, 60 s)
+        pids=()
+        for i in 1 2 3 4 5 6 7 8; do
+            timeout 90 python3 benchmarks/probe_bn_coop_crash.py mixed 60 > "$out/mixed-$i.txt" 2>&1 & pids+=($!)
+        done
+        for i in "${!pids[@]}"; do
+            wait "${pids[$i]}"; echo "   mixed process $((i + 1)): rc $? $(tail -1 "$out/mixed-$((i + 1)).txt")"
+        done
+        grep -h -m1 -A6 "Current thread" "$out"/mixed-*.txt | head -8 ;;
     replay43)  # the forty-third session's crashing worker's 171 tests in that order, in one process
         step replay43 "$(cap 240)" python3 -m pytest -q -p no:xdist -p no:cacheprovider \
             $(cat benchmarks/results/crash-bn-43-h100-order.txt)
