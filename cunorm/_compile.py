@@ -83,12 +83,12 @@ def function_ptr(filename: str, name_expression: str, device: int) -> int:
 
 # What holds kernel pointers, or plans sized by a kernel's occupancy: the lru_caches
 # (held_with_modules) and the per-signature plan dicts (KernelPlans, held weakly, as a JAX
-# callback's dies with its function). A module dropped and rebuilt gets new pointers; one
-# kept launches the unloaded build (or the old one, timed as the new). Before these, each
-# rebuild listed the caches it cleared, and the BatchNorm tests' list had missed
-# _staged_cl_kernel, whose key, a Plan, compares equal across plans made afresh.
+# callback's dies with its function). A rebuild's kernels get new pointers; one kept
+# launches the old build (CuPy keeps every module it loaded), timed or tested as the new.
+# Before these, each rebuild listed the caches it cleared, and the BatchNorm tests' list had
+# missed _staged_cl_kernel, whose key, a Plan, compares equal across plans made afresh.
 _pointer_caches: list = []
-_plan_dicts: list = []
+_plan_dicts: dict = {}  # id -> weak reference of each live KernelPlans (its death removes it)
 
 
 def held_with_modules(cache):
@@ -104,7 +104,8 @@ class KernelPlans(dict):
 
     def __init__(self):
         super().__init__()
-        _plan_dicts.append(weakref.ref(self))
+        key = id(self)  # (a dict cannot be hashed; its id is free again only after the callback)
+        _plan_dicts[key] = weakref.ref(self, lambda _ref, key=key: _plan_dicts.pop(key, None))
 
 
 def drop_modules() -> None:
@@ -116,9 +117,7 @@ def drop_modules() -> None:
     _launch._smem_allowed.clear()
     for cache in _pointer_caches:
         cache.cache_clear()
-    live = [ref for ref in _plan_dicts if ref() is not None]
-    _plan_dicts[:] = live
-    for ref in live:
+    for ref in list(_plan_dicts.values()):
         plans = ref()
         if plans is not None:
             plans.clear()

@@ -214,7 +214,7 @@ def test_bfloat16_dtype_is_ml_dtypes():
     assert numpy.dtype(jnp.bfloat16) == BFLOAT16
 
 
-def test_callbacks_ask_xla_to_record_them(monkeypatch):
+def test_callbacks_ask_xla_to_record_them(monkeypatch, request):
     """Every callback op asks to be recorded into XLA's command buffers (so a recorded
     program replays our launches with no Python), unless COMMAND_BUFFER is off; a JAX
     without the flag gets none."""
@@ -222,6 +222,8 @@ def test_callbacks_ask_xla_to_record_them(monkeypatch):
 
     seen = []
     monkeypatch.setattr(_callbacks, "buffer_callback", lambda fn, shapes, **kw: seen.append(kw) or fn)
+    _callbacks._callback_op.cache_clear()  # ops made with the real buffer_callback (and ours, after)
+    request.addfinalizer(_callbacks._callback_op.cache_clear)
     _callbacks.callback_op(print, [])
     assert seen[-1] == {"vmap_method": "expand_dims", "command_buffer_compatible": True}
     monkeypatch.setattr(_callbacks, "COMMAND_BUFFER", False)
@@ -267,3 +269,34 @@ def test_gpu_command_buffer_records_the_grid_rows():
     assert report["platform"] == "gpu"
     for name, err in report["worst"].items():
         assert err < 2e-2, (name, report)
+
+
+def _first(out):
+    return out[0] if isinstance(out, tuple) else out
+
+
+EAGER_CALLS = {
+    "layer_norm": lambda x, w: cj.layer_norm(x, w),
+    "rms_norm_residual": lambda x, w: cj.rms_norm(x, w, residual=x * 0.5),
+    "batch_norm": lambda x, w: cj.batch_norm(x.reshape(4, 64, 1, 1), w, channel_axis=1),
+}
+
+
+@pytest.mark.parametrize("name", list(EAGER_CALLS))
+def test_eager_calls_reuse_their_callbacks(name):
+    # JAX keys its caches on the callback object: a closure made afresh each eager call was
+    # traced and compiled again every call (30 ms a call on the CPU) and kept in JAX's caches,
+    # with its plan dict; now one callback per signature, forward and backward
+    from cunorm import _compile
+    from cunorm.jax import _callbacks
+
+    op = EAGER_CALLS[name]
+    x = jnp.asarray(numpy.random.default_rng(0).standard_normal((4, 64)), jnp.float32)
+    w = jnp.ones(64, jnp.float32)
+    step = jax.grad(lambda a, b: _first(op(a, b)).astype(jnp.float32).sum(), argnums=(0, 1))
+    jax.block_until_ready((op(x, w), step(x, w)))
+    made, live = _callbacks._callback_op.cache_info().misses, len(_compile._plan_dicts)
+    for _ in range(4):
+        jax.block_until_ready((op(x, w), step(x, w)))
+    assert _callbacks._callback_op.cache_info().misses == made, "an eager call made a new callback"
+    assert len(_compile._plan_dicts) == live

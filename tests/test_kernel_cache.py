@@ -150,14 +150,21 @@ def test_drop_modules_clears_every_cache_of_kernel_pointers():
 
 
 def test_drop_modules_empties_the_plan_dicts():
+    # the plan dicts held weakly: emptied by drop_modules, and a dead one leaves nothing behind
+    # (the JAX callbacks made one per eager call before they were made once per signature)
     import gc
 
     plans, dead = _compile.KernelPlans(), _compile.KernelPlans()
     plans["signature"] = dead["signature"] = ("plan", 0x7F00)
+    dead_key = id(dead)
+    assert _compile._plan_dicts[dead_key]() is dead
     del dead
     gc.collect()
-    before = len(_compile._plan_dicts)
+    assert dead_key not in _compile._plan_dicts
     _compile.drop_modules()
-    assert plans == {}
-    assert len(_compile._plan_dicts) < before  # a collected dict's reference is pruned
-    assert any(ref() is plans for ref in _compile._plan_dicts)
+    assert plans == {} and _compile._plan_dicts[id(plans)]() is plans
+    gc.collect()
+    before = len(_compile._plan_dicts)
+    for _ in range(1000):
+        _compile.KernelPlans()
+    assert len(_compile._plan_dicts) == before

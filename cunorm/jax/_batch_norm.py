@@ -178,6 +178,7 @@ def _scratch_backward(shape, dtype, pdt, s: _Static, residual: bool) -> int:
 
 # ---- the callbacks -------------------------------------------------------------------------
 
+@_callbacks.per_signature
 def _forward_callback(x_shape, x_dtype, s: _Static):
     """outs = (y, mean, rstd, [new running_mean,] [new running_var,] scratch); args = (x,
     residual, weight, bias, running_mean, running_var), each but x possibly None."""
@@ -246,6 +247,7 @@ def _forward_callback(x_shape, x_dtype, s: _Static):
     return callback
 
 
+@_callbacks.per_signature
 def _backward_callback(x_shape, x_dtype, s: _Static, wanted: tuple):
     """outs = (dx, [dweight,] [dbias,] [dresidual,] scratch); args = (dy, x, residual, weight,
     bias, mean, rstd)."""

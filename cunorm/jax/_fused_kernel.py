@@ -159,6 +159,7 @@ def _aligned(ptrs) -> None:
                            "(please report)")
 
 
+@_callbacks.per_signature
 def _forward_callback(x_shape, cfg: Config, has_residual: bool):
     x_dtype = cfg.x_dtype
     def split(outs):
@@ -229,6 +230,7 @@ def _forward_callback(x_shape, cfg: Config, has_residual: bool):
     return callback
 
 
+@_callbacks.per_signature
 def _backward_callback(x_shape, cfg: Config, has_weight: bool, has_bias: bool):
     has_residual = cfg.h_dtype is not None
 
