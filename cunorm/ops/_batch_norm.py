@@ -527,10 +527,10 @@ def _staged_span(lay: Layout, itemsize: int, acc_size: int, limit: int, clusters
 
 def _span_split(words: int) -> int:
     """The pieces the span kernels walk a one-channel plane of ``words`` 16-byte words in
-    (their M; the forward's with STAGED_SPAN_FWD_PIECES): 1 where the plane has no more words than a block has threads (unless
-    STAGED_SPAN_SPLIT_FILL), else the fewest pieces of whole words that do; with
-    STAGED_SPAN_SPLIT_FILL, the pieces that leave the fewest threads without a word (the
-    fewest pieces of those)."""
+    (their M; the forward's with STAGED_SPAN_FWD_PIECES): 1 where the plane has no more
+    words than a block has threads (unless STAGED_SPAN_SPLIT_FILL), else the fewest pieces
+    of whole words that do; with STAGED_SPAN_SPLIT_FILL, the pieces that leave the fewest
+    threads without a word (the fewest pieces of those)."""
     pieces = [m for m in range(1, words + 1) if words % m == 0 and words // m <= STAGED_SPAN_BLOCK]
     if not STAGED_SPAN_SPLIT_FILL:  # (words pieces of one word always fit)
         return pieces[0]
