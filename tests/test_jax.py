@@ -285,7 +285,7 @@ EAGER_CALLS = {
 @pytest.mark.parametrize("name", list(EAGER_CALLS))
 def test_eager_calls_reuse_their_callbacks(name):
     # JAX keys its caches on the callback object: a closure made afresh each eager call was
-    # traced and compiled again every call (30 ms a call on the CPU) and kept in JAX's caches,
+    # traced and compiled again every call (13-23 ms a call on the CPU) and kept in JAX's caches,
     # with its plan dict; now one callback per signature, forward and backward
     from cunorm import _compile
     from cunorm.jax import _callbacks
