@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import numpy
 import pytest
+
+pytest_plugins = ("pytester",)  # (test_kernel_cache runs this conftest over a made-up test file)
 
 # JAX takes 75% of GPU memory at start by default; the CuPy and torch tests share the GPU
 # with it (and pytest-xdist runs several processes).
@@ -49,6 +52,24 @@ def rng():
     seed = int(replay) if replay else numpy.random.SeedSequence().entropy % (2**32)
     print(f"rng seed {seed}")
     return numpy.random.default_rng(seed)
+
+
+@pytest.fixture(autouse=True)
+def _forget_device_stubs(request):
+    """CPU tests stand in for the device with stubs (a kernel pointer of 1, a fixed occupancy
+    or SM count); what the host's caches kept of them must not reach a later GPU test of the
+    same process. A stub pointer that test_scratch_lists_are_the_allocations left in
+    _staged_cl_kernel's cache, handed to the driver by a GPU test with an equal plan, was the
+    pytest worker crash (a segfault in cuOccupancyMaxActiveClusters or a cooperative
+    cuLaunchKernelEx; NOTES "The pytest worker crash"). So every cache of kernel pointers and
+    plans is emptied after each test that is not a GPU test (drop_modules; the GPU tests
+    after it get the same kernels back from CuPy's module memo, no compile)."""
+    yield
+    if "gpu" in request.keywords:
+        return
+    compiled = sys.modules.get("cunorm._compile")
+    if compiled is not None:
+        compiled.drop_modules()
 
 
 @pytest.fixture(autouse=True)

@@ -1634,7 +1634,7 @@ def test_gpu_staged_cl_forward_and_backward(rng, shape, dtype, pdtype):
 @pytest.mark.parametrize("shape", [(7, 11, 13, 1536), (64, 14, 14, 1024)], ids=lambda s: "x".join(map(str, s)))
 def test_gpu_staged_cl_kernels_rebuilt(rng, shape):
     # a rebuild (_compile.drop_modules, as the ring test's and the sweeps' other builds do)
-    # unloads the staged kernels' modules: the call after it must compile them again, not
+    # forgets the staged kernels' pointers: the call after it must compile them again, not
     # launch the pointers a cache kept for a Plan equal to the new one (_build_with's list of
     # caches had missed _staged_cl_kernel). Same bits both times.
     import gc
@@ -1653,7 +1653,7 @@ def test_gpu_staged_cl_kernels_rebuilt(rng, shape):
         grads = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=-1, residual=res, activation="relu")
         runs.append([a.view(numpy.uint8).get() for a in (y, mean, rstd, *grads)])
         _compile.drop_modules()
-        gc.collect()  # the modules unloaded now, not at some later collection
+        gc.collect()  # (CuPy's module memo keeps them loaded: same pointers, asked afresh)
     assert all(numpy.array_equal(a, b) for a, b in zip(*runs))
 
 

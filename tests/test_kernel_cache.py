@@ -168,3 +168,26 @@ def test_drop_modules_empties_the_plan_dicts():
     for _ in range(1000):
         _compile.KernelPlans()
     assert len(_compile._plan_dicts) == before
+
+
+
+def test_device_stubs_do_not_outlive_a_cpu_test(pytester):
+    # conftest's _forget_device_stubs: a kernel pointer a CPU test left in the host's caches (a
+    # stub's 1) is gone before the next test. (The stub's pointer, launched by a later GPU test
+    # of the same pytest worker, was the worker crash: NOTES "The pytest worker crash".)
+    import pathlib
+
+    pytester.makeconftest(pathlib.Path(__file__).with_name("conftest.py").read_text())
+    pytester.makepyfile(test_order="""
+        from cunorm import _compile
+
+        KEY = ("stub.cu", "stub_kernel", 0)
+
+        def test_cpu_test_plants_a_stub():
+            _compile._modules[KEY] = (None, 1)
+
+        def test_the_next_test_finds_none():
+            assert KEY not in _compile._modules
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-p", "no:cacheprovider", "test_order.py")
+    result.assert_outcomes(passed=2)
