@@ -8,14 +8,15 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: replay43 mixed crash eager; v31, v33 and v36 are on main since the forty-second and forty-third
-# sessions): replay43 (no patch: the forty-third session's crashing worker's 171 tests, in
+# Steps (default: prof; v31, v33, v36 and v35 are on main since the forty-second to forty-fourth
+# sessions; replay43, mixed, crash and eager chased the pytest worker crash, found in the
+# forty-fourth, NOTES "The pytest worker crash"): replay43 (no patch: the forty-third session's crashing worker's 171 tests, in
 # their order, in one process, ~1-2 min), mixed (eight processes of
 # benchmarks/probe_bn_coop_crash.py cycling the crashing test's launch settings, ~1 min),
 # crash (no patch: the pytest worker crash, NOTES "The pytest worker crash": the
 # BatchNorm test file under 8 workers with MALLOC_CHECK_=3 MALLOC_PERTURB_=165, up to four
 # rounds, each crashing worker's tests listed in order, then the first list replayed in one
-# process, ~2-4 min), eager (the same with CUDA_MODULE_LOADING=EAGER), v35 (experiments/bn-v35-cl-grid-only-stages.patch, over v36: the
+# process, ~2-4 min), eager (the same with CUDA_MODULE_LOADING=EAGER), v35 (on main since the forty-fourth session, no patch: the
 # channels-last stages over 16-128 blocks meeting in global memory; the whole BatchNorm test
 # file three times under 8 workers, then its NHWC sweep against the passes, ~4 min), fill
 # (no patch: v30's pieces filling the block against the fewest, NCHW, ~1 min), v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
@@ -59,16 +60,16 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(replay43 mixed crash eager)
+[ ${#steps[@]} -eq 0 ] && steps=(prof)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v35]=bn-v35-cl-grid-only-stages)
+                     [v29]=bn-v29-residual-l2-prefetch)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked)
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v35 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then

@@ -138,6 +138,8 @@ VARIANTS = {
     "span_fwd_8byte_words": ((), 256, {"STAGED_FWD_MIN_WORD": 16}),
     "span_fwd_only_fewest_pieces": ((), 256, {"STAGED_FWD_MIN_WORD": 32, "STAGED_SPAN_FWD_PIECES": True,
                                               "STAGED_SPAN_SPLIT_FILL": False}),
+    # v35: no stage over more blocks than a cluster holds (the passes where no cluster fits)
+    "cl_grid_shares_off": ((), 256, {"STAGED_CL_GRID_SHARES": ()}),
     # v36: the 16-byte channels-last spans back (main's plans before the forty-third session)
     "cl_spans_16": ((), 256, {"STAGED_CL_SPANS": (128, 64, 32, 16)}),
     # v34's defaults undone: the forward's span kernels for words under 8 bytes alone, no pieces (v32's plans)
@@ -151,7 +153,8 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID",
                  "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD",
                  "STAGED_CL_BWD_MAX_ITEMSIZE", "STAGED_SPAN_WIDE_BWD_ITEMSIZES", "STAGED_SPAN_SPLIT_FILL",
-                 "STAGED_SPAN_FWD_PIECES", "STAGED_FWD_MIN_WORD", "STAGED_SPAN_FWD_WHOLE_WORDS")
+                 "STAGED_SPAN_FWD_PIECES", "STAGED_FWD_MIN_WORD", "STAGED_SPAN_FWD_WHOLE_WORDS",
+                 "STAGED_CL_GRID_SHARES")
 
 
 def _use(options, block: int, settings: dict) -> None:

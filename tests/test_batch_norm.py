@@ -1532,8 +1532,10 @@ def test_plans_staged_cl(fresh_plans):
     assert plan((64, 14, 14, 1024), numpy.float32).staged_cl == S(16, 2, 1568 * 64, 64 * 8, 512, 8, 1568, 33 * 8)
     assert plan((64, 14, 14, 1056), BFLOAT16).staged_cl.grid_blocks == 33 * 8  # 33 stages: one each
     assert plan((64, 14, 14, 1088), BFLOAT16).staged_cl.grid_blocks == 33 * 8  # 34: one stage walks two
-    # 56 x 56 and 112 x 112: not even 16-byte spans fit a cluster of 8: the passes
-    assert plan((32, 56, 56, 256), BFLOAT16).staged_cl is None
+    # 56 x 56 and 112 x 112: not even 16-byte spans fit a cluster of 8: the passes, or
+    # (v35, test_plans_staged_cl_grid_only) a stage over more blocks, meeting in global memory
+    assert plan((32, 56, 56, 256), BFLOAT16).staged_cl.cluster == 128
+    assert plan((128, 112, 112, 64), BFLOAT16).staged_cl is None
     assert plan((128, 112, 112, 64), BFLOAT16).staged_cl_bwd is None
     # few channels: the one span that covers them (8 bf16 channels: one 16-byte word)
     assert plan((2, 3, 3, 8), BFLOAT16).staged_cl == S(8, 0, 18 * 16, 1, 512, 1, 18)
@@ -1587,10 +1589,11 @@ def test_plans_staged_cl_no_one_word_spans(fresh_plans, monkeypatch):
     # forward read 0.266 of copy in them, the passes 0.400): the passes there; a position of
     # one word (8 bf16 channels) keeps its one-word span
     with _sm_count(132):
-        p = _cl_plan((64, 28, 28, 128), BFLOAT16, numpy.float32, device=0)
-        assert p.staged_cl is None and p.staged_cl_bwd is None
+        # (v35: 128-byte grid-only stages of 64 blocks instead)
+        st = _cl_plan((64, 28, 28, 128), BFLOAT16, numpy.float32, device=0).staged_cl
+        assert st == _batch_norm.StagedCl(64, 3, 784 * 128, 2 * 64, 512, 64, 784, 2 * 64)
         p = _cl_plan((32, 28, 28, 512), BFLOAT16, numpy.float32, device=0)
-        assert p.staged_cl.wshift == 1 and p.staged_cl_bwd is None  # 32-byte spans forward
+        assert p.staged_cl.wshift == 1 and p.staged_cl_bwd.wshift == 3  # 32-byte spans forward
         assert _cl_plan((2, 3, 3, 8), BFLOAT16, numpy.float32, device=0).staged_cl.wshift == 0
         monkeypatch.setattr(_batch_norm, "STAGED_CL_SPANS", (128, 64, 32, 16))
         _batch_norm.plan.cache_clear()
@@ -1628,6 +1631,53 @@ def test_gpu_staged_cl_forward_and_backward(rng, shape, dtype, pdtype):
         _gpu_case(rng, shape, -1, dtype, pdtype, "relu", training=True)
         _gpu_case(rng, shape, -1, dtype, pdtype, None, training=True, with_residual=False)
     _gpu_case(rng, shape, -1, dtype, pdtype, None, training=False)  # eval: the staged backward alone
+
+
+# v35: stages over more blocks than a cluster holds (STAGED_CL_GRID_SHARES), meeting in global
+# memory: bf16 128-byte stages of 128 blocks (two stages, one round), positions uneven over
+# the blocks (53,295 = 127 x 417 + 336) with a last stage of fewer channels (104 = 64 + 40);
+# float32 over 128 blocks; the bench's bf16 (32, 256, 56, 56) over 128 blocks in two rounds.
+GRID_ONLY_CL_CASES = [((20, 56, 56, 128), BFLOAT16), ((17, 55, 57, 104), BFLOAT16),
+                      ((20, 56, 56, 64), numpy.dtype(numpy.float32)), ((32, 56, 56, 256), BFLOAT16),
+                      ((64, 28, 28, 128), BFLOAT16)]
+
+
+def test_plans_staged_cl_grid_only(fresh_plans, monkeypatch):
+    with _sm_count(132):
+        for shape, dtype in GRID_ONLY_CL_CASES:
+            st = _cl_plan(shape, dtype, numpy.float32, device=0).staged_cl
+            assert st is not None and st.grid and st.cluster > max(_batch_norm.STAGED_CL_CLUSTERS), (shape, st)
+            stages, O = st.blocks // st.cluster, math.prod(shape[:-1])
+            assert -(-stages // (st.grid_blocks // st.cluster)) <= _batch_norm.STAGED_CL_GRID_MAX_ROUNDS
+            assert (st.cluster - 1) * st.positions < O <= st.cluster * st.positions
+        assert _cl_plan((32, 56, 56, 256), BFLOAT16, numpy.float32, device=0).staged_cl == _batch_norm.StagedCl(
+            64, 3, 784 * 128, 4 * 128, 512, 128, 784, 2 * 128)
+        # float32 (32, 256, 56, 56): eight 128-byte stages of 128 blocks, two a round: four rounds
+        assert _cl_plan((32, 56, 56, 256), numpy.dtype(numpy.float32), numpy.float32, device=0).staged_cl is None
+        monkeypatch.setattr(_batch_norm, "STAGED_CL_GRID_SHARES", ())
+        _batch_norm.plan.cache_clear()
+        assert _cl_plan((32, 56, 56, 256), BFLOAT16, numpy.float32, device=0).staged_cl is None
+        # 32-byte spans of 128-byte positions (bf16 (32, 64, 112, 112)): no grid-only stage
+        monkeypatch.setattr(_batch_norm, "STAGED_CL_GRID_SHARES", (16, 32, 64, 128))
+        _batch_norm.plan.cache_clear()
+        assert _cl_plan((32, 112, 112, 64), BFLOAT16, numpy.float32, device=0).staged_cl is None
+        monkeypatch.setattr(_batch_norm, "STAGED_CL_GRID_MIN_SPAN", 32)
+        _batch_norm.plan.cache_clear()
+        st = _cl_plan((32, 112, 112, 64), BFLOAT16, numpy.float32, device=0).staged_cl
+        assert st.channels == 16 and st.cluster == 128
+    with _sm_count(108, capability=80):
+        assert _cl_plan((20, 56, 56, 128), BFLOAT16, numpy.float32, device=0).staged_cl is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,dtype", GRID_ONLY_CL_CASES, ids=["bf16_32_blocks", "bf16_uneven", "fp32_32_blocks",
+                                                              "bf16_bench_128_blocks", "bf16_was_one_word"])
+def test_gpu_staged_cl_grid_only(rng, shape, dtype):
+    _needs_clusters()
+    st = _cl_plan(shape, dtype, numpy.float32).staged_cl
+    assert st is not None and st.grid and st.cluster > max(_batch_norm.STAGED_CL_CLUSTERS), st
+    _gpu_case(rng, shape, -1, dtype, numpy.float32, "relu", training=True)
+    _gpu_case(rng, shape, -1, dtype, numpy.float32, None, training=True, with_residual=False)
 
 
 @pytest.mark.gpu

@@ -183,6 +183,8 @@ STAGED_CL_BLOCK = 512  # = the kernels' BLOCK template argument (instantiated fo
 # (64, 256, 28, 28) 0.221 -> 0.449, float32 0.237 -> 0.535 and 0.210 -> 0.553; bf16 backward
 # (32, 512, 28, 28) 0.265 -> 0.420, (128, 256, 14, 14) 0.309 -> 0.417. A position of one word
 # (C <= 8 bf16) keeps its one-word span (the spans only cap a stage; the channels bound it).
+# With v35 these shapes take grid-only stages of 128-byte spans (same sweep: bf16 forward
+# 0.548 / 0.407, backward 0.680 / 0.739 at (64, 128, 28, 28) / (128, 256, 14, 14)).
 STAGED_CL_SPANS = (128, 64, 32)
 STAGED_CL_MIN_RESIDENT = 2
 STAGED_CL_CLUSTERS = (2, 4, 8)
@@ -205,6 +207,21 @@ USE_STAGED_CL_GRID = True
 # False: the grid wherever planned.
 STAGED_CL_GRID_RULE = True
 STAGED_CL_GRID_MAX_ROUNDS = 2
+# v35: where no stage fits a cluster's blocks (bf16 (32, 256, 56, 56) NHWC: 12.8 MB a
+# 128-byte stage, 1.6 MB a 16-byte one), a stage over more blocks than a cluster holds,
+# meeting in global memory alone: the fewest of these whose shares fit, planned only where
+# the persistent grid walks the stages in at most STAGED_CL_GRID_MAX_ROUNDS rounds (sm_90,
+# with USE_STAGED_CL_GRID) and the span is at least STAGED_CL_GRID_MIN_SPAN bytes or all of a
+# position's channels. Such a plan has no cluster launch to fall back to. Measured (H100,
+# NOTES "BatchNorm v35", results/sweep-bn-v35-h100.txt) against the passes: bf16 forward
+# (32, 256, 56, 56) 0.515 -> 0.557 of copy, (20, 128, 56, 56) 0.416 -> 0.577, (32, 128, 56,
+# 56) 0.463 -> 0.545, (64, 64, 56, 56) 0.448 -> 0.523 (64-byte spans); bf16 backward (64,
+# 256, 28, 28) 0.419 -> 0.525, (16, 256, 56, 56) 0.419 -> 0.531, (32, 128, 56, 56) 0.445 ->
+# 0.499, (20, 128, 56, 56) 0.440 -> 0.432; float32 forward -0.017 to +0.061. 32-byte spans
+# of 128-byte positions lost (bf16 (32, 64, 112, 112) forward 0.510 -> 0.351, (64, 64, 56,
+# 56) backward 0.441 -> 0.355): STAGED_CL_GRID_MIN_SPAN.
+STAGED_CL_GRID_SHARES = (16, 32, 64, 128)
+STAGED_CL_GRID_MIN_SPAN = 64
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -609,26 +626,34 @@ def _staged_cl(lay: Layout, itemsize: int, acc_size: int, phase: int, device: in
     words = 1 << (-(-lay.C // vec) - 1).bit_length()  # a power of two covering the channels
     per_block, per_sm = smem_limits(device)
     clusters = STAGED_CL_CLUSTERS if compute_capability(device) >= STAGED_CLUSTER_MIN_SM else ()
-    tried = set()
-    for span in STAGED_CL_SPANS:
-        wpp = min(words, span // 16)  # few channels: one narrower span covers them all
-        if wpp in tried:
-            continue
-        tried.add(wpp)
-        G = wpp * vec
-        for K, OB in _cluster_shares(lay.O, clusters):
-            static = staged_cl_static_smem(itemsize, acc_size, K > 1)
-            limit = min(per_block, per_sm // STAGED_CL_MIN_RESIDENT - STAGED_RESERVED_SMEM) - static
-            smem = tensors * OB * G * itemsize
-            if smem <= limit:
-                stages = -(-lay.C // G)
-                # the persistent grid: whole stages of blocks, as many an SM as their shared
-                # memory allows, at most STAGED_CL_MIN_RESIDENT (the kernels' registers are
-                # bounded for that many)
-                resident = min(per_sm // (smem + static + STAGED_RESERVED_SMEM), STAGED_CL_MIN_RESIDENT)
-                groups = min(stages, resident * sm_count(device) // K)
-                grid_blocks = groups * K if USE_STAGED_CL_GRID and K > 1 and groups else 0
-                return StagedCl(G, wpp.bit_length() - 1, smem, stages * K, STAGED_CL_BLOCK, K, OB, grid_blocks)
+    grid_only = STAGED_CL_GRID_SHARES if clusters and USE_STAGED_CL_GRID else ()
+    for shares, only_grid in ((clusters, False), (grid_only, True)):
+        tried = set()
+        for span in STAGED_CL_SPANS:
+            wpp = min(words, span // 16)  # few channels: one narrower span covers them all
+            if wpp in tried:
+                continue
+            tried.add(wpp)
+            G = wpp * vec
+            if only_grid and wpp < words and wpp * 16 < STAGED_CL_GRID_MIN_SPAN:
+                continue
+            for K, OB in _cluster_shares(lay.O, shares):
+                if only_grid and K == 1:
+                    continue
+                static = staged_cl_static_smem(itemsize, acc_size, K > 1)
+                limit = min(per_block, per_sm // STAGED_CL_MIN_RESIDENT - STAGED_RESERVED_SMEM) - static
+                smem = tensors * OB * G * itemsize
+                if smem <= limit:
+                    stages = -(-lay.C // G)
+                    # the persistent grid: whole stages of blocks, as many an SM as their shared
+                    # memory allows, at most STAGED_CL_MIN_RESIDENT (the kernels' registers are
+                    # bounded for that many)
+                    resident = min(per_sm // (smem + static + STAGED_RESERVED_SMEM), STAGED_CL_MIN_RESIDENT)
+                    groups = min(stages, resident * sm_count(device) // K)
+                    if only_grid and (not groups or -(-stages // groups) > STAGED_CL_GRID_MAX_ROUNDS):
+                        break  # more blocks a stage only leave fewer stages a round
+                    grid_blocks = groups * K if USE_STAGED_CL_GRID and K > 1 and groups else 0
+                    return StagedCl(G, wpp.bit_length() - 1, smem, stages * K, STAGED_CL_BLOCK, K, OB, grid_blocks)
     return None
 
 
@@ -969,6 +994,8 @@ def _grid_pays(fn: int, st: StagedCl) -> bool:
     """STAGED_CL_GRID_RULE for a planned grid: fewer rounds of the stages than the clusters'
     waves (the driver's count of clusters at once; without it, the grid's own), and at most
     STAGED_CL_GRID_MAX_ROUNDS."""
+    if st.cluster > max(STAGED_CL_CLUSTERS):
+        return True  # no cluster launch to compare with (STAGED_CL_GRID_SHARES: its rounds planned)
     stages, per_round = st.blocks // st.cluster, st.grid_blocks // st.cluster
     rounds = -(-stages // per_round)
     active = max_active_clusters(fn, st.threads, st.smem, st.cluster, at_launch=True) or per_round
@@ -984,7 +1011,8 @@ def _launch_staged(fn: int, st: Staged | StagedCl, args: tuple, stream: int) -> 
                 launch_cooperative(fn, st.grid_blocks, st.threads, args, stream, st.smem)
                 return
             except RuntimeError:  # fewer blocks resident than planned (a shared GPU): the cluster exchange
-                pass
+                if st.cluster > max(STAGED_CL_CLUSTERS):  # none for a stage past a cluster's blocks
+                    raise
         args = (*args[:-2], 0, 0)
     if st.cluster > 1:
         launch_cluster(fn, st.blocks, st.threads, args, stream, st.smem, st.cluster)
