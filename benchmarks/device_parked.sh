@@ -8,7 +8,7 @@
 #
 #     bash benchmarks/device_parked.sh [STEP...]   # results under $OUT (or ./parked-out)
 #
-# Steps (default: prof; v31, v33, v36 and v35 are on main since the forty-second to forty-fourth
+# Steps (default: prof rounds4; v31, v33, v36 and v35 are on main since the forty-second to forty-fourth
 # sessions; replay43, mixed, crash and eager chased the pytest worker crash, found in the
 # forty-fourth, NOTES "The pytest worker crash"): replay43 (no patch: the forty-third session's crashing worker's 171 tests, in
 # their order, in one process, ~1-2 min), mixed (eight processes of
@@ -60,7 +60,7 @@ export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 start=$SECONDS
 
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(prof)
+[ ${#steps[@]} -eq 0 ] && steps=(prof rounds4)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch)
@@ -253,6 +253,18 @@ for name in "${steps[@]}"; do
         step replay43 "$(cap 240)" python3 -m pytest -q -p no:xdist -p no:cacheprovider \
             $(cat benchmarks/results/crash-bn-43-h100-order.txt)
         tail -1 "$out/replay43.txt"; grep -m1 -A6 "Current thread" "$out/replay43.txt" ;;
+    rounds4)  # v37 (planned, no patch: a sweep variant): grid-only channels-last stages over up to
+        # four rounds, NHWC 56 x 56 and 7 x 7 with residual + ReLU timed; then the channels-last
+        # BatchNorm GPU tests in one process under the setting (set on the planner's module before
+        # pytest starts: xdist's workers would import it afresh), ~2-3 min
+        BN_SWEEP_SHAPES=32x256x56x56,256x2048x7x7 BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 \
+            step rounds4-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,cl_grid_rounds_4 --json "$out/sweep-rounds4.json"
+        sed -n '/^case |/,$p' "$out/rounds4-sweep.txt"
+        step rounds4-tests "$(cap 150)" python3 -c "import sys, pytest; from cunorm.ops import _batch_norm; \
+_batch_norm.STAGED_CL_GRID_MAX_ROUNDS = 4; sys.exit(pytest.main(['-q', '-p', 'no:xdist', '-p', 'no:cacheprovider', \
+'tests/test_batch_norm.py', '-m', 'gpu', '-k', 'staged_cl or grid or cl_']))"
+        tail -1 "$out/rounds4-tests.txt" ;;
     fill)  # v30's pieces filling the block against the fewest, NCHW backward (no patch), ~1 min
         BN_SWEEP_SHAPES=32x256x56x56,16x512x56x56,64x128x28x28,256x2048x7x7 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
             step fill-sweep "$(cap 150)" python3 benchmarks/sweep_bn_variants.py \

@@ -140,6 +140,10 @@ VARIANTS = {
                                               "STAGED_SPAN_SPLIT_FILL": False}),
     # v35: no stage over more blocks than a cluster holds (the passes where no cluster fits)
     "cl_grid_shares_off": ((), 256, {"STAGED_CL_GRID_SHARES": ()}),
+    # v37 (planned, forty-fourth session): channels-last stages in global memory over up to four
+    # rounds (bf16 NHWC 56 x 56 backward and float32 forward: 128-block stages of 32 channels,
+    # 4 rounds; bf16 / float32 7 x 7's clustered grids where the rule finds 4 rounds pay)
+    "cl_grid_rounds_4": ((), 256, {"STAGED_CL_GRID_MAX_ROUNDS": 4}),
     # v36: the 16-byte channels-last spans back (main's plans before the forty-third session)
     "cl_spans_16": ((), 256, {"STAGED_CL_SPANS": (128, 64, 32, 16)}),
     # v34's defaults undone: the forward's span kernels for words under 8 bytes alone, no pieces (v32's plans)
@@ -154,7 +158,7 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD",
                  "STAGED_CL_BWD_MAX_ITEMSIZE", "STAGED_SPAN_WIDE_BWD_ITEMSIZES", "STAGED_SPAN_SPLIT_FILL",
                  "STAGED_SPAN_FWD_PIECES", "STAGED_FWD_MIN_WORD", "STAGED_SPAN_FWD_WHOLE_WORDS",
-                 "STAGED_CL_GRID_SHARES")
+                 "STAGED_CL_GRID_SHARES", "STAGED_CL_GRID_MAX_ROUNDS")
 
 
 def _use(options, block: int, settings: dict) -> None:
