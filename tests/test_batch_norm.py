@@ -1471,7 +1471,10 @@ def test_scratch_lists_are_the_allocations(fresh_plans, monkeypatch, shape, axis
     (JAX hands out scratch sized from them at trace time): the launches stubbed, every path
     the H200 planner takes for these shapes (staged, flat, per-channel, channels last)."""
     # the driver's queries stubbed too: with the stub's function pointer a real GPU's
-    # cuOccupancyMaxActiveClusters crashed the process (v24's grid rule asks it at launch)
+    # cuOccupancyMaxActiveClusters crashed the process (v24's grid rule asks it at launch);
+    # and the caches that keep the stub's pointer past this test are emptied after it
+    # (conftest's _forget_device_stubs: one of them, _staged_cl_kernel's, handed it to a later
+    # GPU test's launch, the pytest worker crash)
     for name in ("launch", "launch_cluster", "launch_cooperative", "zero_async", "allow_smem", "make_current",
                  "max_active_clusters"):
         monkeypatch.setattr(_batch_norm, name, lambda *a, **k: None)
