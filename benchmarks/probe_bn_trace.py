@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from cunorm import _launch
 from cunorm.ops import _batch_norm
 from cupy_backends.cuda.api import driver
 
@@ -42,8 +41,8 @@ def main(order: str) -> int:
         return cooperative(fn, grid, block, args, stream, smem)
 
     _batch_norm.max_active_clusters, _batch_norm.launch_cooperative = traced_query, traced_cooperative
-    _launch_tests = open(order).read().split()
-    return pytest.main(["-q", "-s", "-p", "no:xdist", "-p", "no:cacheprovider", *_launch_tests])
+    tests = open(order).read().split()
+    return pytest.main(["-q", "-s", "-p", "no:xdist", "-p", "no:cacheprovider", *tests])
 
 
 if __name__ == "__main__":

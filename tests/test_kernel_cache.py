@@ -170,7 +170,6 @@ def test_drop_modules_empties_the_plan_dicts():
     assert len(_compile._plan_dicts) == before
 
 
-
 def test_device_stubs_do_not_outlive_a_cpu_test(pytester):
     # conftest's _forget_device_stubs: a kernel pointer a CPU test left in the host's caches (a
     # stub's 1) is gone before the next test. (The stub's pointer, launched by a later GPU test
