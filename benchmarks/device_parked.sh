@@ -263,9 +263,9 @@ for name in "${steps[@]}"; do
         # four rounds, NHWC 56 x 56 and 7 x 7 with residual + ReLU timed; then the channels-last
         # BatchNorm GPU tests in one process under the setting (set on the planner's module before
         # pytest starts: xdist's workers would import it afresh), ~2-3 min
-        BN_SWEEP_SHAPES=32x256x56x56,256x2048x7x7 BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 \
-            step rounds4-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
-            --variants default,cl_grid_rounds_4 --json "$out/sweep-rounds4.json"
+        BN_SWEEP_SHAPES=32x256x56x56,256x2048x7x7,64x1024x14x14 BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 \
+            step rounds4-sweep "$(cap 260)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,cl_grid_rounds_4,cl_bwd_fp32,cl_bwd_fp32_rounds_4 --json "$out/sweep-rounds4.json"
         sed -n '/^case |/,$p' "$out/rounds4-sweep.txt"
         step rounds4-tests "$(cap 150)" python3 -c "import sys, pytest; from cunorm.ops import _batch_norm; \
 _batch_norm.STAGED_CL_GRID_MAX_ROUNDS = 4; sys.exit(pytest.main(['-q', '-p', 'no:xdist', '-p', 'no:cacheprovider', \

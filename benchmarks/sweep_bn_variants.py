@@ -144,6 +144,11 @@ VARIANTS = {
     # rounds (bf16 NHWC 56 x 56 backward and float32 forward: 128-block stages of 32 channels,
     # 4 rounds; bf16 / float32 7 x 7's clustered grids where the rule finds 4 rounds pay)
     "cl_grid_rounds_4": ((), 256, {"STAGED_CL_GRID_MAX_ROUNDS": 4}),
+    # float32 channels-last backward staged (lost to the passes by 0.04-0.05 in v21, before the
+    # persistent grid): cuDNN's persistent NHWC float32 backward reads 0.60-0.69 of an H100's
+    # copy at the bench's shapes where the passes read 0.55-0.59
+    "cl_bwd_fp32": ((), 256, {"STAGED_CL_BWD_MAX_ITEMSIZE": 4}),
+    "cl_bwd_fp32_rounds_4": ((), 256, {"STAGED_CL_BWD_MAX_ITEMSIZE": 4, "STAGED_CL_GRID_MAX_ROUNDS": 4}),
     # v36: the 16-byte channels-last spans back (main's plans before the forty-third session)
     "cl_spans_16": ((), 256, {"STAGED_CL_SPANS": (128, 64, 32, 16)}),
     # v34's defaults undone: the forward's span kernels for words under 8 bytes alone, no pieces (v32's plans)
