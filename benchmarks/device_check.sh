@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The full GPU check of the copied tree in one device call, after a quick gate: the GPU tests
-# of a change not yet committed (pytest -k expression in CHECK_GATE, of tests/test_batch_norm.py)
-# run first; where they fail, the tree's uncommitted changes under cunorm/, kernels/ and
-# tests/ are put back to HEAD's (the device's copy only) and the check measures HEAD's
-# sources instead, so the call still yields a record. The forty-fifth session made it when
-# machines came rarely (each refused start cost 90 s of the session's 30 device minutes):
+# The full GPU check in one device call, after a gate: parked patches (CHECK_PATCHES, names under
+# benchmarks/experiments/, each made over the ones before it) applied to the device's copy in
+# order, then one pytest run of their GPU tests (CHECK_GATE, a -k expression over
+# tests/test_batch_norm.py -m gpu). Where the gate fails, the last patch is taken back and the
+# gate runs again, until it passes or none is left; the check then measures the sources as they
+# stand (its digest says which: the patches kept are printed). The forty-fifth session made it
+# when machines came rarely (each refused start cost 90 s of the session's 30 device minutes):
 # one call does what a gate call and a check call did.
 #
-#     CHECK_GATE="grid_only or grid_exchange" bash benchmarks/device_check.sh
+#     CHECK_PATCHES="bn-v38-grid-only-refused-passes bn-v39-cl-grid-fold-spread" \
+#         CHECK_GATE="grid_only or grid_fold" bash benchmarks/device_check.sh
 #
-# Results under $OUT (or ./check-out): gate.txt, c.log, c/gpu-latest.json (commit it as
-# benchmarks/results/gpu-latest.json where its digest is the committed sources').
+# Results under $OUT (or ./check-out): gate-N.txt, c.log, c/gpu-latest.json (commit it as
+# benchmarks/results/gpu-latest.json with the same patches applied on main).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-check-out}"
@@ -18,16 +20,28 @@ mkdir -p "$out"
 export PYTHONPATH="$PWD" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader
 start=$SECONDS
-if [ -n "${CHECK_GATE:-}" ]; then
-    timeout 120 python3 -m pytest -q -p no:xdist -p no:cacheprovider tests/test_batch_norm.py -m gpu \
-        -k "$CHECK_GATE" > "$out/gate.txt" 2>&1
-    rc=$?
-    echo "gate (rc $rc, $((SECONDS - start)) s): $(tail -1 "$out/gate.txt")"
-    if [ $rc -ne 0 ]; then
-        grep -E "^(FAILED|ERROR)" "$out/gate.txt" | head -5
-        git checkout HEAD -- cunorm kernels tests && echo "gate failed: checking HEAD's sources"
+kept=()
+for name in ${CHECK_PATCHES:-}; do
+    if git apply "benchmarks/experiments/$name.patch" 2> "$out/apply-$name.txt"; then
+        kept+=("$name")
+    else
+        echo "NOT applied $name: $(head -2 "$out/apply-$name.txt")"
     fi
-fi
+done
+round=0
+while [ -n "${CHECK_GATE:-}" ] && [ ${#kept[@]} -gt 0 ]; do
+    round=$((round + 1))
+    timeout 200 python3 -m pytest -q -p no:xdist -p no:cacheprovider tests/test_batch_norm.py -m gpu \
+        -k "$CHECK_GATE" > "$out/gate-$round.txt" 2>&1
+    rc=$?
+    echo "gate $round with ${kept[*]} (rc $rc, $((SECONDS - start)) s): $(tail -1 "$out/gate-$round.txt")"
+    [ $rc -eq 0 ] && break
+    grep -E "^(FAILED|ERROR)" "$out/gate-$round.txt" | head -5
+    last="${kept[-1]}"
+    git apply -R "benchmarks/experiments/$last.patch" && echo "took back $last"
+    unset 'kept[-1]'
+done
+echo "kept: ${kept[*]:-none}"
 python3 -c "import cunorm.gpucheck as g; print('digest', g.source_digest()[:12])"
 timeout $((590 - (SECONDS - start))) python3 -m cunorm.gpucheck --out "$out/c" --sanitizer memcheck,racecheck \
     --sanitizer-timeout 330 > "$out/c.log" 2>&1
