@@ -8,8 +8,12 @@
 # when machines came rarely (each refused start cost 90 s of the session's 30 device minutes):
 # one call does what a gate call and a check call did.
 #
-#     CHECK_PATCHES="bn-v38-grid-only-refused-passes bn-v39-cl-grid-fold-spread" \
-#         CHECK_GATE="grid_only or grid_fold" bash benchmarks/device_check.sh
+#     CHECK_PATCHES="bn-v41-cl-fp32-bwd-grid-only-rounds" \
+#         CHECK_GATE="grid_only or grid_fold or staged_cl" bash benchmarks/device_check.sh
+#
+# Time: on an H200 the tests and tools take ~360 s and the benchmark ~160 s (the forty-sixth
+# session: 422 s without a gate); a gate of ~50 tests adds ~80 s and then the benchmark may not
+# fit: a second call runs `python3 -m cunorm.gpucheck --tests-from` the first's record.
 #
 # Results under $OUT (or ./check-out): gate-N.txt, c.log, c/gpu-latest.json (commit it as
 # benchmarks/results/gpu-latest.json with the same patches applied on main).

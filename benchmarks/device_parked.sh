@@ -16,9 +16,9 @@
 # crash (no patch: the pytest worker crash, NOTES "The pytest worker crash": the
 # BatchNorm test file under 8 workers with MALLOC_CHECK_=3 MALLOC_PERTURB_=165, up to four
 # rounds, each crashing worker's tests listed in order, then the first list replayed in one
-# process, ~2-4 min), eager (the same with CUDA_MODULE_LOADING=EAGER), v38 (experiments/bn-v38-grid-only-refused-passes.patch:
-# a refused grid-only stage runs the passes; its GPU tests, ~1 min), v41 (experiments/bn-v41-cl-fp32-bwd-grid-only-rounds.patch
-# over v39's and v38's: its sweep and the channels-last GPU tests, ~2-3 min), v35 (on main since the forty-fourth session, no patch: the
+# process, ~2-4 min), eager (the same with CUDA_MODULE_LOADING=EAGER), v38 (on main since the forty-sixth session, no patch:
+# a refused grid-only stage runs the passes; its GPU tests, ~1 min), v41 (experiments/bn-v41-cl-fp32-bwd-grid-only-rounds.patch,
+# lost on the H200: its sweep and the channels-last GPU tests, ~1 min), v35 (on main since the forty-fourth session, no patch: the
 # channels-last stages over 16-128 blocks meeting in global memory; the whole BatchNorm test
 # file three times under 8 workers, then its NHWC sweep against the passes, ~4 min), fill
 # (no patch: v30's pieces filling the block against the fewest, NCHW, ~1 min), v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
@@ -65,16 +65,13 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(prof rounds4)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v38]=bn-v38-grid-only-refused-passes
-                     [v39]=bn-v39-cl-grid-fold-spread [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds)
-# v27 is made over v26, v29 over both, v41 over v39 over v38: asking for one applies what it is
-# made over (its steps run only where asked)
+                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds)
+# v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
+# run only where asked); v41 is made over main since v38 and v39 landed
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-[[ " ${apply[*]} " == *" v41 "* ]] && apply+=(v39)
-[[ " ${apply[*]} " == *" v39 "* ]] && apply+=(v38)
-for name in v26 v27 v29 v28 v38 v39 v41 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -258,13 +255,12 @@ for name in "${steps[@]}"; do
         step replay43 "$(cap 240)" python3 -m pytest -q -p no:xdist -p no:cacheprovider \
             $(cat benchmarks/results/crash-bn-43-h100-order.txt)
         tail -1 "$out/replay43.txt"; grep -m1 -A6 "Current thread" "$out/replay43.txt" ;;
-    v38)  # experiments/bn-v38-grid-only-refused-passes.patch: a grid-only stage's refused cooperative
+    v38)  # v38 (landed in the forty-sixth session): a grid-only stage's refused cooperative
         # launch runs the passes; the driver's refusal code checked (the new GPU test inflates the
         # grid past what the GPU holds), and the grid-exchange / grid-only tests, ~1 min
         tests_step v38-tests "$(cap 150)" -p no:xdist tests/test_batch_norm.py -m gpu \
             -k "grid_only or grid_exchange or scratch_lists" ;;
-    v39) ;;  # applied for v41 (its tests run there)
-    v41)  # experiments/bn-v41-cl-fp32-bwd-grid-only-rounds.patch (over v39's and v38's): the sweep at
+    v41)  # experiments/bn-v41-cl-fp32-bwd-grid-only-rounds.patch (over main): the sweep at
         # NHWC shapes against v41 undone and float32's staged backward alone, then the
         # channels-last staged and grid GPU tests (float32's staged backward among them), ~2-3 min
         BN_SWEEP_SHAPES=32x256x56x56,64x256x28x28,64x1024x14x14,256x2048x7x7 BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 \

@@ -16,6 +16,7 @@ import cupy
 import numpy
 
 import cunorm
+from cunorm import _launch
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
 
@@ -28,7 +29,7 @@ def main(setting: str, seconds: float) -> None:
     sms, cooperative = _batch_norm.sm_count, _batch_norm.launch_cooperative
 
     def refuse(*args, **kwargs):
-        raise RuntimeError("cooperative launch refused (probe)")
+        raise _launch.CooperativeLaunchRefused("cooperative launch refused (probe)")
 
     # (grid exchange, cooperative launch, SM count) as the test's loop sets them
     cycle = {"grid": [(True, cooperative, sms)], "cluster": [(False, cooperative, sms)],

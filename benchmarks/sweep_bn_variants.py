@@ -149,6 +149,9 @@ VARIANTS = {
     # copy at the bench's shapes where the passes read 0.55-0.59
     "cl_bwd_fp32": ((), 256, {"STAGED_CL_BWD_MAX_ITEMSIZE": 4}),
     "cl_bwd_fp32_rounds_4": ((), 256, {"STAGED_CL_BWD_MAX_ITEMSIZE": 4, "STAGED_CL_GRID_MAX_ROUNDS": 4}),
+    # v39 (its patch): grid-only stages' fold in rank order by 2 G threads (main's before v39)
+    "cl_fold_rank_order": (("-DCUNORM_BN_CL_GRID_FOLD=0",), 256, {}),
+    "cl_rounds_4_fold_rank_order": (("-DCUNORM_BN_CL_GRID_FOLD=0",), 256, {"STAGED_CL_GRID_MAX_ROUNDS": 4}),
     # v36: the 16-byte channels-last spans back (main's plans before the forty-third session)
     "cl_spans_16": ((), 256, {"STAGED_CL_SPANS": (128, 64, 32, 16)}),
     # v34's defaults undone: the forward's span kernels for words under 8 bytes alone, no pieces (v32's plans)

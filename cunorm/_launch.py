@@ -314,6 +314,11 @@ def launch_cluster(function_ptr: int, grid: int, block: int, args, stream: int, 
 
 
 _COOPERATIVE = 2  # CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+_COOPERATIVE_LAUNCH_TOO_LARGE = 720  # CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE
+
+
+class CooperativeLaunchRefused(RuntimeError):
+    """The driver would not run a cooperative grid: more blocks than can be resident at once."""
 
 
 def launch_cooperative(function_ptr: int, grid: int, block: int, args, stream: int, smem: int) -> None:
@@ -326,9 +331,12 @@ def launch_cooperative(function_ptr: int, grid: int, block: int, args, stream: i
     attr.value[0] = 1
     config = _LaunchConfig((grid, 1, 1), (block, 1, 1), smem, stream or None, ctypes.addressof(attr), 1)
     err = _launch_kernel_ex()(ctypes.addressof(config), function_ptr, buffers.params_ptr, None)
+    if err == _COOPERATIVE_LAUNCH_TOO_LARGE:
+        raise CooperativeLaunchRefused(f"cunorm: the driver refused a cooperative launch of {grid} blocks (a GPU "
+                                       "shared with other processes may hold fewer blocks at once than it has "
+                                       "SMs for)")
     if err:
-        raise RuntimeError(f"cunorm: cooperative launch of {grid} blocks failed with CUresult {err} (a GPU "
-                           "shared with other processes may hold fewer blocks at once than it has SMs for)")
+        raise RuntimeError(f"cunorm: cooperative launch of {grid} blocks failed with CUresult {err}")
 
 
 def zero_async(ptr: int, nbytes: int, stream: int) -> None:

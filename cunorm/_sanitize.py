@@ -100,6 +100,16 @@ def run(log=print) -> int:
             y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=axis, return_stats=True)
             cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, channel_axis=axis)
             calls += 2
+    # v39: grid-only channels-last stages (16-48 blocks a stage, their fold spread over the
+    # block), made of small tensors by allowing clusters of 2 and 128-byte spans alone
+    with batch_norm_settings(STAGED_CL_CLUSTERS=(2,), STAGED_CL_SPANS=(128,)):
+        for shape, dt in (((5, 27, 29, 72), ml_dtypes.bfloat16), ((5, 27, 29, 72), numpy.float32),
+                          ((24, 28, 28, 8), ml_dtypes.bfloat16)):
+            x = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt))
+            w, b = cupy.ones(shape[-1], numpy.float32), cupy.zeros(shape[-1], numpy.float32)
+            y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=-1, return_stats=True)
+            cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, channel_axis=-1)
+            calls += 2
     calls += staged_span_calls(rng)
     cupy.cuda.runtime.deviceSynchronize()
     log(f"cunorm._sanitize: {calls} calls done")

@@ -2398,12 +2398,48 @@ struct ClGridExchange {
   unsigned* counters;
 };
 
+// v39: a grid-only stage's fold (more blocks than a cluster holds: 16-128) over every thread of
+// the block. Each of the 2 G sums is folded by U = BLOCK / (2 G) threads (G a power of two,
+// 2 G <= BLOCK), thread u of them taking blocks [u K / U, (u + 1) K / U) in rank order,
+// kClFoldLoads loads issued before any is added; then the U partials go through ``red`` and
+// are added in u order. The same bits in every block of the stage (no cluster exchange runs
+// such a stage, so rank order from zero is not needed there). The rank-order loop it replaces
+// left 2 G threads an SM issuing K dependent-in-turn L2 loads each (128 at the bench's bf16
+// NHWC 56 x 56 forward) while the rest of the block and the stage's memory traffic waited.
+// CUNORM_BN_CL_GRID_FOLD=0: that loop for every K (sweep_bn_variants.py cl_fold_rank_order).
+#ifndef CUNORM_BN_CL_GRID_FOLD
+#define CUNORM_BN_CL_GRID_FOLD 1
+#endif
+constexpr int kClFoldLoads = 8;
+constexpr int kClClusterMax = 8;  // = max(_batch_norm.STAGED_CL_CLUSTERS): clustered stages keep rank order
+
+template <int BLOCK, typename A>
+__device__ __forceinline__ A cl_fold_spread(const A* parts, int G, int K, A* red) {
+  const int t = threadIdx.x, n = 2 * G, U = BLOCK / n, u = t / n, j = t - u * n;
+  const int r0 = u * K / U, r1 = (u + 1) * K / U;
+  A sum = A(0);
+  for (int r = r0; r < r1; r += kClFoldLoads) {
+    A v[kClFoldLoads];
+#pragma unroll
+    for (int k = 0; k < kClFoldLoads; ++k) v[k] = r + k < r1 ? __ldcg(parts + i64(r + k) * n + j) : A(0);
+#pragma unroll
+    for (int k = 0; k < kClFoldLoads; ++k) sum += v[k];
+  }
+  red[t] = sum;  // (U * 2 G = BLOCK values: red holds BLOCK / kWarp * 2 * MAXG >= BLOCK)
+  __syncthreads();
+  A tot = A(0);
+  if (t < n)
+    for (int k = 0; k < U; ++k) tot += red[k * n + t];
+  return tot;
+}
+
 // The block's (cluster's) per-channel totals of the two sums s, q (VEC channels a thread from
 // cw) -> sm.tot()[0, G) and [G, 2G), through sm.red (BLOCK / kWarp * 2 * G values) and
 // sm.xpart (2 G, read by the cluster's other blocks until the kernel's closing cluster_wait;
-// or copied to xg.parts where the stage's blocks meet in global memory). Either way the K
-// blocks' sums are added in rank order from zero: the same bits in every block, and in both
-// exchanges. All threads call it; it ends with a block barrier.
+// or copied to xg.parts where the stage's blocks meet in global memory). Up to a cluster's
+// blocks (K <= kClClusterMax), their sums are added in rank order from zero: the same bits in
+// every block, and in both exchanges; past it (grid-only stages), cl_fold_spread's order, the
+// same bits in every block. All threads call it; it ends with a block barrier.
 template <int BLOCK, int VEC, bool CLUSTER, typename A, typename Scratch>
 __device__ __forceinline__ void cl_stage_sums(A (&s)[VEC], A (&q)[VEC], Scratch& sm, int G, int wpp, int cw, int K,
                                               ClGridExchange<A> xg, const ClPart& pt) {
@@ -2435,7 +2471,10 @@ __device__ __forceinline__ void cl_stage_sums(A (&s)[VEC], A (&q)[VEC], Scratch&
     __syncthreads();
     if (t == 0) grid_arrive(xg.counters + pt.stage);
     grid_wait(xg.counters + pt.stage, unsigned(K));
-    if (t < 2 * G) {
+    if (CUNORM_BN_CL_GRID_FOLD && K > kClClusterMax) {
+      const A sum = cl_fold_spread<BLOCK>(xg.parts + first * 2 * G, G, K, red);
+      if (t < 2 * G) tot[t] = sum;
+    } else if (t < 2 * G) {
       A sum = A(0);
       for (int r = 0; r < K; ++r) sum += __ldcg(xg.parts + (first + r) * 2 * G + t);
       tot[t] = sum;

@@ -1463,13 +1463,20 @@ def test_gpu_channels_last_passes_on_their_own_grids(rng, passes, activation):
 
 @pytest.mark.parametrize("shape,axis", [((32, 256, 56, 56), 1), ((64, 1024, 14, 14), 1), ((256, 2048, 7, 7), 1),
                                         ((8, 7, 13, 9), 1), ((4, 9, 11, 24), -1), ((64, 14, 14, 1024), -1),
-                                        ((33, 5), 1)])
+                                        ((32, 56, 56, 256), -1), ((33, 5), 1)])
 @pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float32)], ids=["bf16", "fp32"])
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 def test_scratch_lists_are_the_allocations(fresh_plans, monkeypatch, shape, axis, dtype, training):
     """forward_scratch / backward_scratch list exactly the alloc calls forward / backward make
     (JAX hands out scratch sized from them at trace time): the launches stubbed, every path
-    the H200 planner takes for these shapes (staged, flat, per-channel, channels last)."""
+    the H200 planner takes for these shapes (staged, flat, per-channel, channels last). A
+    grid-only stage (bf16 NHWC (32, 256, 56, 56)'s forward) lists the passes' scratch after
+    its own, which the passes take where the driver refuses its cooperative launch."""
+    from cunorm import _launch
+
+    def refuse(*args, **kwargs):
+        raise _launch.CooperativeLaunchRefused("refused (test)")
+
     # the driver's queries stubbed too: with the stub's function pointer a real GPU's
     # cuOccupancyMaxActiveClusters crashed the process (v24's grid rule asks it at launch);
     # and the caches that keep the stub's pointer past this test are emptied after it
@@ -1483,7 +1490,12 @@ def test_scratch_lists_are_the_allocations(fresh_plans, monkeypatch, shape, axis
     with _sm_count(132):
         lay = _batch_norm.dense_layout(shape, contiguous_strides(shape), axis % len(shape))
         p = _batch_norm.plan(lay, dtype, numpy.dtype(numpy.float32), 0, 0)
-        for residual in (False, True):
+        fwd_grid_only = training and p.staged_cl is not None and _batch_norm._grid_only(p.staged_cl)
+        bwd_grid_only = p.staged_cl_bwd is not None and _batch_norm._grid_only(p.staged_cl_bwd)
+        if shape == (32, 56, 56, 256) and dtype == BFLOAT16:
+            assert fwd_grid_only == training, "the case must plan a grid-only forward stage"
+        for residual, refused in ((False, False), (True, False), (False, True), (True, True)):
+            monkeypatch.setattr(_batch_norm, "launch_cooperative", refuse if refused else lambda *a, **k: None)
             made = []
 
             def alloc(shape, dt):
@@ -1494,13 +1506,14 @@ def test_scratch_lists_are_the_allocations(fresh_plans, monkeypatch, shape, axis
                                 2304, training, 0.1, 1e-5, 1, 0.0, alloc, 0, 0)
             listed = [(tuple(s), numpy.dtype(d)) for s, d in
                       _batch_norm.forward_scratch(p, training, 1, 0.0, numpy.float32, 0, residual)]
-            assert made == listed, "forward"
+            assert made == (listed[:1] if fwd_grid_only and not refused else listed), "forward"
+            assert len(listed) == 2 or not fwd_grid_only, "forward: the stage's block, then the passes' partials"
             made.clear()
             _batch_norm.backward(p, 256, 512, 768 if residual else 0, 1024, 1280 if residual else 0, 1536, 1792,
                                  2048, 2304, 2560, 2816, training, 1, 0.0, alloc, 0, 0)
             listed = [(tuple(s), numpy.dtype(d)) for s, d in
                       _batch_norm.backward_scratch(p, training, 1, 0.0, 0, residual)]
-            assert made == listed, "backward"
+            assert made == (listed[:1] if bwd_grid_only and not refused else listed), "backward"
 
 
 # ---- bn_fwd_staged_cl / bn_bwd_staged_cl: the one-read channels-last kernels (BatchNorm v21) --
@@ -1683,6 +1696,87 @@ def test_gpu_staged_cl_grid_only(rng, shape, dtype):
     _gpu_case(rng, shape, -1, dtype, numpy.float32, None, training=True, with_residual=False)
 
 
+# v39: a grid-only stage's fold spread over the block (cl_fold_spread): small tensors made
+# grid-only by allowing clusters of 2 and 128-byte spans alone, 16-48 blocks a stage: bf16 72
+# channels (a 64-channel stage, then one of 8 in a 64-channel pitch), float32 the same in
+# three stages, bf16 8 channels (16 sums over 32 threads each: half the threads fold no block)
+GRID_FOLD_CASES = [((5, 27, 29, 72), BFLOAT16), ((5, 27, 29, 72), numpy.dtype(numpy.float32)),
+                   ((24, 28, 28, 8), BFLOAT16)]
+
+
+def _grid_fold_settings(monkeypatch):
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_CLUSTERS", (2,))
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_SPANS", (128,))
+    _batch_norm.plan.cache_clear()
+
+
+def test_plans_staged_cl_grid_fold(monkeypatch, fresh_plans):
+    _grid_fold_settings(monkeypatch)
+    with _sm_count(132):
+        for shape, dtype in GRID_FOLD_CASES:
+            p = _cl_plan(shape, dtype, numpy.float32, device=0)
+            for st in (p.staged_cl, p.staged_cl_bwd):
+                assert st is None or (st.grid and st.cluster > 8), (shape, st)  # kClClusterMax
+            assert p.staged_cl is not None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,dtype", GRID_FOLD_CASES, ids=["bf16_two_stages", "fp32_three_stages", "bf16_8_channels"])
+def test_gpu_staged_cl_grid_fold(rng, monkeypatch, fresh_plans, shape, dtype):
+    _needs_clusters()
+    _grid_fold_settings(monkeypatch)
+    st = _cl_plan(shape, dtype, numpy.float32).staged_cl
+    assert st is not None and st.grid and st.cluster > 8, st
+    _gpu_case(rng, shape, -1, dtype, numpy.float32, "relu", training=True)
+    _gpu_case(rng, shape, -1, dtype, numpy.float32, None, training=True, with_residual=False)
+
+
+@pytest.mark.gpu
+def test_gpu_staged_cl_grid_only_refused_runs_the_passes(rng, monkeypatch, fresh_plans):
+    # a grid-only stage (bf16 NHWC (32, 256, 56, 56)'s forward: 128 blocks a stage) has no
+    # cluster exchange to fall back on: where the driver refuses its cooperative launch (here its
+    # grid made every stage's blocks at once, more than the GPU holds), the passes run, with the
+    # bits of a plan without the stage. The refusal is the driver's own (CooperativeLaunchRefused
+    # for CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), not a stub.
+    import cupy
+
+    shape, c = (32, 56, 56, 256), 256
+    _needs_clusters()
+    st = _cl_plan(shape, BFLOAT16, numpy.float32).staged_cl
+    assert st is not None and _batch_norm._grid_only(st), st
+    planned, launched = _batch_norm.plan, []
+
+    def inflated(lay, *args):
+        p = planned(lay, *args)
+        if p.staged_cl is not None and _batch_norm._grid_only(p.staged_cl):
+            p = p._replace(staged_cl=p.staged_cl._replace(grid_blocks=p.staged_cl.blocks))  # one round
+        return p
+
+    inflated.cache_clear = planned.cache_clear  # (fresh_plans empties the plan cache after the test)
+
+    staged = _batch_norm._launch_staged
+
+    def recorded(*args):
+        launched.append(staged(*args))
+        return launched[-1]
+
+    x = cupy.asarray((rng.standard_normal(shape) * 2 + 30).astype(BFLOAT16))
+    res = cupy.asarray(rng.standard_normal(shape).astype(BFLOAT16))
+    w, b = (cupy.asarray(rng.standard_normal(c).astype(numpy.float32)) for _ in range(2))
+    runs = []
+    for refused in (True, False):
+        monkeypatch.setattr(_batch_norm, "plan", inflated if refused else planned)
+        monkeypatch.setattr(_batch_norm, "_launch_staged", recorded)
+        monkeypatch.setattr(_batch_norm, "USE_STAGED_CL", refused)
+        planned.cache_clear()
+        rm, rv = cupy.zeros(c, numpy.float32), cupy.ones(c, numpy.float32)
+        runs.append(cunorm.batch_norm(x, w, b, running_mean=rm, running_var=rv, channel_axis=-1, residual=res,
+                                      activation="relu", return_stats=True) + (rm, rv))
+    assert launched == [False], "the driver must refuse the inflated grid, and the passes run"
+    for name, got, want in zip(("y", "mean", "rstd", "running_mean", "running_var"), *runs):
+        assert (got == want).all(), f"{name}: the refused stage's passes differ from the passes' plan"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(7, 11, 13, 1536), (64, 14, 14, 1024)], ids=lambda s: "x".join(map(str, s)))
 def test_gpu_staged_cl_kernels_rebuilt(rng, shape):
@@ -1748,6 +1842,8 @@ def test_gpu_staged_cl_grid_exchange_matches_the_cluster(rng, monkeypatch, fresh
     # cluster's exchange instead)
     import cupy
 
+    from cunorm import _launch
+
     c = shape[-1]
     monkeypatch.setattr(_batch_norm, "STAGED_CL_BWD_MAX_ITEMSIZE", 8)  # float32's staged backward too
     monkeypatch.setattr(_batch_norm, "STAGED_CL_GRID_RULE", False)  # the grid wherever planned, not only where it pays
@@ -1759,7 +1855,7 @@ def test_gpu_staged_cl_grid_exchange_matches_the_cluster(rng, monkeypatch, fresh
     cooperative = _batch_norm.launch_cooperative
 
     def refuse(*args, **kwargs):
-        raise RuntimeError("cooperative launch refused (test)")
+        raise _launch.CooperativeLaunchRefused("cooperative launch refused (test)")
 
     sms = _batch_norm.sm_count
     runs = []

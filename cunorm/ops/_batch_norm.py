@@ -14,8 +14,9 @@ import numpy
 
 from .._checks import acc_dtype
 from .._compile import c_type, function_ptr, held_with_modules
-from .._launch import (allow_smem, blocks_per_sm, launch, launch_cluster, launch_cooperative, make_current,
-                       max_active_clusters, pick_vec, scalar_bits, sm_count, smem_limits, zero_async)
+from .._launch import (CooperativeLaunchRefused, allow_smem, blocks_per_sm, launch, launch_cluster,
+                       launch_cooperative, make_current, max_active_clusters, pick_vec, scalar_bits, sm_count,
+                       smem_limits, zero_async)
 from ._row_norm import _b
 
 KERNEL_FILE = "batch_norm.cu"
@@ -872,23 +873,31 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
 
 def forward_scratch(p: Plan, training: bool, act: int, param: float, rdtype, device: int, residual: bool) -> list:
     """The (shape, dtype) of each ``alloc`` forward makes with this plan, in order, for a
-    frontend that must size its scratch beforehand (JAX): the first pass's partials."""
+    frontend that must size its scratch beforehand (JAX): the first pass's partials. A
+    grid-only stage lists the passes' after its own (the passes run where the driver refuses
+    its launch, see _launch_staged)."""
+    listed = []
     if training and p.staged_cl:
-        return [staged_cl_scratch(p.staged_cl, p.acc)] if p.staged_cl.grid else []
-    if not training or p.staged:
+        listed = [staged_cl_scratch(p.staged_cl, p.acc)] if p.staged_cl.grid else []
+        if not _grid_only(p.staged_cl):
+            return listed
+    elif not training or p.staged:
         return []
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, residual)
-    return [((p.lay.C, p.stats.chunks if p.stats else q.first_chunks, 2), p.acc)]
+    return [*listed, ((p.lay.C, p.stats.chunks if p.stats else q.first_chunks, 2), p.acc)]
 
 
 def backward_scratch(p: Plan, training: bool, act: int, param: float, device: int, residual_grad: bool) -> list:
     """backward's ``alloc`` calls, as forward_scratch: the partials, then coef."""
+    listed = []
     if p.staged_cl_bwd:
-        return [staged_cl_scratch(p.staged_cl_bwd, p.acc)] if p.staged_cl_bwd.grid else []
-    if p.staged_bwd:
+        listed = [staged_cl_scratch(p.staged_cl_bwd, p.acc)] if p.staged_cl_bwd.grid else []
+        if not _grid_only(p.staged_cl_bwd):
+            return listed
+    elif p.staged_bwd:
         return []
     q = _passes(p, True, training, act, param, "", device, residual_grad)
-    return [((p.lay.C, (p.sums.chunks if p.sums else q.first_chunks) + 1, 2), p.acc)]
+    return [*listed, ((p.lay.C, (p.sums.chunks if p.sums else q.first_chunks) + 1, 2), p.acc)]
 
 
 def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int, running_var: int, rdtype,
@@ -909,8 +918,9 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
         args = (x, res, y, lay.so, lay.O, lay.C, st.channels, st.wshift, st.cluster, st.positions, w, b, act,
                 scalar_bits(param, p.acc), _f64(eps), _f64(factor), running_mean, running_var, mean, rstd,
                 *_cl_exchange(st, p.acc, alloc, stream))
-        _launch_staged(_staged_cl_kernel(p, act, numpy.dtype(rdtype).name, device), st, args, stream)
-        return
+        if _launch_staged(_staged_cl_kernel(p, act, numpy.dtype(rdtype).name, device), st, args, stream):
+            return
+        # (refused: a grid-only stage's cooperative launch, see _launch_staged) the passes
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, bool(res))
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc  # cl: one launch, channel offsets inside
@@ -988,13 +998,19 @@ def _smem_kernel(name: str, smem: int, device: int) -> int:
     return fn
 
 
+def _grid_only(st: StagedCl) -> bool:
+    """Whether a stage spans more blocks than a cluster holds (STAGED_CL_GRID_SHARES): only the
+    cooperative grid's exchange in global memory serves it."""
+    return st.cluster > max(STAGED_CL_CLUSTERS)
+
+
 @held_with_modules
 @functools.lru_cache(maxsize=1024)
 def _grid_pays(fn: int, st: StagedCl) -> bool:
     """STAGED_CL_GRID_RULE for a planned grid: fewer rounds of the stages than the clusters'
     waves (the driver's count of clusters at once; without it, the grid's own), and at most
     STAGED_CL_GRID_MAX_ROUNDS."""
-    if st.cluster > max(STAGED_CL_CLUSTERS):
+    if _grid_only(st):
         return True  # no cluster launch to compare with (STAGED_CL_GRID_SHARES: its rounds planned)
     stages, per_round = st.blocks // st.cluster, st.grid_blocks // st.cluster
     rounds = -(-stages // per_round)
@@ -1002,22 +1018,27 @@ def _grid_pays(fn: int, st: StagedCl) -> bool:
     return rounds < -(-stages // active) and rounds <= STAGED_CL_GRID_MAX_ROUNDS
 
 
-def _launch_staged(fn: int, st: Staged | StagedCl, args: tuple, stream: int) -> None:
+def _launch_staged(fn: int, st: Staged | StagedCl, args: tuple, stream: int) -> bool:
     """A staged kernel's launch: in thread-block clusters where its stages span several blocks,
-    or as a cooperative grid where they meet in global memory (StagedCl.grid, where it pays)."""
+    or as a cooperative grid where they meet in global memory (StagedCl.grid, where it pays).
+    Where the driver refuses the cooperative launch (fewer blocks resident than planned: an
+    MPS client's share of the SMs, a GPU's other work) a clustered stage takes the cluster
+    exchange; a grid-only stage has none, and this returns False having launched nothing:
+    the caller runs the passes (forward_scratch / backward_scratch list their scratch too)."""
     if isinstance(st, StagedCl) and st.grid:
         if not STAGED_CL_GRID_RULE or _grid_pays(fn, st):
             try:
                 launch_cooperative(fn, st.grid_blocks, st.threads, args, stream, st.smem)
-                return
-            except RuntimeError:  # fewer blocks resident than planned (a shared GPU): the cluster exchange
-                if st.cluster > max(STAGED_CL_CLUSTERS):  # none for a stage past a cluster's blocks
-                    raise
+                return True
+            except CooperativeLaunchRefused:
+                if _grid_only(st):
+                    return False
         args = (*args[:-2], 0, 0)
     if st.cluster > 1:
         launch_cluster(fn, st.blocks, st.threads, args, stream, st.smem, st.cluster)
     else:
         launch(fn, st.blocks, st.threads, args, stream, st.smem)
+    return True
 
 
 def _flat_grid(p: Plan) -> int:
@@ -1041,8 +1062,9 @@ def backward(p: Plan, dy: int, x: int, res: int, dx: int, dres: int, w: int, b: 
         args = (dy, x, res, dx, dres, lay.so, lay.O, lay.C, st.channels, st.wshift, st.cluster, st.positions, mean,
                 rstd, w, b, act, scalar_bits(param, p.acc), int(training), dw, db,
                 *_cl_exchange(st, p.acc, alloc, stream))
-        _launch_staged(_staged_cl_kernel(p, act, "", device, True), st, args, stream)
-        return
+        if _launch_staged(_staged_cl_kernel(p, act, "", device, True), st, args, stream):
+            return
+        # (refused: a grid-only stage's cooperative launch, see _launch_staged) the passes
     q = _passes(p, True, training, act, param, "", device, bool(dres))
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc
