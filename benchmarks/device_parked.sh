@@ -65,13 +65,14 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(prof rounds4)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds)
+                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
+                     [v42]=bn-v42-cl-direct-stores)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v41 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v42 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -268,6 +269,15 @@ for name in "${steps[@]}"; do
             --variants default,v41_off,v41_fp32_bwd_alone --json "$out/sweep-v41.json"
         sed -n '/^case |/,$p' "$out/v41-sweep.txt"
         tests_step v41-tests "$(cap 240)" -n 8 tests/test_batch_norm.py -m gpu -k "staged_cl or grid or scratch_lists" ;;
+    v42)  # experiments/bn-v42-cl-direct-stores.patch (over main; already applied where the tree holds
+        # it): the channels-last stages' y / dx stored from registers, against `cl_copy_out`
+        # twice over at the NHWC shapes (and `cl_block_256`: 256-thread blocks, four an SM),
+        # then the channels-last and grid GPU tests, ~1 min
+        BN_SWEEP_SHAPES=32x256x56x56,64x256x28x28,64x1024x14x14,256x2048x7x7 BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 \
+            step v42-sweep "$(cap 150)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,cl_copy_out,cl_block_256,cl_direct_again,cl_copy_out_again --json "$out/sweep-v42.json"
+        sed -n '/^case |/,$p' "$out/v42-sweep.txt"
+        tests_step v42-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "staged_cl or grid or cl_" ;;
     rounds4)  # v37 (measured in the forty-fifth session, NOTES "BatchNorm v38, v39, v40 outcome"; a
         # sweep variant, no patch): grid-only channels-last stages over up to
         # four rounds, NHWC 56 x 56 and 7 x 7 with residual + ReLU timed; then the channels-last

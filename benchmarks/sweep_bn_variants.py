@@ -152,6 +152,9 @@ VARIANTS = {
     # v39 (its patch): grid-only stages' fold in rank order by 2 G threads (main's before v39)
     "cl_fold_rank_order": (("-DCUNORM_BN_CL_GRID_FOLD=0",), 256, {}),
     "cl_rounds_4_fold_rank_order": (("-DCUNORM_BN_CL_GRID_FOLD=0",), 256, {"STAGED_CL_GRID_MAX_ROUNDS": 4}),
+    # channels-last stages of 256-thread blocks, four an SM (half the stage a block, twice the
+    # blocks): more blocks an SM at different points of their stage
+    "cl_block_256": ((), 256, {"STAGED_CL_BLOCK": 256, "STAGED_CL_MIN_RESIDENT": 4}),
     # v36: the 16-byte channels-last spans back (main's plans before the forty-third session)
     "cl_spans_16": ((), 256, {"STAGED_CL_SPANS": (128, 64, 32, 16)}),
     # v34's defaults undone: the forward's span kernels for words under 8 bytes alone, no pieces (v32's plans)
@@ -166,7 +169,7 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD",
                  "STAGED_CL_BWD_MAX_ITEMSIZE", "STAGED_SPAN_WIDE_BWD_ITEMSIZES", "STAGED_SPAN_SPLIT_FILL",
                  "STAGED_SPAN_FWD_PIECES", "STAGED_FWD_MIN_WORD", "STAGED_SPAN_FWD_WHOLE_WORDS",
-                 "STAGED_CL_GRID_SHARES", "STAGED_CL_GRID_MAX_ROUNDS")
+                 "STAGED_CL_GRID_SHARES", "STAGED_CL_GRID_MAX_ROUNDS", "STAGED_CL_BLOCK", "STAGED_CL_MIN_RESIDENT")
 
 
 def _use(options, block: int, settings: dict) -> None:
