@@ -165,6 +165,14 @@ def test_column_lanes_agree_with_the_kernel():
     assert re.search(r"constexpr int kColLanes = (\d+);", src).group(1) == str(_config.COLUMN_LANES)
 
 
+def test_cl_cluster_max_agrees_with_the_kernel():
+    # cl_stage_sums folds a stage's sums in rank order up to kClClusterMax blocks, so that a
+    # clustered stage met in global memory (the cluster exchange's fallback) gives its bits;
+    # past the largest cluster the planner can pick, the spread fold (v39)
+    src = _compile.kernel_source(_batch_norm.KERNEL_FILE)
+    assert int(re.search(r"constexpr int kClClusterMax = (\d+);", src).group(1)) == max(_batch_norm.STAGED_CL_CLUSTERS)
+
+
 def test_stage_policy_matches_the_host(nvrtc_ready):
     """The staged backward kernels size their row buffers by StagePolicy (kernels/row_norm.cuh)
     and the host sizes their dynamic shared memory by _config.bwd_stage_depth: a kernel that
