@@ -149,7 +149,7 @@ VARIANTS = {
     # copy at the bench's shapes where the passes read 0.55-0.59
     "cl_bwd_fp32": ((), 256, {"STAGED_CL_BWD_MAX_ITEMSIZE": 4}),
     "cl_bwd_fp32_rounds_4": ((), 256, {"STAGED_CL_BWD_MAX_ITEMSIZE": 4, "STAGED_CL_GRID_MAX_ROUNDS": 4}),
-    # v39 (its patch): grid-only stages' fold in rank order by 2 G threads (main's before v39)
+    # v39 (on main since the forty-sixth session): grid-only stages' fold in rank order by 2 G threads (before v39)
     "cl_fold_rank_order": (("-DCUNORM_BN_CL_GRID_FOLD=0",), 256, {}),
     "cl_rounds_4_fold_rank_order": (("-DCUNORM_BN_CL_GRID_FOLD=0",), 256, {"STAGED_CL_GRID_MAX_ROUNDS": 4}),
     # channels-last stages of 256-thread blocks, four an SM (half the stage a block, twice the
