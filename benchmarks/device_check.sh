@@ -14,6 +14,11 @@
 # Time: on an H200 the tests and tools take ~360 s and the benchmark ~160 s (the forty-sixth
 # session: 422 s without a gate); a gate of ~50 tests adds ~80 s and then the benchmark may not
 # fit: a second call runs `python3 -m cunorm.gpucheck --tests-from` the first's record.
+# On an H100 (the forty-seventh session) the call took 519 s and racecheck, beside the tests,
+# ran past its 330 s (recorded as not run); alone on the same sources it took 300 s:
+#     python3 -m cunorm.gpucheck --out $OUT/r --no-tests --no-bench --sanitizer racecheck \
+#         --sanitizer-timeout 570
+# and its entry replaces the first record's (with its own date).
 #
 # Results under $OUT (or ./check-out): gate-N.txt, c.log, c/gpu-latest.json (commit it as
 # benchmarks/results/gpu-latest.json with the same patches applied on main).

@@ -18,8 +18,8 @@
 # rounds, each crashing worker's tests listed in order, then the first list replayed in one
 # process, ~2-4 min), eager (the same with CUDA_MODULE_LOADING=EAGER), v38 (on main since the forty-sixth session, no patch:
 # a refused grid-only stage runs the passes; its GPU tests, ~1 min), v41 (experiments/bn-v41-cl-fp32-bwd-grid-only-rounds.patch,
-# lost on the H200: its sweep and the channels-last GPU tests, ~1 min), v42 (experiments/bn-v42-v44-cl-lean-stages.patch:
-# the channels-last stages' direct stores, lean apply loops and row-stepped copies swept, and their GPU tests, ~1-2 min), v35 (on main since the forty-fourth session, no patch: the
+# lost on the H200: its sweep and the channels-last GPU tests, ~1 min), v42 (on main since the forty-seventh session, no patch:
+# the channels-last stages' direct stores, lean apply loops and row-stepped copies swept against them off, and their GPU tests, ~1-2 min), v35 (on main since the forty-fourth session, no patch: the
 # channels-last stages over 16-128 blocks meeting in global memory; the whole BatchNorm test
 # file three times under 8 workers, then its NHWC sweep against the passes, ~4 min), fill
 # (no patch: v30's pieces filling the block against the fewest, NCHW, ~1 min), v31 (experiments/bn-v31-staged-dz-written-back.patch: the staged
@@ -66,14 +66,13 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(prof rounds4)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
-                     [v42]=bn-v42-v44-cl-lean-stages)
+                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v41 v42 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -270,8 +269,8 @@ for name in "${steps[@]}"; do
             --variants default,v41_off,v41_fp32_bwd_alone --json "$out/sweep-v41.json"
         sed -n '/^case |/,$p' "$out/v41-sweep.txt"
         tests_step v41-tests "$(cap 240)" -n 8 tests/test_batch_norm.py -m gpu -k "staged_cl or grid or scratch_lists" ;;
-    v42)  # experiments/bn-v42-v44-cl-lean-stages.patch (over main; already applied where the tree
-        # holds it): the channels-last stages' y / dx stored from registers (v42), their lean
+    v42)  # on main since the forty-seventh session (no patch; NOTES "BatchNorm v42, v43, v44
+        # outcome"): the channels-last stages' y / dx stored from registers (v42), their lean
         # apply loops (v43) and row-stepped copies in (v44), each off and all off against the
         # defaults, all off and on twice over, at the NHWC shapes (and `cl_block_256`:
         # 256-thread blocks, four an SM), then the channels-last and grid GPU tests, ~1-2 min

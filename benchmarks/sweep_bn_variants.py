@@ -21,6 +21,9 @@ from cunorm.ops import _batch_norm
 from _sweep_cli import rebuild_batch_norm  # benchmarks/ is the script's directory
 from sweep_bn_config import SHAPES, _case, _gbps
 
+# v42-v44 (on main since the forty-seventh session) all off: the channels-last stages as before them
+_CL_BEFORE_V42 = ("-DCUNORM_BN_CL_DIRECT=0", "-DCUNORM_BN_CL_LEAN=0", "-DCUNORM_BN_CL_COPY_ROWS=0")
+
 # name: (NVRTC defines, host BLOCK, host settings of _batch_norm)
 VARIANTS = {
     "default": ((), 256, {}),
@@ -155,6 +158,17 @@ VARIANTS = {
     # channels-last stages of 256-thread blocks, four an SM (half the stage a block, twice the
     # blocks): more blocks an SM at different points of their stage
     "cl_block_256": ((), 256, {"STAGED_CL_BLOCK": 256, "STAGED_CL_MIN_RESIDENT": 4}),
+    # v42: the channels-last stages' y (dx) written over the stage and copied out; v43: their
+    # apply loops as before (the residual's loads in every call, the mean apart); v44: their
+    # copies in through stage_in's general walk; all three (main's before v42, which landed in the
+    # forty-seventh session with all three on: NOTES "BatchNorm v42, v43, v44 outcome"); then the
+    # defaults and all three off once more (the machine's drift)
+    "cl_copy_out": (("-DCUNORM_BN_CL_DIRECT=0",), 256, {}),
+    "cl_lean_off": (("-DCUNORM_BN_CL_LEAN=0",), 256, {}),
+    "cl_copy_rows_off": (("-DCUNORM_BN_CL_COPY_ROWS=0",), 256, {}),  # v44: stage_in's general walk
+    "cl_before_v42": (_CL_BEFORE_V42, 256, {}),
+    "cl_v44_again": ((), 256, {}),
+    "cl_before_v42_again": (_CL_BEFORE_V42, 256, {}),
     # v36: the 16-byte channels-last spans back (main's plans before the forty-third session)
     "cl_spans_16": ((), 256, {"STAGED_CL_SPANS": (128, 64, 32, 16)}),
     # v34's defaults undone: the forward's span kernels for words under 8 bytes alone, no pieces (v32's plans)

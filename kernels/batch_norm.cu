@@ -376,6 +376,8 @@ template <typename A>
 struct Channel {
   A mean, scale, shift;
   __device__ __forceinline__ A z(A x, A r) const { return (x - mean) * scale + shift + r; }
+  // without a residual: no + 0 (which would not fold away: -0 + 0 is +0)
+  __device__ __forceinline__ A z(A x) const { return (x - mean) * scale + shift; }
 };
 
 template <typename A, typename W>
@@ -2166,8 +2168,7 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const Channel<A>& k = e < cut ? cl : ch;
-          // without a residual no + 0 (which would not fold: -0 + 0 is +0)
-          const A z = decltype(with_res)::value ? k.z(v[e], r[e]) : (v[e] - k.mean) * k.scale + k.shift;
+          const A z = decltype(with_res)::value ? k.z(v[e], r[e]) : k.z(v[e]);
           out[e] = act_forward(tag(), z, param);
         }
         if (kDirect) store_word_part<T>(yw + at(o), out, 0, valid);
@@ -2357,6 +2358,10 @@ struct ClScratch {
   }
 };
 
+#ifndef CUNORM_BN_CL_COPY_ROWS
+#define CUNORM_BN_CL_COPY_ROWS 1  // v44 (ClPart::copy_in)
+#endif
+
 // The block's part of stage ``stage``: positions (O of them from the share's first, ``rank``
 // among the stage's blocks), channels [c0, c0 + count), bytes a position (span live, pitch
 // staged), the first position's element offset in x and the position stride in bytes; it
@@ -2378,9 +2383,26 @@ struct ClPart {
     base = c0 + i64(sh.o0) * so;
     so_bytes = so * itemsize;
   }
+  // v44: where a span's chunks divide the block (16-128-byte spans: 1, 2, 4 or 8 chunks), each
+  // thread copies the same chunk of every (BLOCK / per)-th position, its addresses stepped a
+  // row: 12 instructions a 16-byte chunk (three of them ptxas's placeholder LDS) where
+  // stage_in's general walk (any span, any count of chunks) took ~30 (SASS, sm_90).
+  // CUNORM_BN_CL_COPY_ROWS=0: stage_in always.
   template <int BLOCK, typename T>
   __device__ __forceinline__ void copy_in(unsigned char* staged, const T* src) const {
-    stage_in<BLOCK, 16>(staged, reinterpret_cast<const unsigned char*>(src + base), so_bytes, O, span, pitch);
+    const unsigned char* s = reinterpret_cast<const unsigned char*>(src + base);
+    const int per = (span + 15) / 16;
+    if (CUNORM_BN_CL_COPY_ROWS && BLOCK % per == 0) {
+      const int rows = BLOCK / per, k = threadIdx.x % per, bytes = min(16, span - k * 16);
+      int o = threadIdx.x / per;
+      const unsigned char* from = s + o * so_bytes + k * 16;
+      unsigned char* to = staged + o * pitch + k * 16;
+      const i64 from_step = i64(rows) * so_bytes;
+      const int to_step = rows * pitch;
+      for (; o < O; o += rows, from += from_step, to += to_step) copy_async_part<16>(to, from, bytes);
+    } else {
+      stage_in<BLOCK, 16>(staged, s, so_bytes, O, span, pitch);
+    }
   }
   template <int BLOCK, typename T>
   __device__ __forceinline__ void copy_out(T* dst, const unsigned char* staged) const {
@@ -2505,6 +2527,25 @@ __device__ __forceinline__ void cl_stage_end(ClGridExchange<A> xg) {
 #endif
 }
 
+// v42: the channels-last stages store y (dx) from the apply's registers straight to global
+// memory, each thread its word of a position (a warp writes whole 32-byte sectors: spans are
+// 32-128 bytes since v36), where they wrote it over the stage, met at a barrier and copied the
+// stage out: a shared store and load a word and a barrier a stage fewer. The profile of the
+// forty-sixth session (NOTES) found these kernels barrier-stalled first, with 25-38 thread
+// instructions an element. CUNORM_BN_CL_DIRECT=0: the copy out (sweep_bn_variants.py
+// cl_copy_out).
+#ifndef CUNORM_BN_CL_DIRECT
+#define CUNORM_BN_CL_DIRECT 1
+#endif
+// v43: the forward's apply loop built with the residual's loads and without them, and for
+// half precision the channel's mean folded into its shift (one FFMA an element), and the
+// half-precision backward's dx in two FFMAs an element (the mean and m1 in one constant a
+// channel): the span forward's v27 and the channels-last passes' v19, which the staged
+// channels-last kernels lacked. CUNORM_BN_CL_LEAN=0: the loops before (sweep cl_lean_off).
+#ifndef CUNORM_BN_CL_LEAN
+#define CUNORM_BN_CL_LEAN 1
+#endif
+
 template <int BLOCK, typename T, typename W, typename R, int ACT, bool CLUSTER>
 __global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
 bn_fwd_staged_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, int O_total, int C,
@@ -2578,19 +2619,35 @@ bn_fwd_staged_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restri
     if (active) {
       Channel<A> ch[VEC];
       sm.take(ch, wd.cw, G);
-      const T* rw = res ? res + pt.base + wd.cw : nullptr;
-      for (int o = wd.row; o < O; o += wd.rows) {
-        Word* p = reinterpret_cast<Word*>(staged + o * pitch + wd.word * 16);
-        A v[VEC], r[VEC], out[VEC];
-        unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * 16), v);
-        residual_word(rw, o * so, r);
+      if (CUNORM_BN_CL_LEAN && sizeof(T) == 2)  // z = x scale + (shift - mean scale)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) out[e] = act_forward(tag(), ch[e].z(v[e], r[e]), param);
-        *p = convert_pack<T>(out);
-      }
+        for (int e = 0; e < VEC; ++e) ch[e] = Channel<A>{A(0), ch[e].scale, ch[e].shift - ch[e].mean * ch[e].scale};
+      const T* rw = res ? res + pt.base + wd.cw : nullptr;
+      // y's word a row walked by a pointer (no 64-bit o * so a word)
+      T* yp = y + pt.base + wd.cw + i64(wd.row) * so;
+      const i64 ystep = i64(wd.rows) * so;
+      const auto apply = [&](auto with_res) {
+        for (int o = wd.row; o < O; o += wd.rows, yp += ystep) {
+          Word* p = reinterpret_cast<Word*>(staged + o * pitch + wd.word * 16);
+          A v[VEC], r[VEC], out[VEC];
+          unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * 16), v);
+          if constexpr (decltype(with_res)::value) residual_word(rw, o * so, r);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const A z = decltype(with_res)::value ? ch[e].z(v[e], r[e]) : ch[e].z(v[e]);
+            out[e] = act_forward(tag(), z, param);
+          }
+          if (CUNORM_BN_CL_DIRECT) store_word_part<T>(yp, out, wd.cw, count);
+          else *p = convert_pack<T>(out);
+        }
+      };
+      if (!CUNORM_BN_CL_LEAN || rw) apply(Flag<true>{});
+      else apply(Flag<false>{});
     }
-    __syncthreads();
-    pt.copy_out<BLOCK>(y, staged);
+    if (!CUNORM_BN_CL_DIRECT) {
+      __syncthreads();
+      pt.copy_out<BLOCK>(y, staged);
+    }
     cl_stage_end<CLUSTER>(xg);
     __syncthreads();  // (the next stage's copies land where this one's were read out)
   }
@@ -2691,17 +2748,28 @@ bn_bwd_staged_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __r
     if (active) {
       ChannelGrad<A> cg[VEC];
       sm.take(cg, wd.cw, G);
-      for (int o = wd.row; o < O; o += wd.rows) {
+      // half precision: dx = a dz - d x + (d mean - a m1), two FFMAs an element (v43)
+      constexpr bool kLean = CUNORM_BN_CL_LEAN && sizeof(T) == 2;
+      if (kLean)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) mu[e] = cg[e].d * mu[e] - cg[e].a * cg[e].m1;
+      T* dxp = dx + pt.base + wd.cw + i64(wd.row) * so;
+      const i64 dxstep = i64(wd.rows) * so;
+      for (int o = wd.row; o < O; o += wd.rows, dxp += dxstep) {
         A xv[VEC], dz[VEC], out[VEC];
         unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * kWordBytes), xv);
         unpack_words(staged_word<T, VEC>(staged + half + o * pitch + wd.word * kWordBytes), dz);  // dy or dz
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) out[e] = cg[e].dx(dz[e], xv[e] - mu[e]);
-        *reinterpret_cast<Word*>(staged + o * pitch + wd.word * kWordBytes) = convert_pack<T>(out);
+        for (int e = 0; e < VEC; ++e)
+          out[e] = kLean ? cg[e].a * dz[e] + (mu[e] - cg[e].d * xv[e]) : cg[e].dx(dz[e], xv[e] - mu[e]);
+        if (CUNORM_BN_CL_DIRECT) store_word_part<T>(dxp, out, wd.cw, count);
+        else *reinterpret_cast<Word*>(staged + o * pitch + wd.word * kWordBytes) = convert_pack<T>(out);
       }
     }
-    __syncthreads();
-    pt.copy_out<BLOCK>(dx, staged);
+    if (!CUNORM_BN_CL_DIRECT) {
+      __syncthreads();
+      pt.copy_out<BLOCK>(dx, staged);
+    }
     cl_stage_end<CLUSTER>(xg);
     __syncthreads();
   }
