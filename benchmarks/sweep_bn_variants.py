@@ -171,6 +171,16 @@ VARIANTS = {
     "cl_before_v42_again": (_CL_BEFORE_V42, 256, {}),
     # v36: the 16-byte channels-last spans back (main's plans before the forty-third session)
     "cl_spans_16": ((), 256, {"STAGED_CL_SPANS": (128, 64, 32, 16)}),
+    # v46 probe (forty-seventh session): whole-line (128-byte) or 64-byte spans a position only,
+    # so that a stage too large for a cluster of 8 goes to the grid-only stages over 16-64
+    # blocks where main's planner takes a narrower span's cluster (bf16 64x1024x14x14's
+    # backward: 32-byte spans over clusters of 8 -> 128-byte spans over 32 blocks). cl_block_256
+    # read that backward 0.544 -> 0.604 on an H100 with 128-byte spans over 64 blocks
+    "cl_spans_128": ((), 256, {"STAGED_CL_SPANS": (128,)}),
+    "cl_spans_128_64": ((), 256, {"STAGED_CL_SPANS": (128, 64)}),
+    "cl_spans_128_again": ((), 256, {"STAGED_CL_SPANS": (128,)}),
+    "cl_copy_rows_off_again": (("-DCUNORM_BN_CL_COPY_ROWS=0",), 256, {}),
+    "default_again": ((), 256, {}),
     # v34's defaults undone: the forward's span kernels for words under 8 bytes alone, no pieces (v32's plans)
     "span_fwd_v32": ((), 256, {"STAGED_FWD_MIN_WORD": None, "STAGED_SPAN_FWD_WHOLE_WORDS": False,
                                "STAGED_SPAN_FWD_PIECES": False}),
