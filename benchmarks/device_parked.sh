@@ -28,7 +28,7 @@
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
 # ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
 # GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
-# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min),
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -217,6 +217,16 @@ for name in "${steps[@]}"; do
             --variants default,span_fwd_no_pieces,span_all_words,span_fwd_pieces,span_fwd_only_pieces \
             --json "$out/sweep-v33.json"
         sed -n '/^case |/,$p' "$out/v33-sweep.txt" ;;
+    dram)  # (no patch) the DRAM bytes each BatchNorm kernel of the passes reads and writes, in
+        # tensors' bytes, with the L2 as the kernel before left it (profile_stalls.py --dram): does
+        # the apply's walk last to first find x (and dy) in L2 where the statistics pass left it?
+        # Issue 5's misses that the passes serve, the NCHW 56 x 56 staged span for contrast, and
+        # the row norms' 1M split forward (x read twice), ~1-2 min
+        step dram "$(cap 240)" python3 benchmarks/profile_stalls.py --dram --out "$out/dram" \
+            batch_norm:bfloat16:32x256x56x56:nhwc:bwd batch_norm:float32:32x256x56x56:nhwc:fwd \
+            batch_norm:bfloat16:128x64x112x112:nchw:fwd batch_norm:bfloat16:128x64x112x112:nhwc:fwd \
+            batch_norm:bfloat16:32x256x56x56:nchw:fwd layer_norm:bfloat16:1048576:fwd
+        tail -20 "$out/dram.txt" ;;
     prof)  # ncu's stalls of the BatchNorm kernels issue 5 still misses with (staged channels last,
            # the NHWC passes, the span backward's pieces, the NCHW 14 x 14 staged forward), ~2 min
         step prof "$(cap 300)" python3 benchmarks/profile_stalls.py --out "$out/stalls" \

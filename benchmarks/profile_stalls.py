@@ -4,6 +4,7 @@ shapes issues 4 and 5 still miss, in one device call (ncu, the GPU's clocks left
     python benchmarks/profile_stalls.py --out $OUT/stalls [case ...]
     python benchmarks/profile_stalls.py --source --out $OUT/src layer_norm:bfloat16:8192:bwd rms_norm:bfloat16:8192:bwd
     python benchmarks/profile_stalls.py --source --define CUNORM_BWD_BULK=0 --tag cp-async --out $OUT/src CASE
+    python benchmarks/profile_stalls.py --dram --out $OUT/dram batch_norm:bfloat16:32x256x56x56:nhwc:bwd
 
 A case is op:dtype:N:pass (e.g. layer_norm:bfloat16:16384:bwd; pass fp8: the forward with FP8 out) or
 batch_norm:dtype:NxCxHxW:layout:pass (batch_norm:bfloat16:64x1024x14x14:nhwc:fwd); without
@@ -38,6 +39,11 @@ METRICS = ["gpu__time_duration.sum", "dram__throughput.avg.pct_of_peak_sustained
            "launch__registers_per_thread", "sm__warps_active.avg.pct_of_peak_sustained_active",
            "regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio"]
 STALL = ("smsp__average_warps_issue_stalled_", "_per_issue_active.ratio")
+# --dram: the bytes each kernel moves to and from DRAM, with the L2 left as the kernel before
+# it left it (ncu's --cache-control none): whether a second pass over x finds it in L2 (the
+# BatchNorm passes walk their apply last to first for that), as multiples of one tensor's bytes
+DRAM_METRICS = ["gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum",
+                "lts__t_sector_hit_rate.pct"]
 
 
 TARGET = [sys.executable, os.path.join(os.path.dirname(__file__), "kernel_target.py")]
@@ -66,7 +72,7 @@ def _ncu(cmd: list[str], path: str, mode: str) -> subprocess.CompletedProcess:
     return done
 
 
-def profile(case: str, out: str) -> list[dict]:
+def profile(case: str, out: str, dram: bool = False) -> list[dict]:
     fields = case.split(":")
     if fields[0] == "batch_norm":
         _, dtype, shape, layout, direction = fields
@@ -80,8 +86,9 @@ def profile(case: str, out: str) -> list[dict]:
     # a row norm's longest kernel is among its first eight launches (the set-up and at least
     # two calls of one to three); a BatchNorm call's kernels are counted over every call
     limit = ["--launch-count", "8"] if fields[0] != "batch_norm" else []
-    cmd = ["ncu", "--clock-control", "none", "--csv", "--print-units", "base", "--print-kernel-base", "function", "-k", kernel_regex, *limit,
-           "--metrics", ",".join(METRICS), *target]
+    caches = ["--cache-control", "none"] if dram else []
+    cmd = ["ncu", "--clock-control", "none", *caches, "--csv", "--print-units", "base", "--print-kernel-base", "function",
+           "-k", kernel_regex, *limit, "--metrics", ",".join(DRAM_METRICS if dram else METRICS), *target]
     # one file for every case: the device tool brings back a few files a call, not fifteen
     path = os.path.join(out, "ncu-raw.txt")
     done = _ncu(cmd, path, "a")
@@ -100,7 +107,17 @@ def profile(case: str, out: str) -> list[dict]:
     else:  # the pass's main kernel: the longest launch (a backward case's set-up forward moves
         # 2/3 of the backward's bytes; the column and partial reductions are short)
         picked = [max(launches.values(), key=lambda d: _num(d.get("gpu__time_duration.sum")))]
+    if dram:
+        tensor = elements * {"bfloat16": 2, "float16": 2, "float32": 4, "float64": 8}[fields[1]]
+        return [_dram_summary(case, k, tensor) for k in picked]
     return [_summary(case, k, elements) for k in picked]
+
+
+def _dram_summary(case: str, k: dict, tensor_bytes: int) -> dict:
+    return {"case": case, "kernel": k["name"], "us": _num(k.get("gpu__time_duration.sum")) / 1e3,
+            "read": _num(k.get("dram__bytes_read.sum")) / tensor_bytes,
+            "write": _num(k.get("dram__bytes_write.sum")) / tensor_bytes,
+            "l2_hit": _num(k.get("lts__t_sector_hit_rate.pct"))}
 
 
 def source_counters(case: str, out: str) -> str:
@@ -185,6 +202,9 @@ def main() -> None:
                     help="a cunorm host setting for the profiled process (repeatable), e.g. "
                          "ops._row_norm.FWD_PREFETCH=False")
     ap.add_argument("--tag", default="", help="appended to --source's file names (one run a variant)")
+    ap.add_argument("--dram", action="store_true",
+                    help="DRAM bytes read and written by each kernel (in tensors' bytes) and its L2 hit "
+                         "rate, caches left as the kernel before left them, instead of the stalls")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     global TAG
@@ -194,6 +214,12 @@ def main() -> None:
         for c in args.cases:
             if not c.startswith("batch_norm"):
                 print(source_summary(source_counters(c, args.out)), flush=True)
+        return
+    if args.dram:
+        results = [r for c in args.cases for r in profile(c, args.out, dram=True)]
+        print("case | kernel | us | DRAM read (tensors) | DRAM written (tensors) | L2 hit %")
+        for r in results:
+            print(f"{r['case']} | {r['kernel']} | {r['us']:.1f} | {r['read']:.2f} | {r['write']:.2f} | {r['l2_hit']:.0f}")
         return
     results = [r for c in args.cases for r in profile(c, args.out)]
     # ncu's time is under replay (caches flushed, one kernel alone): read it against the
