@@ -18,7 +18,8 @@
 # ran past its 330 s (recorded as not run); alone on the same sources it took 300 s:
 #     python3 -m cunorm.gpucheck --out $OUT/r --no-tests --no-bench --sanitizer racecheck \
 #         --sanitizer-timeout 570
-# and its entry replaces the first record's (with its own date).
+# and its entry replaces the first record's (with its own date):
+#     python3 benchmarks/merge_sanitizer_record.py FIRST/gpu-latest.json SECOND/gpu-latest.json OUT.json
 #
 # Results under $OUT (or ./check-out): gate-N.txt, c.log, c/gpu-latest.json (commit it as
 # benchmarks/results/gpu-latest.json with the same patches applied on main).

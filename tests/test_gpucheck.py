@@ -197,3 +197,26 @@ def test_a_check_cut_short_in_the_benchmark_leaves_its_tests_record(tmp_path, mo
     record = {"source_digest": gpucheck.source_digest(), "tests": None}
     gpucheck.adopt_tests(record, left)
     assert record["tests"] == tests and gpucheck.check_passed(record)
+
+
+def test_a_tool_run_alone_replaces_its_entry_of_the_same_sources_only():
+    # benchmarks/merge_sanitizer_record.py: racecheck past its timeout beside the tests, then
+    # alone in a second call; memcheck's entry stays, racecheck's comes with its date and note
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from merge_sanitizer_record import merged
+
+    first = {"source_digest": "d", "date": "t1", "tests": {"passed": 3, "failed": 0},
+             "sanitizer": [{"tool": "memcheck", "ran": True, "errors": 0},
+                           {"tool": "racecheck", "ran": False, "reason": "timed out after 330 s"}]}
+    second = {"source_digest": "d", "date": "t2", "sanitizer": [{"tool": "racecheck", "ran": True, "errors": 0}]}
+    out = merged(first, second, "alone")
+    assert out["sanitizer"] == [{"tool": "memcheck", "ran": True, "errors": 0},
+                                {"tool": "racecheck", "ran": True, "errors": 0, "date": "t2", "note": "alone"}]
+    assert out["tests"] == first["tests"] and out["date"] == "t1"
+    assert gpucheck.check_passed(out)
+    racy = {**second, "sanitizer": [{"tool": "racecheck", "ran": True, "errors": 1}]}
+    assert not gpucheck.check_passed(merged(first, racy, "alone"))  # its errors count as the first's would
+    with pytest.raises(SystemExit, match="other sources"):
+        merged(first, {**second, "source_digest": "e"}, "alone")
+    with pytest.raises(SystemExit, match="no sanitizer"):
+        merged(first, {**second, "sanitizer": []}, "alone")
