@@ -28,7 +28,7 @@
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
 # ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
 # GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
-# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (experiments/bn-v47-cl-grid-fallback-rounds.patch over bn-v46-cl-span-first.patch: its sweep and the channels-last GPU tests, ~2 min), v112 (experiments/v112-cluster-fwd-f32-one-pass.patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min),
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (experiments/bn-v47-cl-grid-fallback-rounds.patch over bn-v46-cl-span-first.patch: its sweep and the channels-last GPU tests, ~2 min), v112 (experiments/v112-cluster-fwd-f32-one-pass.patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v48 (experiments/bn-v48-cl-fwd-sums-as-copies-land.patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -68,14 +68,14 @@ declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-ba
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
                      [v46]=bn-v46-cl-span-first [v47]=bn-v47-cl-grid-fallback-rounds
-                     [v112]=v112-cluster-fwd-f32-one-pass)
+                     [v112]=v112-cluster-fwd-f32-one-pass [v48]=bn-v48-cl-fwd-sums-as-copies-land)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed; v47 over v46
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
 [[ " ${apply[*]} " == *" v47 "* ]] && apply+=(v46)
-for name in v26 v27 v29 v28 v41 v46 v47 v111 v112 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v46 v47 v48 v111 v112 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -237,6 +237,16 @@ for name in "${steps[@]}"; do
         step v112-sweep "$(cap 200)" python3 benchmarks/sweep_cluster_fwd_f32_one_pass.py --json "$out/sweep-v112.json"
         tail -12 "$out/v112-sweep.txt"
         tests_step v112-tests "$(cap 200)" -n 8 tests/test_cluster_path.py -m gpu ;;
+    v48)  # experiments/bn-v48-cl-fwd-sums-as-copies-land.patch (over main; applies beside v46 / v47 /
+        # v112): the channels-last forward sums each group of its own copies as it lands; swept
+        # against the wait for the whole stage (twice) and one / two groups at the NHWC shapes,
+        # then its bits test and the channels-last GPU tests, ~2 min
+        BN_SWEEP_SHAPES=32x256x56x56,64x256x28x28,64x1024x14x14,256x2048x7x7,128x256x14x14 BN_SWEEP_LAYOUTS=nhwc \
+            step v48-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,cl_fused_sums_off,cl_groups_1,cl_groups_2,cl_fused_sums_off_again,default_again \
+            --json "$out/sweep-v48.json"
+        sed -n '/^case |/,$p' "$out/v48-sweep.txt"
+        tests_step v48-tests "$(cap 200)" -n 8 tests/test_batch_norm.py -m gpu -k "copies_land or staged_cl" ;;
     dram)  # (no patch) the DRAM bytes each BatchNorm kernel of the passes reads and writes, in
         # tensors' bytes, with the L2 as the kernel before left it (profile_stalls.py --dram): does
         # the apply's walk last to first find x (and dy) in L2 where the statistics pass left it?
