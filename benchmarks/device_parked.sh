@@ -316,7 +316,7 @@ for name in "${steps[@]}"; do
         # 256-thread blocks, four an SM), then the channels-last and grid GPU tests, ~1-2 min
         BN_SWEEP_SHAPES=32x256x56x56,64x256x28x28,64x1024x14x14,256x2048x7x7 BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_FUSED=1 \
             step v42-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
-            --variants default,cl_block_256,cl_copy_out,cl_lean_off,cl_copy_rows_off,cl_before_v42,cl_v44_again,cl_before_v42_again \
+            --variants default,cl_block_256,cl_copy_out,cl_lean_off,cl_copy_rows_off,cl_before_v42,default_again,cl_before_v42_again \
             --json "$out/sweep-v42.json"
         sed -n '/^case |/,$p' "$out/v42-sweep.txt"
         tests_step v42-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "staged_cl or grid or cl_" ;;

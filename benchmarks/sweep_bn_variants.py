@@ -27,6 +27,8 @@ _CL_BEFORE_V42 = ("-DCUNORM_BN_CL_DIRECT=0", "-DCUNORM_BN_CL_LEAN=0", "-DCUNORM_
 # name: (NVRTC defines, host BLOCK, host settings of _batch_norm)
 VARIANTS = {
     "default": ((), 256, {}),
+    # the defaults once more, later in a sweep (the machine's drift between the two)
+    "default_again": ((), 256, {}),
     "passes_forward": ((), 256, {"USE_STAGED": False}),
     "passes": ((), 256, {"USE_STAGED": False, "USE_STAGED_BWD": False}),
     "staged_block_256": ((), 256, {"STAGED_BLOCKS": (256, 256)}),
@@ -161,13 +163,13 @@ VARIANTS = {
     # v42: the channels-last stages' y (dx) written over the stage and copied out; v43: their
     # apply loops as before (the residual's loads in every call, the mean apart); v44: their
     # copies in through stage_in's general walk; all three (main's before v42, which landed in the
-    # forty-seventh session with all three on: NOTES "BatchNorm v42, v43, v44 outcome"); then the
-    # defaults and all three off once more (the machine's drift)
+    # forty-seventh session with all three on: NOTES "BatchNorm v42, v43, v44 outcome"); then all
+    # three off once more (with default_again: the machine's drift; the forty-seventh's sweep
+    # named that column cl_v44_again)
     "cl_copy_out": (("-DCUNORM_BN_CL_DIRECT=0",), 256, {}),
     "cl_lean_off": (("-DCUNORM_BN_CL_LEAN=0",), 256, {}),
     "cl_copy_rows_off": (("-DCUNORM_BN_CL_COPY_ROWS=0",), 256, {}),  # v44: stage_in's general walk
     "cl_before_v42": (_CL_BEFORE_V42, 256, {}),
-    "cl_v44_again": ((), 256, {}),
     "cl_before_v42_again": (_CL_BEFORE_V42, 256, {}),
     # v36: the 16-byte channels-last spans back (main's plans before the forty-third session)
     "cl_spans_16": ((), 256, {"STAGED_CL_SPANS": (128, 64, 32, 16)}),
@@ -180,7 +182,6 @@ VARIANTS = {
     "cl_spans_128_64": ((), 256, {"STAGED_CL_SPANS": (128, 64)}),
     "cl_spans_128_again": ((), 256, {"STAGED_CL_SPANS": (128,)}),
     "cl_copy_rows_off_again": (("-DCUNORM_BN_CL_COPY_ROWS=0",), 256, {}),
-    "default_again": ((), 256, {}),
     # v34's defaults undone: the forward's span kernels for words under 8 bytes alone, no pieces (v32's plans)
     "span_fwd_v32": ((), 256, {"STAGED_FWD_MIN_WORD": None, "STAGED_SPAN_FWD_WHOLE_WORDS": False,
                                "STAGED_SPAN_FWD_PIECES": False}),
