@@ -28,7 +28,7 @@
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
 # ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
 # GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
-# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (experiments/bn-v47-cl-grid-fallback-rounds.patch over bn-v46-cl-span-first.patch: its sweep and the channels-last GPU tests, ~2 min), v112 (experiments/v112-cluster-fwd-f32-one-pass.patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v48 (experiments/bn-v48-cl-fwd-sums-as-copies-land.patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min),
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (experiments/v112-cluster-fwd-f32-one-pass.patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -67,15 +67,14 @@ steps=("$@")
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
-                     [v46]=bn-v46-cl-span-first [v47]=bn-v47-cl-grid-fallback-rounds
-                     [v112]=v112-cluster-fwd-f32-one-pass [v48]=bn-v48-cl-fwd-sums-as-copies-land)
+                     [v112]=v112-cluster-fwd-f32-one-pass)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
-# run only where asked); v41 is made over main since v38 and v39 landed; v47 over v46
+# run only where asked); v41 is made over main since v38 and v39 landed; v46-v48 are on main
+# since the forty-eighth session (their steps apply nothing)
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-[[ " ${apply[*]} " == *" v47 "* ]] && apply+=(v46)
-for name in v26 v27 v29 v28 v41 v46 v47 v48 v111 v112 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v111 v112 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -220,8 +219,7 @@ for name in "${steps[@]}"; do
             --variants default,span_fwd_no_pieces,span_all_words,span_fwd_pieces,span_fwd_only_pieces \
             --json "$out/sweep-v33.json"
         sed -n '/^case |/,$p' "$out/v33-sweep.txt" ;;
-    v47)  # experiments/bn-v47-cl-grid-fallback-rounds.patch over bn-v46-cl-span-first.patch (both
-        # applied): grid-only stages in up to four rounds where nothing else fits in two (the
+    v47)  # (on main since the forty-eighth session with v46, no patch): grid-only stages in up to four rounds where nothing else fits in two (the
         # passes before), swept against it off (twice) and v46's order off, at the NHWC shapes it
         # replans (float32 56 x 56 forward, bf16 56 x 56 backward) and the ones it should leave
         # alone; then its GPU tests and the channels-last ones, ~2 min
@@ -231,14 +229,13 @@ for name in "${steps[@]}"; do
             --json "$out/sweep-v47.json"
         sed -n '/^case |/,$p' "$out/v47-sweep.txt"
         tests_step v47-tests "$(cap 200)" -n 8 tests/test_batch_norm.py -m gpu -k "staged_cl or grid or cl_" ;;
-    v112)  # experiments/v112-cluster-fwd-f32-one-pass.patch (over main; applies beside v46 / v47):
+    v112)  # experiments/v112-cluster-fwd-f32-one-pass.patch (over main):
         # float32 LayerNorm cluster forward rows in one pass within two sigma of zero; its sweep
         # against the two passes (two rounds, best of each) and the cluster path's GPU tests, ~2 min
         step v112-sweep "$(cap 200)" python3 benchmarks/sweep_cluster_fwd_f32_one_pass.py --json "$out/sweep-v112.json"
         tail -12 "$out/v112-sweep.txt"
         tests_step v112-tests "$(cap 200)" -n 8 tests/test_cluster_path.py -m gpu ;;
-    v48)  # experiments/bn-v48-cl-fwd-sums-as-copies-land.patch (over main; applies beside v46 / v47 /
-        # v112): the channels-last forward sums each group of its own copies as it lands; swept
+    v48)  # (on main since the forty-eighth session, no patch): the channels-last forward sums each group of its own copies as it lands; swept
         # against the wait for the whole stage (twice) and one / two groups at the NHWC shapes,
         # then its bits test and the channels-last GPU tests, ~2 min
         BN_SWEEP_SHAPES=32x256x56x56,64x256x28x28,64x1024x14x14,256x2048x7x7,128x256x14x14 BN_SWEEP_LAYOUTS=nhwc \

@@ -160,6 +160,12 @@ VARIANTS = {
     # channels-last stages of 256-thread blocks, four an SM (half the stage a block, twice the
     # blocks): more blocks an SM at different points of their stage
     "cl_block_256": ((), 256, {"STAGED_CL_BLOCK": 256, "STAGED_CL_MIN_RESIDENT": 4}),
+    # v48: the channels-last forward's wait for the whole stage before its sums (main's before
+    # v48), its copies in one or two groups (four by default), and v48 off once more
+    "cl_fused_sums_off": (("-DCUNORM_BN_CL_FUSED_SUMS=0",), 256, {}),
+    "cl_groups_1": (("-DCUNORM_BN_CL_GROUPS=1",), 256, {}),
+    "cl_groups_2": (("-DCUNORM_BN_CL_GROUPS=2",), 256, {}),
+    "cl_fused_sums_off_again": (("-DCUNORM_BN_CL_FUSED_SUMS=0",), 256, {}),
     # v42: the channels-last stages' y (dx) written over the stage and copied out; v43: their
     # apply loops as before (the residual's loads in every call, the mean apart); v44: their
     # copies in through stage_in's general walk; all three (main's before v42, which landed in the
@@ -178,6 +184,12 @@ VARIANTS = {
     # blocks where main's planner takes a narrower span's cluster (bf16 64x1024x14x14's
     # backward: 32-byte spans over clusters of 8 -> 128-byte spans over 32 blocks). cl_block_256
     # read that backward 0.544 -> 0.604 on an H100 with 128-byte spans over 64 blocks
+    # v46: the spans tried widest first across clusters and grid-only stages; this variant is
+    # the order before it (every span's clusters first)
+    "cl_clusters_first": ((), 256, {"STAGED_CL_SPAN_FIRST": False}),
+    # v47: no grid-only stages past two rounds (the passes there, main's before v47)
+    "cl_fallback_off": ((), 256, {"STAGED_CL_GRID_FALLBACK_ROUNDS": 2}),
+    "cl_fallback_off_again": ((), 256, {"STAGED_CL_GRID_FALLBACK_ROUNDS": 2}),
     "cl_spans_128": ((), 256, {"STAGED_CL_SPANS": (128,)}),
     "cl_spans_128_64": ((), 256, {"STAGED_CL_SPANS": (128, 64)}),
     "cl_spans_128_again": ((), 256, {"STAGED_CL_SPANS": (128,)}),

@@ -94,26 +94,32 @@ def run(log=print) -> int:
     for (shape, axis, dt), grid in cases:
         # (the forward of bf16's 8-byte words in bn_fwd_staged, not the span kernel v33 sends it to)
         with batch_norm_settings(USE_STAGED_CL_GRID=grid and grid_default, STAGED_FWD_MIN_WORD=None):
-            x = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt))
-            c = shape[axis]
-            w, b = cupy.ones(c, numpy.float32), cupy.zeros(c, numpy.float32)
-            y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=axis, return_stats=True)
-            cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, channel_axis=axis)
-            calls += 2
+            calls += _batch_norm_round_trip(rng, shape, axis, dt)
     # v39: grid-only channels-last stages (16-48 blocks a stage, their fold spread over the
     # block), made of small tensors by allowing clusters of 2 and 128-byte spans alone
     with batch_norm_settings(STAGED_CL_CLUSTERS=(2,), STAGED_CL_SPANS=(128,)):
         for shape, dt in (((5, 27, 29, 72), ml_dtypes.bfloat16), ((5, 27, 29, 72), numpy.float32),
                           ((24, 28, 28, 8), ml_dtypes.bfloat16)):
-            x = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt))
-            w, b = cupy.ones(shape[-1], numpy.float32), cupy.zeros(shape[-1], numpy.float32)
-            y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=-1, return_stats=True)
-            cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, channel_axis=-1)
-            calls += 2
+            calls += _batch_norm_round_trip(rng, shape, -1, dt)
     calls += staged_span_calls(rng)
     cupy.cuda.runtime.deviceSynchronize()
     log(f"cunorm._sanitize: {calls} calls done")
     return calls
+
+
+def _batch_norm_round_trip(rng, shape, axis, dt) -> int:
+    """One training forward and its backward of a random x (unit weight, zero bias) with its
+    channels on ``axis``; returns the calls made."""
+    import cupy
+
+    import cunorm
+
+    x = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt))
+    c = shape[axis]
+    w, b = cupy.ones(c, numpy.float32), cupy.zeros(c, numpy.float32)
+    y, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=axis, return_stats=True)
+    cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, channel_axis=axis)
+    return 2
 
 
 def staged_span_calls(rng) -> int:

@@ -2361,6 +2361,26 @@ struct ClScratch {
 #ifndef CUNORM_BN_CL_COPY_ROWS
 #define CUNORM_BN_CL_COPY_ROWS 1  // v44 (ClPart::copy_in)
 #endif
+// v48 (bn_fwd_staged_cl): a stage's copies in committed in this many groups of positions
+#ifndef CUNORM_BN_CL_GROUPS
+#define CUNORM_BN_CL_GROUPS 4
+#endif
+constexpr int kClGroups = CUNORM_BN_CL_GROUPS;
+static_assert(kClGroups >= 1 && kClGroups <= 4, "copies_wait_upto waits for at most three groups behind");
+// the first position past group g of a block's O (the groups split O evenly; a thread's
+// positions fall in them in order)
+__device__ __forceinline__ int cl_group_end(int O, int g) { return int((i64(O) * (g + 1)) / kClGroups); }
+// f(o) for a thread's positions o = row, row + rows, ... group by group, each group after this
+// thread's own copies of it landed (ClPart::copy_in_groups' commits; no barrier: its own)
+template <typename F>
+__device__ __forceinline__ void cl_walk_groups(int O, int row, int rows, F f) {
+  int o = row;
+#pragma unroll
+  for (int g = 0; g < kClGroups; ++g) {
+    copies_wait_upto(kClGroups - 1 - g);
+    for (const int end = cl_group_end(O, g); o < end; o += rows) f(o);
+  }
+}
 
 // The block's part of stage ``stage``: positions (O of them from the share's first, ``rank``
 // among the stage's blocks), channels [c0, c0 + count), bytes a position (span live, pitch
@@ -2390,18 +2410,39 @@ struct ClPart {
   // CUNORM_BN_CL_COPY_ROWS=0: stage_in always.
   template <int BLOCK, typename T>
   __device__ __forceinline__ void copy_in(unsigned char* staged, const T* src) const {
-    const unsigned char* s = reinterpret_cast<const unsigned char*>(src + base);
     const int per = (span + 15) / 16;
     if (CUNORM_BN_CL_COPY_ROWS && BLOCK % per == 0) {
-      const int rows = BLOCK / per, k = threadIdx.x % per, bytes = min(16, span - k * 16);
-      int o = threadIdx.x / per;
-      const unsigned char* from = s + o * so_bytes + k * 16;
-      unsigned char* to = staged + o * pitch + k * 16;
-      const i64 from_step = i64(rows) * so_bytes;
-      const int to_step = rows * pitch;
-      for (; o < O; o += rows, from += from_step, to += to_step) copy_async_part<16>(to, from, bytes);
+      const int k = threadIdx.x % per;
+      copy_rows(staged, src, threadIdx.x / per, O, BLOCK / per, k, min(16, span - k * 16));
     } else {
-      stage_in<BLOCK, 16>(staged, s, so_bytes, O, span, pitch);
+      stage_in<BLOCK, 16>(staged, reinterpret_cast<const unsigned char*>(src + base), so_bytes, O, span, pitch);
+    }
+  }
+  // v44's walk: `bytes` of chunk k of positions o, o + rows, ... below `end`, source and
+  // destination stepped a row; returns the next position
+  template <typename T>
+  __device__ __forceinline__ int copy_rows(unsigned char* staged, const T* src, int o, int end, int rows, int k,
+                                           int bytes) const {
+    const unsigned char* from = reinterpret_cast<const unsigned char*>(src + base) + i64(o) * so_bytes + k * 16;
+    unsigned char* to = staged + o * pitch + k * 16;
+    const i64 from_step = i64(rows) * so_bytes;
+    const int to_step = rows * pitch;
+    for (; o < end; o += rows, from += from_step, to += to_step) copy_async_part<16>(to, from, bytes);
+    return o;
+  }
+  // v48: v44's rows where a span fills its pitch (the chunks are ClWord's words), committed in
+  // kClGroups groups of positions (cl_group_end), which cl_walk_groups waits for one by one
+  // (the backward: x into staged and, where src2 is given, dy into staged2, in the same groups)
+  template <typename T>
+  __device__ __forceinline__ void copy_in_groups(unsigned char* staged, const T* src, int row, int rows, int k,
+                                                 unsigned char* staged2 = nullptr, const T* src2 = nullptr) const {
+    int o = row;
+#pragma unroll
+    for (int g = 0; g < kClGroups; ++g) {
+      const int end = cl_group_end(O, g);
+      if (src2) copy_rows(staged2, src2, o, end, rows, k, 16);
+      o = copy_rows(staged, src, o, end, rows, k, 16);
+      copies_commit();
     }
   }
   template <int BLOCK, typename T>
@@ -2546,6 +2587,19 @@ __device__ __forceinline__ void cl_stage_end(ClGridExchange<A> xg) {
 #define CUNORM_BN_CL_LEAN 1
 #endif
 
+// v48: where a stage's spans fill their pitch (every stage but a last one of fewer channels),
+// the copy's 16-byte chunks are the sums' words (v44's rows and ClWord's map agree), so each
+// thread sums exactly the words it copied: the forward commits its copies in kClGroups groups
+// of positions and sums each group as soon as its own copies of it land (cp.async.wait_group,
+// no block barrier), where it waited for the whole stage and a barrier before summing any of
+// it. The whole stage stays in flight (loading the words into registers instead kept two in
+// flight a thread at 64 registers: ptxas used the first before issuing the third, SASS).
+// CUNORM_BN_CL_FUSED_SUMS=0: the wait for all, the barrier, then the sums (sweep
+// cl_fused_sums_off); CUNORM_BN_CL_GROUPS: the groups (1-4).
+#ifndef CUNORM_BN_CL_FUSED_SUMS
+#define CUNORM_BN_CL_FUSED_SUMS 1
+#endif
+
 template <int BLOCK, typename T, typename W, typename R, int ACT, bool CLUSTER>
 __global__ void __launch_bounds__(BLOCK, CUNORM_BN_STAGED_THREADS_PER_SM / BLOCK)
 bn_fwd_staged_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, int O_total, int C,
@@ -2566,9 +2620,14 @@ bn_fwd_staged_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restri
   for (int stage = blockIdx.x / K, stages = (C + G - 1) / G; stage < stages; stage += gridDim.x / K) {
     const ClPart pt(Flag<CLUSTER>{}, K, OB, O_total, C, G, so, sizeof(T), stage);
     const int O = pt.O, c0 = pt.c0, count = pt.count, pitch = pt.pitch;
-    pt.copy_in<BLOCK>(staged, x);
-    copies_commit();
+    const bool fused = CUNORM_BN_CL_FUSED_SUMS && pt.span == pitch;  // v48 (block-uniform)
     const ClWord wd(wshift, BLOCK, VEC);
+    if (fused) {
+      pt.copy_in_groups(staged, x, wd.row, wd.rows, wd.word);
+    } else {
+      pt.copy_in<BLOCK>(staged, x);
+      copies_commit();
+    }
     const bool active = wd.cw < count;
     // while the copies land: the word's pivots (each channel's first element: every block of
     // the cluster shares them), and channel t's parameters, pivot and running statistics
@@ -2582,22 +2641,28 @@ bn_fwd_staged_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restri
     const A pc = chan ? cvt<A>(x[c]) : A(0);
     const A rm = writer && running_mean ? cvt<A>(running_mean[c]) : A(0);
     const A rv = writer && running_var ? cvt<A>(running_var[c]) : A(0);
-    copies_wait<0>();
-    __syncthreads();
     A s[VEC], q[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) s[e] = q[e] = A(0);
-    if (active)
-      for (int o = wd.row; o < O; o += wd.rows) {
-        A v[VEC];
-        unpack_words(staged_word<T, VEC>(staged + o * pitch + wd.word * 16), v);
+    auto sum_word = [&](const Word& raw) {
+      A v[VEC];
+      unpack_words(raw, v);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const A d = v[e] - pivot[e];
-          s[e] += d;
-          q[e] += d * d;
-        }
+      for (int e = 0; e < VEC; ++e) {
+        const A d = v[e] - pivot[e];
+        s[e] += d;
+        q[e] += d * d;
       }
+    };
+    const auto sum_at = [&](int o) { sum_word(staged_word<T, VEC>(staged + o * pitch + wd.word * 16)); };
+    if (fused) {  // every word live: this thread's own copies, summed group by group as they land
+      cl_walk_groups(O, wd.row, wd.rows, sum_at);
+    } else {
+      copies_wait<0>();
+      __syncthreads();
+      if (active)
+        for (int o = wd.row; o < O; o += wd.rows) sum_at(o);
+    }
     cl_stage_sums<BLOCK, VEC, CLUSTER>(s, q, sm, G, 1 << wshift, wd.cw, K, xg, pt);
     if (t < G) {  // channel t's constants (zeros past C: computed on, never stored)
       A cm = A(0), cs = A(0);
@@ -2687,10 +2752,18 @@ bn_bwd_staged_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __r
   for (int stage = blockIdx.x / K, stages = (C + G - 1) / G; stage < stages; stage += gridDim.x / K) {
     const ClPart pt(Flag<CLUSTER>{}, K, OB, O_total, C, G, so, sizeof(T), stage);
     const int O = pt.O, c0 = pt.c0, count = pt.count, pitch = pt.pitch, half = O * pitch;
-    pt.copy_in<BLOCK>(staged, x);
-    pt.copy_in<BLOCK>(staged + half, dy);
-    copies_commit();
+    // v48 as the forward's, where the words are the copy's 16-byte chunks (not the 8-byte
+    // words of half precision with an activation); float64 (staged only where the host lifts
+    // STAGED_CL_BWD_MAX_ITEMSIZE) keeps the wait: with it its generic activation spilled 20-24 bytes
+    const bool fused = CUNORM_BN_CL_FUSED_SUMS && kWordBytes == 16 && sizeof(T) <= 4 && pt.span == pitch;
     const ClWord wd(wshift, BLOCK, VEC);
+    if (fused) {
+      pt.copy_in_groups(staged, x, wd.row, wd.rows, wd.word, staged + half, dy);
+    } else {
+      pt.copy_in<BLOCK>(staged, x);
+      pt.copy_in<BLOCK>(staged + half, dy);
+      copies_commit();
+    }
     const bool active = wd.cw < count;
     // while the copies land: the word's forward constants (z where an activation needs it)
     Channel<A> ch[VEC];
@@ -2701,8 +2774,10 @@ bn_bwd_staged_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __r
     const bool chan = t < count;
     const i64 c = c0 + t;
     const A rs = chan ? rstd[c] : A(0), wc = chan && w ? cvt<A>(w[c]) : A(1);
-    copies_wait<0>();
-    __syncthreads();
+    if (!fused) {
+      copies_wait<0>();
+      __syncthreads();
+    }
     const T* rw = ACT != 0 && res ? res + pt.base + wd.cw : nullptr;
     const auto dz_at = [&](int o, A (&xv)[VEC], A (&dz)[VEC]) {
       A gv[VEC], rv[VEC];
@@ -2716,18 +2791,22 @@ bn_bwd_staged_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __r
     A s1[VEC], s2[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) s1[e] = s2[e] = A(0);
-    if (active)
-      for (int o = wd.row; o < O; o += wd.rows) {
-        A xv[VEC], dz[VEC];
-        dz_at(o, xv, dz);
+    const auto sum_word = [&](int o) {
+      A xv[VEC], dz[VEC];
+      dz_at(o, xv, dz);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          s1[e] += dz[e];
-          s2[e] += dz[e] * (xv[e] - ch[e].mean);
-        }
-        if (ACT != 0) *reinterpret_cast<Word*>(staged + half + o * pitch + wd.word * kWordBytes) = convert_pack<T>(dz);
-        if (drw) store_word_part<T>(drw + o * so, dz, wd.cw, count);
+      for (int e = 0; e < VEC; ++e) {
+        s1[e] += dz[e];
+        s2[e] += dz[e] * (xv[e] - ch[e].mean);
       }
+      if (ACT != 0) *reinterpret_cast<Word*>(staged + half + o * pitch + wd.word * kWordBytes) = convert_pack<T>(dz);
+      if (drw) store_word_part<T>(drw + o * so, dz, wd.cw, count);
+    };
+    if (fused) {  // every word live: this thread's own copies, group by group as they land
+      cl_walk_groups(O, wd.row, wd.rows, sum_word);
+    } else if (active) {
+      for (int o = wd.row; o < O; o += wd.rows) sum_word(o);
+    }
     A mu[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) mu[e] = ch[e].mean;

@@ -1528,9 +1528,11 @@ def _cl_plan(shape, dtype, pdtype, device=None, phase=0):
     return _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), phase, device)
 
 
-def test_plans_staged_cl(fresh_plans):
+def test_plans_staged_cl(fresh_plans, monkeypatch):
     # the widest span a position whose shares fit two blocks an SM, then the fewest blocks a
-    # stage (clusters of 2, 4, 8 on sm_90); where none fits, the passes
+    # stage (clusters of 2, 4, 8 on sm_90); where none fits, the passes. Every span's clusters
+    # before any grid-only stage, as before v46 (test_plans_staged_cl_span_first: v46's order)
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_SPAN_FIRST", False)
     S = _batch_norm.StagedCl
 
     def plan(shape, dtype, phase=0, capability=90):
@@ -1600,6 +1602,38 @@ def test_plans_staged_cl(fresh_plans):
         _batch_norm.USE_STAGED_CL_GRID = True
 
 
+def test_plans_staged_cl_span_first(fresh_plans, monkeypatch):
+    # v46: a span's grid-only stage (over 16-128 blocks, in at most two rounds) before the next
+    # narrower span's clusters; where the wider span's grid would take more rounds, the
+    # narrower span's cluster as before
+    S = _batch_norm.StagedCl
+
+    def plan(shape, dtype):
+        with _sm_count(132, 90):
+            return _cl_plan(shape, dtype, numpy.float32, 0, 0)
+
+    # bf16 (64, 14, 14, 1024): 128-byte spans over 16 blocks forward (32 stages in one round),
+    # over 32 blocks backward (16 stages, 8 a round: two), where clusters of 8 took 64 / 32 bytes
+    p = plan((64, 14, 14, 1024), BFLOAT16)
+    assert p.staged_cl == S(64, 3, 784 * 128, 16 * 16, 512, 16, 784, 16 * 16)
+    assert p.staged_cl_bwd == S(64, 3, 2 * 392 * 128, 16 * 32, 512, 32, 392, 8 * 32)
+    assert plan((128, 14, 14, 256), BFLOAT16).staged_cl == S(64, 3, 784 * 128, 4 * 32, 512, 32, 784, 4 * 32)
+    assert plan((64, 14, 14, 1024), numpy.float32).staged_cl == S(32, 3, 784 * 128, 32 * 16, 512, 16, 784, 16 * 16)
+    # bf16 (256, 7, 7, 2048): the forward's 128-byte grid in two rounds; the backward's would
+    # take four (and 64 bytes' four too): 32-byte spans in clusters of 8 as before
+    p = plan((256, 7, 7, 2048), BFLOAT16)
+    assert p.staged_cl == S(64, 3, 784 * 128, 32 * 16, 512, 16, 784, 16 * 16)
+    assert p.staged_cl_bwd == S(16, 1, 2 * 1568 * 32, 128 * 8, 512, 8, 1568, 33 * 8)
+    # float32 7 x 7's forward: 128 bytes would take four rounds: 64-byte spans in clusters of 8
+    assert plan((256, 7, 7, 2048), numpy.float32).staged_cl == S(16, 2, 1568 * 64, 128 * 8, 512, 8, 1568, 33 * 8)
+    # a 128-byte stage that fits a cluster keeps it (bf16 (64, 7, 7, 2048): clusters of 4)
+    assert plan((64, 7, 7, 2048), BFLOAT16).staged_cl.cluster == 4
+    # the order switched off: the clusters of narrower spans again
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_SPAN_FIRST", False)
+    _batch_norm.plan.cache_clear()
+    assert plan((64, 14, 14, 1024), BFLOAT16).staged_cl_bwd == S(16, 1, 2 * 1568 * 32, 64 * 8, 512, 8, 1568, 33 * 8)
+
+
 def test_plans_staged_cl_no_one_word_spans(fresh_plans, monkeypatch):
     # v36: no 16-byte spans where a position holds more channels (bf16 (64, 128, 28, 28) NHWC
     # forward read 0.266 of copy in them, the passes 0.400): the passes there; a position of
@@ -1609,10 +1643,14 @@ def test_plans_staged_cl_no_one_word_spans(fresh_plans, monkeypatch):
         st = _cl_plan((64, 28, 28, 128), BFLOAT16, numpy.float32, device=0).staged_cl
         assert st == _batch_norm.StagedCl(64, 3, 784 * 128, 2 * 64, 512, 64, 784, 2 * 64)
         p = _cl_plan((32, 28, 28, 512), BFLOAT16, numpy.float32, device=0)
-        assert p.staged_cl.wshift == 1 and p.staged_cl_bwd.wshift == 3  # 32-byte spans forward
+        # v46: the forward's 128-byte grid-only stage (32 blocks) before 32-byte spans' clusters
+        assert p.staged_cl.wshift == 3 and p.staged_cl.cluster == 32 and p.staged_cl_bwd.wshift == 3
         assert _cl_plan((2, 3, 3, 8), BFLOAT16, numpy.float32, device=0).staged_cl.wshift == 0
         monkeypatch.setattr(_batch_norm, "STAGED_CL_SPANS", (128, 64, 32, 16))
+        monkeypatch.setattr(_batch_norm, "STAGED_CL_SPAN_FIRST", False)  # the clusters first
         _batch_norm.plan.cache_clear()
+        p = _cl_plan((32, 28, 28, 512), BFLOAT16, numpy.float32, device=0)
+        assert p.staged_cl.wshift == 1 and p.staged_cl.cluster == 8  # 32-byte spans forward
         st = _cl_plan((64, 28, 28, 128), BFLOAT16, numpy.float32, device=0).staged_cl
         assert st.wshift == 0 and st.cluster == 8
 
@@ -1668,7 +1706,10 @@ def test_plans_staged_cl_grid_only(fresh_plans, monkeypatch):
             assert (st.cluster - 1) * st.positions < O <= st.cluster * st.positions
         assert _cl_plan((32, 56, 56, 256), BFLOAT16, numpy.float32, device=0).staged_cl == _batch_norm.StagedCl(
             64, 3, 784 * 128, 4 * 128, 512, 128, 784, 2 * 128)
-        # float32 (32, 256, 56, 56): eight 128-byte stages of 128 blocks, two a round: four rounds
+        # float32 (32, 256, 56, 56): eight 128-byte stages of 128 blocks, two a round: four rounds,
+        # past the cap (v47 then plans them: test_plans_staged_cl_grid_fallback_rounds)
+        monkeypatch.setattr(_batch_norm, "STAGED_CL_GRID_FALLBACK_ROUNDS", 2)
+        _batch_norm.plan.cache_clear()
         assert _cl_plan((32, 56, 56, 256), numpy.dtype(numpy.float32), numpy.float32, device=0).staged_cl is None
         monkeypatch.setattr(_batch_norm, "STAGED_CL_GRID_SHARES", ())
         _batch_norm.plan.cache_clear()
@@ -1692,6 +1733,51 @@ def test_gpu_staged_cl_grid_only(rng, shape, dtype):
     _needs_clusters()
     st = _cl_plan(shape, dtype, numpy.float32).staged_cl
     assert st is not None and st.grid and st.cluster > max(_batch_norm.STAGED_CL_CLUSTERS), st
+    _gpu_case(rng, shape, -1, dtype, numpy.float32, "relu", training=True)
+    _gpu_case(rng, shape, -1, dtype, numpy.float32, None, training=True, with_residual=False)
+
+
+def test_plans_staged_cl_grid_fallback_rounds(fresh_plans, monkeypatch):
+    # v47: where no stage fits in two rounds, grid-only stages in up to four, widest span first,
+    # before the passes: the bench's float32 (32, 256, 56, 56) forward (eight 128-byte stages of
+    # 128 blocks, two a round) and bf16 backward (x and dy: 64-byte spans, eight stages); the
+    # plans of two rounds or clusters keep theirs (bf16 7 x 7's backward: 32-byte clusters of 8)
+    S = _batch_norm.StagedCl
+
+    def plan(shape, dtype):
+        with _sm_count(132, 90):
+            return _cl_plan(shape, numpy.dtype(dtype), numpy.float32, 0, 0)
+
+    assert plan((32, 56, 56, 256), numpy.float32).staged_cl == S(32, 3, 784 * 128, 8 * 128, 512, 128, 784, 2 * 128)
+    assert plan((32, 56, 56, 256), BFLOAT16).staged_cl_bwd == S(32, 2, 2 * 784 * 64, 8 * 128, 512, 128, 784, 2 * 128)
+    assert plan((32, 56, 56, 256), BFLOAT16).staged_cl.cluster == 128  # two rounds: as before
+    assert plan((256, 7, 7, 2048), BFLOAT16).staged_cl_bwd == S(16, 1, 2 * 1568 * 32, 128 * 8, 512, 8, 1568, 33 * 8)
+    # five rounds or more: still the passes (bf16 (32, 512, 56, 56) backward: 16 stages, 2 a round)
+    assert plan((32, 56, 56, 512), BFLOAT16).staged_cl_bwd is None
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_GRID_FALLBACK_ROUNDS", 2)  # off
+    _batch_norm.plan.cache_clear()
+    assert plan((32, 56, 56, 256), numpy.float32).staged_cl is None
+    assert plan((32, 56, 56, 256), BFLOAT16).staged_cl_bwd is None
+
+
+# v47's rounds on small tensors, the planner told of 64 SMs (a grid of 128 blocks, one stage a
+# round): bf16 (10, 256, 56, 56)'s backward, four 128-byte stages of x and dy over 128 blocks;
+# float32 (20, 128, 56, 56)'s forward, four 128-byte stages over 128 blocks
+GRID_FALLBACK_CASES = [((10, 56, 56, 256), BFLOAT16, "staged_cl_bwd"),
+                       ((20, 56, 56, 128), numpy.dtype(numpy.float32), "staged_cl")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,dtype,direction", GRID_FALLBACK_CASES, ids=["bf16_bwd_4_rounds", "fp32_fwd_4_rounds"])
+def test_gpu_staged_cl_grid_fallback_rounds(rng, monkeypatch, fresh_plans, shape, dtype, direction):
+    _needs_clusters()
+    sms = _batch_norm.sm_count
+    monkeypatch.setattr(_batch_norm, "sm_count", lambda device: min(64, sms(device)))
+    _batch_norm.plan.cache_clear()
+    st = getattr(_cl_plan(shape, dtype, numpy.float32), direction)
+    assert st is not None and st.grid and st.cluster > max(_batch_norm.STAGED_CL_CLUSTERS), st
+    stages = st.blocks // st.cluster
+    assert -(-stages // (st.grid_blocks // st.cluster)) > _batch_norm.STAGED_CL_GRID_MAX_ROUNDS, st
     _gpu_case(rng, shape, -1, dtype, numpy.float32, "relu", training=True)
     _gpu_case(rng, shape, -1, dtype, numpy.float32, None, training=True, with_residual=False)
 
@@ -1804,6 +1890,50 @@ def test_gpu_staged_cl_kernels_rebuilt(rng, shape):
     assert all(numpy.array_equal(a, b) for a, b in zip(*runs))
 
 
+# v48: the channels-last forward and backward sum each group of their own copies as it lands,
+# where they waited for the whole stage (CUNORM_BN_CL_FUSED_SUMS=0): the same words added in
+# the same order, so the same bits; in one group, two and four (CUNORM_BN_CL_GROUPS), with
+# stages whose spans fill their pitch (v48's path) and a last stage that does not (72
+# channels: 64 and 8 of a 64-pitch stage; 40: 40 of 64), clustered and grid-only stages; the
+# backward plain (16-byte words: v48's path) and with ReLU (half precision's 8-byte words:
+# the wait as before)
+FUSED_SUMS_CASES = [((3, 17, 23, 64), BFLOAT16), ((9, 29, 23, 72), BFLOAT16), ((5, 25, 21, 40), BFLOAT16),
+                    ((9, 29, 23, 72), numpy.dtype(numpy.float32)), ((20, 56, 56, 128), BFLOAT16)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,dtype", FUSED_SUMS_CASES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple)
+                         else numpy.dtype(v).name)
+def test_gpu_staged_cl_forward_sums_as_copies_land(rng, shape, dtype):
+    import cupy
+    from cunorm import _compile
+
+    p = _staged_cl_or_skip(shape, dtype, numpy.float32)
+    assert p.staged_cl is not None
+    x = cupy.asarray((rng.standard_normal(shape) * 2 + 30).astype(dtype))
+    res, dy = (cupy.asarray(rng.standard_normal(shape).astype(dtype)) for _ in range(2))
+    w, b = (cupy.asarray(rng.standard_normal(shape[-1]).astype(numpy.float32)) for _ in range(2))
+    before, runs = _compile.COMPILE_OPTIONS, []
+    try:
+        for options in ((*before, "-DCUNORM_BN_CL_FUSED_SUMS=0"), before, (*before, "-DCUNORM_BN_CL_GROUPS=1"),
+                        (*before, "-DCUNORM_BN_CL_GROUPS=2")):
+            _build_with(*options)
+            rm, rv = cupy.zeros(shape[-1], numpy.float32), cupy.ones(shape[-1], numpy.float32)
+            y, mean, rstd = cunorm.batch_norm(x, w, b, running_mean=rm, running_var=rv, channel_axis=-1,
+                                              residual=res, activation="relu", return_stats=True)
+            plain = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=-1)
+            relu = cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=-1, residual=res,
+                                              activation="relu")
+            runs.append([a.view(numpy.uint8).get() for a in (y, mean, rstd, rm, rv, *plain, *relu) if a is not None])
+    finally:
+        _build_with(*before)
+    for run in runs[1:]:
+        assert all(numpy.array_equal(a, b) for a, b in zip(runs[0], run))
+    ref_y = reference.batch_norm(to_numpy(x), to_numpy(w), to_numpy(b), residual=to_numpy(res), activation="relu",
+                                 channel_axis=-1)
+    assert_close("y", y, ref_y, *tol(dtype))
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
 @pytest.mark.parametrize("with_residual", [True, False], ids=["residual", "plain"])
@@ -1829,11 +1959,40 @@ def test_staged_cl_grid_launches_where_it_pays(monkeypatch, stages, expected):
         _batch_norm._grid_pays.cache_clear()
 
 
+def _same_stages(a, b) -> bool:
+    """Two channels-last stagings that add the same sums in the same order: their spans,
+    blocks a stage and positions a block (the exchange and the grid may differ)."""
+    key = (lambda st: None if st is None else (st.channels, st.cluster, st.positions, st.blocks))
+    return key(a) == key(b)
+
+
+GRID_EXCHANGE_CASES = [((3, 17, 23, 64), BFLOAT16), ((5, 25, 21, 40), BFLOAT16),
+                       ((9, 29, 23, 72), numpy.dtype(numpy.float32)), ((64, 14, 14, 1024), BFLOAT16)]
+GRID_EXCHANGE_IDS = ["3x17x23x64-bf16", "5x25x21x40-bf16", "9x29x23x72-fp32", "64x14x14x1024-bf16"]
+
+
+@pytest.mark.parametrize("shape,dtype", GRID_EXCHANGE_CASES, ids=GRID_EXCHANGE_IDS)
+def test_plans_staged_cl_grid_exchange_same_stages(fresh_plans, monkeypatch, shape, dtype):
+    # test_gpu_staged_cl_grid_exchange_matches_the_cluster's premise on the CPU: with its
+    # settings the grid's stages are the cluster's (with v46's order on, two of its cases took
+    # a 128-byte grid-only stage with the grid and narrower clusters without, and their bits
+    # differed in the forty-seventh session's check)
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_BWD_MAX_ITEMSIZE", 8)
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_GRID_RULE", False)
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_SPAN_FIRST", False)
+    plans = []
+    for grid, sms in ((True, 132), (False, 132), (True, 4)):
+        monkeypatch.setattr(_batch_norm, "USE_STAGED_CL_GRID", grid)
+        _batch_norm.plan.cache_clear()
+        with _sm_count(sms, 90):
+            plans.append(_cl_plan(shape, dtype, numpy.float32, 0, 0))
+    assert plans[0].staged_cl.grid and plans[0].staged_cl.cluster > 1
+    for q in plans[1:]:
+        assert _same_stages(q.staged_cl, plans[0].staged_cl) and _same_stages(q.staged_cl_bwd, plans[0].staged_cl_bwd)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("shape,dtype", [((3, 17, 23, 64), BFLOAT16), ((5, 25, 21, 40), BFLOAT16),
-                                         ((9, 29, 23, 72), numpy.dtype(numpy.float32)),
-                                         ((64, 14, 14, 1024), BFLOAT16)],
-                         ids=["3x17x23x64-bf16", "5x25x21x40-bf16", "9x29x23x72-fp32", "64x14x14x1024-bf16"])
+@pytest.mark.parametrize("shape,dtype", GRID_EXCHANGE_CASES, ids=GRID_EXCHANGE_IDS)
 def test_gpu_staged_cl_grid_exchange_matches_the_cluster(rng, monkeypatch, fresh_plans, shape, dtype):
     # BatchNorm v24: a stage's blocks meeting in global memory (a cooperative grid) add the same
     # sums in the same order as the cluster's: y, statistics, running statistics and gradients
@@ -1847,6 +2006,9 @@ def test_gpu_staged_cl_grid_exchange_matches_the_cluster(rng, monkeypatch, fresh
     c = shape[-1]
     monkeypatch.setattr(_batch_norm, "STAGED_CL_BWD_MAX_ITEMSIZE", 8)  # float32's staged backward too
     monkeypatch.setattr(_batch_norm, "STAGED_CL_GRID_RULE", False)  # the grid wherever planned, not only where it pays
+    # the same stages with and without the grid (v46's order would give the grid a wider span's
+    # grid-only stage where the clusters take a narrower one: other sums, other bits)
+    monkeypatch.setattr(_batch_norm, "STAGED_CL_SPAN_FIRST", False)
     p = _staged_cl_or_skip(shape, dtype, numpy.float32)
     assert p.staged_cl.grid and p.staged_cl.cluster > 1, "the case must take the grid exchange forward"
     x = cupy.asarray((rng.standard_normal(shape) * 2 + 30).astype(dtype))
@@ -1867,6 +2029,7 @@ def test_gpu_staged_cl_grid_exchange_matches_the_cluster(rng, monkeypatch, fresh
         _batch_norm.plan.cache_clear()
         q = _cl_plan(shape, dtype, numpy.float32)
         assert q.staged_cl.grid == grid
+        assert _same_stages(q.staged_cl, p.staged_cl) and _same_stages(q.staged_cl_bwd, p.staged_cl_bwd)
         if sm_count is not sms:
             assert q.staged_cl.grid_blocks == q.staged_cl.cluster, "one stage's blocks walk them all"
         rm, rv = cupy.zeros(c, numpy.float32), cupy.ones(c, numpy.float32)

@@ -223,6 +223,25 @@ STAGED_CL_GRID_MAX_ROUNDS = 2
 # 56) backward 0.441 -> 0.355): STAGED_CL_GRID_MIN_SPAN.
 STAGED_CL_GRID_SHARES = (16, 32, 64, 128)
 STAGED_CL_GRID_MIN_SPAN = 64
+# v46: the spans are tried widest first across both kinds of stage: a span's clusters, then
+# its grid-only stage (in at most STAGED_CL_GRID_MAX_ROUNDS rounds), then the next narrower
+# span's; before, every span's clusters came before any grid-only stage, so a stage too
+# large for a cluster of 8 at 128 bytes took a cluster of 32-byte spans. Measured (H100,
+# forty-seventh session, results/sweep-bn-v46-h100.txt, the probe STAGED_CL_SPANS = (128,),
+# NOTES "BatchNorm v46"), NHWC fraction of copy: bf16 (64, 1024, 14, 14) forward 0.618 ->
+# 0.658, backward 0.542 -> 0.630; (128, 256, 14, 14) forward bf16 0.441 -> 0.628, float32
+# 0.505 -> 0.670; float32 (64, 1024, 14, 14) forward 0.678 -> 0.725; bf16 (256, 2048, 7, 7)
+# forward 0.672 -> 0.702; the shapes whose 128-byte grid-only stage would take more rounds
+# (bf16 7 x 7's backward, float32 7 x 7's forward: 4) keep their clusters. False: as before.
+STAGED_CL_SPAN_FIRST = True
+# v47: where no stage of any span fits in STAGED_CL_GRID_MAX_ROUNDS rounds, the grid-only
+# stages again, widest span first, in up to this many, before the passes (which read x, and
+# dy, twice). The clustered grids and every plan of two rounds keep theirs: four rounds lost
+# to them (v37 / v41: bf16 NHWC 7 x 7 backward 0.550 -> 0.508). Measured as v37's and v41's
+# sweep variants, where it replaced the passes (NOTES "BatchNorm v38, v39, v40 outcome",
+# "BatchNorm v41", "BatchNorm v47"): H100 float32 NHWC (32, 256, 56, 56) forward 0.578 ->
+# 0.625, bf16 backward 0.483 -> 0.499; the H200 level. STAGED_CL_GRID_MAX_ROUNDS or less: off.
+STAGED_CL_GRID_FALLBACK_ROUNDS = 4
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -628,33 +647,34 @@ def _staged_cl(lay: Layout, itemsize: int, acc_size: int, phase: int, device: in
     per_block, per_sm = smem_limits(device)
     clusters = STAGED_CL_CLUSTERS if compute_capability(device) >= STAGED_CLUSTER_MIN_SM else ()
     grid_only = STAGED_CL_GRID_SHARES if clusters and USE_STAGED_CL_GRID else ()
-    for shares, only_grid in ((clusters, False), (grid_only, True)):
-        tried = set()
-        for span in STAGED_CL_SPANS:
-            wpp = min(words, span // 16)  # few channels: one narrower span covers them all
-            if wpp in tried:
+    kinds = ((clusters, False), (grid_only, True))
+    # few channels: one narrower span covers them all (the same span tried once)
+    spans = sorted({min(words, span // 16) for span in STAGED_CL_SPANS}, reverse=True)
+    tries = ([(wpp, *kind, STAGED_CL_GRID_MAX_ROUNDS) for wpp in spans for kind in kinds] if STAGED_CL_SPAN_FIRST
+             else [(wpp, *kind, STAGED_CL_GRID_MAX_ROUNDS) for kind in kinds for wpp in spans])
+    if STAGED_CL_GRID_FALLBACK_ROUNDS > STAGED_CL_GRID_MAX_ROUNDS:  # v47: then more rounds, not the passes
+        tries += [(wpp, grid_only, True, STAGED_CL_GRID_FALLBACK_ROUNDS) for wpp in spans]
+    for wpp, shares, only_grid, max_rounds in tries:
+        G = wpp * vec
+        if only_grid and wpp < words and wpp * 16 < STAGED_CL_GRID_MIN_SPAN:
+            continue
+        for K, OB in _cluster_shares(lay.O, shares):
+            if only_grid and K == 1:
                 continue
-            tried.add(wpp)
-            G = wpp * vec
-            if only_grid and wpp < words and wpp * 16 < STAGED_CL_GRID_MIN_SPAN:
-                continue
-            for K, OB in _cluster_shares(lay.O, shares):
-                if only_grid and K == 1:
-                    continue
-                static = staged_cl_static_smem(itemsize, acc_size, K > 1)
-                limit = min(per_block, per_sm // STAGED_CL_MIN_RESIDENT - STAGED_RESERVED_SMEM) - static
-                smem = tensors * OB * G * itemsize
-                if smem <= limit:
-                    stages = -(-lay.C // G)
-                    # the persistent grid: whole stages of blocks, as many an SM as their shared
-                    # memory allows, at most STAGED_CL_MIN_RESIDENT (the kernels' registers are
-                    # bounded for that many)
-                    resident = min(per_sm // (smem + static + STAGED_RESERVED_SMEM), STAGED_CL_MIN_RESIDENT)
-                    groups = min(stages, resident * sm_count(device) // K)
-                    if only_grid and (not groups or -(-stages // groups) > STAGED_CL_GRID_MAX_ROUNDS):
-                        break  # more blocks a stage only leave fewer stages a round
-                    grid_blocks = groups * K if USE_STAGED_CL_GRID and K > 1 and groups else 0
-                    return StagedCl(G, wpp.bit_length() - 1, smem, stages * K, STAGED_CL_BLOCK, K, OB, grid_blocks)
+            static = staged_cl_static_smem(itemsize, acc_size, K > 1)
+            limit = min(per_block, per_sm // STAGED_CL_MIN_RESIDENT - STAGED_RESERVED_SMEM) - static
+            smem = tensors * OB * G * itemsize
+            if smem <= limit:
+                stages = -(-lay.C // G)
+                # the persistent grid: whole stages of blocks, as many an SM as their shared
+                # memory allows, at most STAGED_CL_MIN_RESIDENT (the kernels' registers are
+                # bounded for that many)
+                resident = min(per_sm // (smem + static + STAGED_RESERVED_SMEM), STAGED_CL_MIN_RESIDENT)
+                groups = min(stages, resident * sm_count(device) // K)
+                if only_grid and (not groups or -(-stages // groups) > max_rounds):
+                    break  # more blocks a stage only leave fewer stages a round
+                grid_blocks = groups * K if USE_STAGED_CL_GRID and K > 1 and groups else 0
+                return StagedCl(G, wpp.bit_length() - 1, smem, stages * K, STAGED_CL_BLOCK, K, OB, grid_blocks)
     return None
 
 
