@@ -244,6 +244,14 @@ for name in "${steps[@]}"; do
             --json "$out/sweep-v48.json"
         sed -n '/^case |/,$p' "$out/v48-sweep.txt"
         tests_step v48-tests "$(cap 200)" -n 8 tests/test_batch_norm.py -m gpu -k "copies_land or staged_cl" ;;
+    v49)  # (no patch) BatchNorm v49: the channel-major passes' grids held to one wave
+        # (NC_GRID_FITS; the backward's sums pass alone on main, NC_GRID_FITS_BWD_SUMS): its GPU tests, then the probe of the
+        # (128, 64, 112, 112) passes (each pass's time under the grids' settings, a read and a
+        # copy of the same bytes), ~2 min
+        tests_step v49-tests "$(cap 90)" -n 8 tests/test_batch_norm.py -m gpu -k "own_grids"
+        step v49-probe "$(cap 200)" python3 benchmarks/probe_bn_passes_112.py \
+            --variants "${V49_VARIANTS:-default,nc_fits_off,nc_blocks_12,nc_blocks_16,nc_blocks_24,default_again}"
+        cat "$out/v49-probe.txt" ;;
     dram)  # (no patch) the DRAM bytes each BatchNorm kernel of the passes reads and writes, in
         # tensors' bytes, with the L2 as the kernel before left it (profile_stalls.py --dram): does
         # the apply's walk last to first find x (and dy) in L2 where the statistics pass left it?

@@ -646,6 +646,61 @@ def test_channels_last_pass_grids_fit_one_wave(monkeypatch, shape, fits):
     assert _batch_norm._cl_chunks(p, 1, 0) == (p.chunks, p.per_chunk)
 
 
+
+@pytest.mark.parametrize("fits", [1, 4, 6, 7])
+@pytest.mark.parametrize("shape", [(128, 64, 112, 112), (32, 256, 56, 56), (7, 3, 499, 1), (2, 70000, 1, 3)],
+                         ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("bwd_sums,setting", [(False, "NC_GRID_FITS"), (True, "NC_GRID_FITS_BWD_SUMS")],
+                         ids=["passes", "bwd_sums"])
+def test_channel_major_pass_grids_fit_one_wave(monkeypatch, shape, fits, bwd_sums, setting):
+    # NC_GRID_FITS / NC_GRID_FITS_BWD_SUMS (BatchNorm v49): a channel-major pass's chunks held
+    # to what its kernel fits at once over the channels of one launch (at least one chunk a
+    # channel), covering each channel's packs exactly; off, the plan's own. Each setting
+    # alone decides its passes.
+    monkeypatch.setattr(_batch_norm, "blocks_per_sm", lambda fn, block, smem=0: fits)
+    other = "NC_GRID_FITS" if bwd_sums else "NC_GRID_FITS_BWD_SUMS"
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), 1)
+    with _sm_count(132):
+        p = _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0)
+        monkeypatch.setattr(_batch_norm, setting, True)
+        monkeypatch.setattr(_batch_norm, other, False)
+        chunks, per_chunk = _batch_norm._nc_chunks(p, 1, 0, bwd_sums)
+    per_chunk = per_chunk or p.per_chunk
+    launch_channels = min(lay.C, _batch_norm.MAX_GRID_Y)
+    assert 1 <= chunks <= p.chunks
+    assert chunks * launch_channels <= max(fits * 132, launch_channels)
+    assert (chunks - 1) * per_chunk < lay.O * p.ip <= chunks * per_chunk
+    if fits * 132 >= launch_channels * p.chunks:
+        assert (chunks, per_chunk) == (p.chunks, p.per_chunk)  # the plan's grid already fits
+    monkeypatch.setattr(_batch_norm, setting, False)
+    monkeypatch.setattr(_batch_norm, other, True)
+    assert _batch_norm._nc_chunks(p, 1, 0, bwd_sums) == (p.chunks, None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(64, 24, 37, 41), (64, 5, 1533, 3), (200, 70, 499, 1)], ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float32)], ids=["bf16", "fp32"])
+def test_gpu_channel_major_passes_on_their_own_grids(rng, monkeypatch, passes, shape, dtype):
+    # NC_GRID_FITS (and the backward sums' own) with the occupancy told as one block an SM: the channel-major statistics,
+    # backward sums and per-channel apply passes each walk their channels' packs in fewer,
+    # longer chunks than the plan's (the flat apply passes off, so the per-channel ones run);
+    # values against the reference, residual and ReLU included, and the finalize's partial
+    # counts the first pass's
+    import cupy
+
+    monkeypatch.setattr(_batch_norm, "NC_GRID_FITS", True)
+    monkeypatch.setattr(_batch_norm, "NC_GRID_FITS_BWD_SUMS", True)
+    monkeypatch.setattr(_batch_norm, "USE_FLAT", False)
+    monkeypatch.setattr(_batch_norm, "blocks_per_sm", lambda fn, block, smem=0: 1)
+    _gpu_case(rng, shape, 1, dtype, numpy.float32, "relu", training=True)
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), 1)
+    dev = cupy.cuda.Device().id
+    p = _batch_norm.plan(lay, dtype, numpy.dtype(numpy.float32), 0, dev)
+    q = _batch_norm._passes(p, True, True, 1, 0.01, "", dev, True)
+    fit = _batch_norm.sm_count(dev)
+    assert q.first_chunks == q.first_slices[0][1][0] == _batch_norm._nc_chunks(p, q.first, dev)[0] < p.chunks
+    assert q.first_chunks * min(lay.C, _batch_norm.MAX_GRID_Y) <= max(fit, lay.C)
+
 H200_SMEM = (232448, 233472)  # shared memory a block may opt in to, of an SM (sm_90)
 
 

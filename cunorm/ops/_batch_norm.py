@@ -35,6 +35,14 @@ BLOCKS_PER_SM_CL = 4
 # results/sweep-bn-cl-grid-v82-h200.txt, where the sums pass holds 123 registers with 64
 # bytes in flight). False: every cl pass takes BLOCKS_PER_SM_CL.
 CL_GRID_FITS = True
+# The channel-major backward's sums pass the same way (BatchNorm v49): held to the blocks
+# bn_bwd_sums_nc fits at once, (128, 64, 112, 112)'s backward read 448.5 -> 426.0 us in float32,
+# 244.9 -> 241.9 in bf16 (H100, results/probe-bn-passes-112-48-h100.txt). The forward's
+# statistics pass lost held so (float32 147.2 -> 160.5 us; BLOCKS_PER_SM 4 as slow: more
+# blocks than fit read faster there, not understood), so NC_GRID_FITS (the statistics and
+# per-channel apply passes) stays off.
+NC_GRID_FITS_BWD_SUMS = True
+NC_GRID_FITS = False
 # cl kernels: at most this many channel packs across a block (one 512-byte row of a warp for
 # 16-byte packs); fewer channels take narrower, taller blocks.
 CL_MAX_LANES = 32
@@ -804,11 +812,11 @@ def _slices(p: Plan):
 
 
 def _shape_args(p: Plan, per_chunk: int | None = None):
-    """The layout arguments after a kernel's pointers (``per_chunk``: a cl pass's own)."""
+    """The layout arguments after a kernel's pointers (``per_chunk``: a pass's own)."""
     lay = p.lay
     if lay.channels_last:
         return (lay.so, lay.C, lay.O, per_chunk or p.per_chunk, p.cshift)
-    return (lay.so, lay.sc, lay.I, p.ip, lay.O * p.ip, p.per_chunk)
+    return (lay.so, lay.sc, lay.I, p.ip, lay.O * p.ip, per_chunk or p.per_chunk)
 
 
 def _cl_chunks(p: Plan, kernel: int, device: int) -> tuple[int, int]:
@@ -820,6 +828,21 @@ def _cl_chunks(p: Plan, kernel: int, device: int) -> tuple[int, int]:
     fit = blocks_per_sm(kernel, BLOCK) * sm_count(device)
     total, trip = p.lay.O, BLOCK >> p.cshift
     chunks = max(1, min(p.chunks, fit // p.grid_y, total // (trip * MIN_TRIPS)))
+    per_chunk = -(-total // chunks)
+    return -(-total // per_chunk), per_chunk
+
+
+def _nc_chunks(p: Plan, kernel: int, device: int, bwd_sums: bool = False) -> tuple[int, int | None]:
+    """(chunks, per_chunk) of a channel-major per-channel pass: the plan's, held to the
+    blocks ``kernel`` fits at once where NC_GRID_FITS (NC_GRID_FITS_BWD_SUMS for the
+    backward's sums pass, ``bwd_sums``; per_chunk None: the plan's)."""
+    if not (NC_GRID_FITS_BWD_SUMS if bwd_sums else NC_GRID_FITS):
+        return p.chunks, None
+    fit = blocks_per_sm(kernel, BLOCK) * sm_count(device)
+    chunks = max(1, min(p.chunks, fit // min(p.lay.C, MAX_GRID_Y)))
+    if chunks == p.chunks:
+        return p.chunks, None
+    total = p.lay.O * p.ip
     per_chunk = -(-total // chunks)
     return -(-total // per_chunk), per_chunk
 
@@ -879,12 +902,17 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
                                  f"{act_class(act)}>", device)
         else:
             apply = _kernel(f"bn_apply_{kind}", p, device, act, residual)
-    def grid(kernel):  # (chunks, slices, shape arguments) of a per-channel pass
-        chunks, per_chunk = _cl_chunks(p, kernel, device) if p.lay.channels_last and kernel else (p.chunks, None)
+    def grid(kernel, first_pass=False):  # (chunks, slices, shape arguments) of a per-channel pass
+        if not kernel:
+            chunks, per_chunk = p.chunks, None
+        elif p.lay.channels_last:
+            chunks, per_chunk = _cl_chunks(p, kernel, device)
+        else:
+            chunks, per_chunk = _nc_chunks(p, kernel, device, backward and first_pass)
         slices = tuple((c0, (chunks, cn if not p.lay.channels_last else p.grid_y)) for c0, cn in _slices(p))
         return chunks, slices, _shape_args(p, per_chunk)
 
-    first_chunks, first_slices, first_shape_args = grid(first)
+    first_chunks, first_slices, first_shape_args = grid(first, True)
     _, slices, shape_args = grid(0 if p.flat_len else apply)
     return _Passes(first, channel, apply, slices, shape_args, first_chunks, first_slices, first_shape_args,
                    numpy.dtype(_np(p.t)).itemsize, numpy.dtype(_np(p.w)).itemsize, p.acc.itemsize,
