@@ -252,18 +252,18 @@ for name in "${steps[@]}"; do
         step v49-probe "$(cap 200)" python3 benchmarks/probe_bn_passes_112.py \
             --variants "${V49_VARIANTS:-default,nc_fits_off,nc_blocks_12,nc_blocks_16,nc_blocks_24,default_again}"
         cat "$out/v49-probe.txt" ;;
-    v50)  # experiments/bn-v50-two-phase-forward.patch: the channel-major training forward's
-        # passes in one cooperative launch (bn_fwd_two_phase_nc); its GPU tests (and the passes'
-        # own, which now keep it off), both sanitizers over its cases, the sweep at NCHW
-        # 112 x 112 (the only bench shape it takes) with residual + ReLU timed, ~3-4 min
-        tests_step v50-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "two_phase or chunked_walks or flat_apply"
+    v50)  # experiments/bn-v50-two-phase-forward.patch: the training forward's passes in one
+        # cooperative launch (bn_fwd_two_phase_nc / _cl); its GPU tests (and the passes' own,
+        # which now keep it off), both sanitizers over its cases, the sweep at 112 x 112 (the
+        # only bench shape it takes, both layouts) with residual + ReLU timed, ~3-4 min
+        tests_step v50-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "two_phase or chunked_walks or flat_apply or own_grids"
         v50_cases="import cupy; from cunorm import _sanitize; _sanitize.two_phase_calls(cupy.random.default_rng(0)); \
 cupy.cuda.runtime.deviceSynchronize(); print('v50 sanitizer cases done')"
         for tool in racecheck memcheck; do
             step "v50-$tool" "$(cap 120)" compute-sanitizer --tool "$tool" python3 -c "$v50_cases"
             tail -2 "$out/v50-$tool.txt"
         done
-        BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56 BN_SWEEP_LAYOUTS=nchw BN_SWEEP_FUSED=1 \
+        BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56 BN_SWEEP_FUSED=1 \
             step v50-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,two_phase_off,two_phase_trips_16,default_again,two_phase_off_again \
             --json "$out/sweep-v50.json"
