@@ -28,7 +28,7 @@
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
 # ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
 # GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
-# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (experiments/v112-cluster-fwd-f32-one-pass.patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (experiments/bn-v50-two-phase-forward.patch: the channel-major training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min),
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (experiments/v112-cluster-fwd-f32-one-pass.patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (experiments/bn-v50-two-phase-forward.patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min), v51 (experiments/bn-v51-two-phase-backward.patch over v50's: the backward without an activation the same way; its tests, sanitizers, the channels-last sweep, ~4-5 min),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -67,14 +67,16 @@ steps=("$@")
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
-                     [v112]=v112-cluster-fwd-f32-one-pass [v50]=bn-v50-two-phase-forward)
+                     [v112]=v112-cluster-fwd-f32-one-pass [v50]=bn-v50-two-phase-forward
+                     [v51]=bn-v51-two-phase-backward)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed; v46-v48 are on main
 # since the forty-eighth session (their steps apply nothing)
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v41 v50 v111 v112 p8b; do  # in this order, whatever the order asked
+[[ " ${apply[*]} " == *" v51 "* ]] && apply+=(v50)
+for name in v26 v27 v29 v28 v41 v50 v51 v111 v112 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -268,6 +270,22 @@ cupy.cuda.runtime.deviceSynchronize(); print('v50 sanitizer cases done')"
             --variants default,two_phase_off,two_phase_trips_16,default_again,two_phase_off_again \
             --json "$out/sweep-v50.json"
         sed -n '/^case |/,$p' "$out/v50-sweep.txt" ;;
+    v51)  # experiments/bn-v51-two-phase-backward.patch over v50's (both applied): the backward
+        # without an activation in one cooperative launch (bn_bwd_two_phase_nc / _cl); its GPU
+        # tests, both sanitizers over the two-phase cases, the sweep at every bench shape
+        # channels last (float32's backward there is the passes: v51 takes all four) and NCHW
+        # 112 x 112, against it off (twice), ~4-5 min
+        tests_step v51-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "two_phase"
+        v51_cases="import cupy; from cunorm import _sanitize; _sanitize.two_phase_calls(cupy.random.default_rng(0)); \
+cupy.cuda.runtime.deviceSynchronize(); print('v51 sanitizer cases done')"
+        for tool in racecheck memcheck; do
+            step "v51-$tool" "$(cap 120)" compute-sanitizer --tool "$tool" python3 -c "$v51_cases"
+            tail -2 "$out/v51-$tool.txt"
+        done
+        BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56,64x1024x14x14,256x2048x7x7 BN_SWEEP_LAYOUTS=nhwc \
+            step v51-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,two_phase_bwd_off,default_again,two_phase_bwd_off_again --json "$out/sweep-v51.json"
+        sed -n '/^case |/,$p' "$out/v51-sweep.txt" ;;
     dram)  # (no patch) the DRAM bytes each BatchNorm kernel of the passes reads and writes, in
         # tensors' bytes, with the L2 as the kernel before left it (profile_stalls.py --dram): does
         # the apply's walk last to first find x (and dy) in L2 where the statistics pass left it?
