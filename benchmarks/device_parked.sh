@@ -111,6 +111,18 @@ cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 v25_cases="import cupy; from cunorm import _sanitize; _sanitize.staged_span_calls(cupy.random.default_rng(0)); \
 cupy.cuda.runtime.deviceSynchronize(); print('v25 sanitizer cases done')"
 
+# racecheck and memcheck of the two-phase cases (cunorm._sanitize.two_phase_calls: v50's
+# forwards, with v51 their backwards), logs NAME-TOOL
+two_phase_tools() {
+    local name="$1" tool
+    local cases="import cupy; from cunorm import _sanitize; _sanitize.two_phase_calls(cupy.random.default_rng(0)); \
+cupy.cuda.runtime.deviceSynchronize(); print('two-phase sanitizer cases done')"
+    for tool in racecheck memcheck; do
+        step "$name-$tool" "$(cap 120)" compute-sanitizer --tool "$tool" python3 -c "$cases"
+        tail -2 "$out/$name-$tool.txt"
+    done
+}
+
 # racecheck and memcheck of the span cases (cunorm._sanitize.staged_span_calls), logs NAME-TOOL;
 # PARKED_NO_TOOLS=1 leaves them to the full check
 span_tools() {
@@ -259,12 +271,7 @@ for name in "${steps[@]}"; do
         # which now keep it off), both sanitizers over its cases, the sweep at 112 x 112 (the
         # only bench shape it takes, both layouts) with residual + ReLU timed, ~3-4 min
         tests_step v50-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "two_phase or chunked_walks or flat_apply or own_grids"
-        v50_cases="import cupy; from cunorm import _sanitize; _sanitize.two_phase_calls(cupy.random.default_rng(0)); \
-cupy.cuda.runtime.deviceSynchronize(); print('v50 sanitizer cases done')"
-        for tool in racecheck memcheck; do
-            step "v50-$tool" "$(cap 120)" compute-sanitizer --tool "$tool" python3 -c "$v50_cases"
-            tail -2 "$out/v50-$tool.txt"
-        done
+        two_phase_tools v50
         BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56 BN_SWEEP_FUSED=1 \
             step v50-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,two_phase_off,two_phase_trips_16,default_again,two_phase_off_again \
@@ -276,12 +283,7 @@ cupy.cuda.runtime.deviceSynchronize(); print('v50 sanitizer cases done')"
         # channels last (float32's backward there is the passes: v51 takes all four) and NCHW
         # 112 x 112, against it off (twice), ~4-5 min
         tests_step v51-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "two_phase"
-        v51_cases="import cupy; from cunorm import _sanitize; _sanitize.two_phase_calls(cupy.random.default_rng(0)); \
-cupy.cuda.runtime.deviceSynchronize(); print('v51 sanitizer cases done')"
-        for tool in racecheck memcheck; do
-            step "v51-$tool" "$(cap 120)" compute-sanitizer --tool "$tool" python3 -c "$v51_cases"
-            tail -2 "$out/v51-$tool.txt"
-        done
+        two_phase_tools v51
         BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56,64x1024x14x14,256x2048x7x7 BN_SWEEP_LAYOUTS=nhwc \
             step v51-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --variants default,two_phase_bwd_off,default_again,two_phase_bwd_off_again --json "$out/sweep-v51.json"
