@@ -279,14 +279,14 @@ for name in "${steps[@]}"; do
         sed -n '/^case |/,$p' "$out/v50-sweep.txt" ;;
     v51)  # experiments/bn-v51-two-phase-backward.patch over v50's (both applied): the backward
         # without an activation in one cooperative launch (bn_bwd_two_phase_nc / _cl); its GPU
-        # tests, both sanitizers over the two-phase cases, the sweep at every bench shape
-        # channels last (float32's backward there is the passes: v51 takes all four) and NCHW
-        # 112 x 112, against it off (twice), ~4-5 min
+        # tests, both sanitizers over the two-phase cases, the sweep at every bench shape in
+        # both layouts (float32's channels-last backward is the passes: v51 takes all four)
+        # against it off, and with the two-phase kernels in place of every staged one, ~5 min
         tests_step v51-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "two_phase"
         two_phase_tools v51
-        BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56,64x1024x14x14,256x2048x7x7 BN_SWEEP_LAYOUTS=nhwc \
-            step v51-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
-            --variants default,two_phase_bwd_off,default_again,two_phase_bwd_off_again --json "$out/sweep-v51.json"
+        BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56,64x1024x14x14,256x2048x7x7 \
+            step v51-sweep "$(cap 240)" python3 benchmarks/sweep_bn_variants.py \
+            --variants default,two_phase_bwd_off,two_phase_everywhere,default_again --json "$out/sweep-v51.json"
         sed -n '/^case |/,$p' "$out/v51-sweep.txt" ;;
     dram)  # (no patch) the DRAM bytes each BatchNorm kernel of the passes reads and writes, in
         # tensors' bytes, with the L2 as the kernel before left it (profile_stalls.py --dram): does
