@@ -281,12 +281,14 @@ for name in "${steps[@]}"; do
         # without an activation in one cooperative launch (bn_bwd_two_phase_nc / _cl); its GPU
         # tests, both sanitizers over the two-phase cases, the sweep at every bench shape in
         # both layouts (float32's channels-last backward is the passes: v51 takes all four)
-        # against it off, and with the two-phase kernels in place of every staged one, ~5 min
+        # against both off (main), v51 off (v50 alone), and the two-phase kernels in place of
+        # every staged one, ~5-6 min: v50's own step is not needed beside it
         tests_step v51-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "two_phase"
         two_phase_tools v51
         BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56,64x1024x14x14,256x2048x7x7 \
             step v51-sweep "$(cap 240)" python3 benchmarks/sweep_bn_variants.py \
-            --variants default,two_phase_bwd_off,two_phase_everywhere,default_again --json "$out/sweep-v51.json"
+            --variants default,two_phase_off,two_phase_bwd_off,two_phase_everywhere,default_again \
+            --json "$out/sweep-v51.json"
         sed -n '/^case |/,$p' "$out/v51-sweep.txt" ;;
     dram)  # (no patch) the DRAM bytes each BatchNorm kernel of the passes reads and writes, in
         # tensors' bytes, with the L2 as the kernel before left it (profile_stalls.py --dram): does
