@@ -15,7 +15,7 @@ import numpy
 from cunorm import _bench, _compile
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
-from bn_pass_times import call_times  # benchmarks/ is the script's directory
+from bn_pass_times import _use as use_settings, call_times  # benchmarks/ is the script's directory
 from _sweep_cli import rebuild_batch_norm
 
 SHAPE = (128, 64, 112, 112)
@@ -69,10 +69,7 @@ def read_gbps(nbytes: int, blocks_per_sm: int) -> float:
 
 
 def _use(options, settings: dict) -> None:
-    for k, v in settings.items():
-        setattr(_batch_norm, k, v)
-    _batch_norm.plan.cache_clear()
-    _batch_norm._passes.cache_clear()
+    use_settings(settings)
     rebuild_batch_norm(options)
 
 

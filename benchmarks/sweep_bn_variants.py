@@ -70,11 +70,11 @@ VARIANTS = {
     # BatchNorm v23: the sums passes' cp.async ring, 8 slots (the default; the backward sums
     # 4), 4 (2), and off (the walks' packs in registers, as before)
     "cl_ring_4": (("-DCUNORM_BN_CL_RING=4",), 256, {}),
+    "cl_ring_off": (("-DCUNORM_BN_CL_RING=0",), 256, {}),
     # v49: the channel-major passes' grids held to what their kernels fit at once (all of
     # them), and none (main: the backward's sums pass alone)
     "nc_grid_fits": ((), 256, {"NC_GRID_FITS": True, "NC_GRID_FITS_BWD_SUMS": True}),
     "nc_grid_fits_off": ((), 256, {"NC_GRID_FITS": False, "NC_GRID_FITS_BWD_SUMS": False}),
-    "cl_ring_off": (("-DCUNORM_BN_CL_RING=0",), 256, {}),
     # BatchNorm v19: the half-precision channels-last backward apply with x's mean folded
     # into a constant (the default) against x - mean an element
     "bwd_cl_no_fold": (("-DCUNORM_BN_BWD_FOLD_MEAN=0",), 256, {}),
@@ -211,8 +211,8 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "STAGED_CL_BWD_MAX_ITEMSIZE", "STAGED_SPAN_WIDE_BWD_ITEMSIZES", "STAGED_SPAN_SPLIT_FILL",
                  "STAGED_SPAN_FWD_PIECES", "STAGED_FWD_MIN_WORD", "STAGED_SPAN_FWD_WHOLE_WORDS",
                  "STAGED_CL_GRID_SHARES", "STAGED_CL_GRID_MAX_ROUNDS", "STAGED_CL_BLOCK", "STAGED_CL_MIN_RESIDENT",
-                 "STAGED_CL_SPAN_FIRST", "STAGED_CL_GRID_FALLBACK_ROUNDS", "NC_GRID_FITS", "NC_GRID_FITS_BWD_SUMS", "BLOCKS_PER_SM",
-                 "BLOCKS_PER_SM_CL")
+                 "STAGED_CL_SPAN_FIRST", "STAGED_CL_GRID_FALLBACK_ROUNDS", "NC_GRID_FITS", "NC_GRID_FITS_BWD_SUMS",
+                 "BLOCKS_PER_SM", "BLOCKS_PER_SM_CL")
 
 
 def _use(options, block: int, settings: dict) -> None:

@@ -646,7 +646,6 @@ def test_channels_last_pass_grids_fit_one_wave(monkeypatch, shape, fits):
     assert _batch_norm._cl_chunks(p, 1, 0) == (p.chunks, p.per_chunk)
 
 
-
 @pytest.mark.parametrize("fits", [1, 4, 6, 7])
 @pytest.mark.parametrize("shape", [(128, 64, 112, 112), (32, 256, 56, 56), (7, 3, 499, 1), (2, 70000, 1, 3)],
                          ids=lambda s: "x".join(map(str, s)))
@@ -700,6 +699,7 @@ def test_gpu_channel_major_passes_on_their_own_grids(rng, monkeypatch, passes, s
     fit = _batch_norm.sm_count(dev)
     assert q.first_chunks == q.first_slices[0][1][0] == _batch_norm._nc_chunks(p, q.first, dev)[0] < p.chunks
     assert q.first_chunks * min(lay.C, _batch_norm.MAX_GRID_Y) <= max(fit, lay.C)
+
 
 H200_SMEM = (232448, 233472)  # shared memory a block may opt in to, of an SM (sm_90)
 
