@@ -28,7 +28,7 @@
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
 # ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
 # GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
-# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (experiments/v112-cluster-fwd-f32-one-pass.patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (experiments/bn-v50-two-phase-forward.patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min), v51 (experiments/bn-v51-two-phase-backward.patch over v50's: the backward without an activation the same way; its tests, sanitizers, the channels-last sweep, ~4-5 min),
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -66,17 +66,15 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(prof rounds4)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
-                     [v112]=v112-cluster-fwd-f32-one-pass [v50]=bn-v50-two-phase-forward
-                     [v51]=bn-v51-two-phase-backward)
+                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed; v46-v48 are on main
-# since the forty-eighth session (their steps apply nothing)
+# since the forty-eighth session, v50 (as v52, channel-major) and v112b since the forty-ninth
+# (their steps apply nothing; v51 lost, its step is gone)
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-[[ " ${apply[*]} " == *" v51 "* ]] && apply+=(v50)
-for name in v26 v27 v29 v28 v41 v50 v51 v111 v112 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -243,7 +241,7 @@ for name in "${steps[@]}"; do
             --json "$out/sweep-v47.json"
         sed -n '/^case |/,$p' "$out/v47-sweep.txt"
         tests_step v47-tests "$(cap 200)" -n 8 tests/test_batch_norm.py -m gpu -k "staged_cl or grid or cl_" ;;
-    v112)  # experiments/v112-cluster-fwd-f32-one-pass.patch (over main):
+    v112)  # (on main since the forty-ninth session as v112b, no patch):
         # float32 LayerNorm cluster forward rows in one pass within two sigma of zero; its sweep
         # against the two passes (two rounds, best of each) and the cluster path's GPU tests, ~2 min
         step v112-sweep "$(cap 200)" python3 benchmarks/sweep_cluster_fwd_f32_one_pass.py --json "$out/sweep-v112.json"
@@ -266,10 +264,10 @@ for name in "${steps[@]}"; do
         step v49-probe "$(cap 200)" python3 benchmarks/probe_bn_passes_112.py \
             --variants "${V49_VARIANTS:-default,nc_fits_off,nc_blocks_12,nc_blocks_16,nc_blocks_24,default_again}"
         cat "$out/v49-probe.txt" ;;
-    v50)  # experiments/bn-v50-two-phase-forward.patch: the training forward's passes in one
-        # cooperative launch (bn_fwd_two_phase_nc / _cl); its GPU tests (and the passes' own,
-        # which now keep it off), both sanitizers over its cases, the sweep at 112 x 112 (the
-        # only bench shape it takes, both layouts) with residual + ReLU timed, ~3-4 min
+    v50)  # (on main since the forty-ninth session as v52, no patch): the channel-major training
+        # forward's passes in one cooperative launch (bn_fwd_two_phase_nc); its GPU tests (and the
+        # passes' own, which keep it off), both sanitizers over its cases, the sweep at 112 x 112
+        # (the only bench shape it takes) with residual + ReLU timed, ~3-4 min
         tests_step v50-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "two_phase or chunked_walks or flat_apply or own_grids"
         two_phase_tools v50
         BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56 BN_SWEEP_FUSED=1 \
@@ -277,19 +275,6 @@ for name in "${steps[@]}"; do
             --variants default,two_phase_off,two_phase_trips_16,default_again,two_phase_off_again \
             --json "$out/sweep-v50.json"
         sed -n '/^case |/,$p' "$out/v50-sweep.txt" ;;
-    v51)  # experiments/bn-v51-two-phase-backward.patch over v50's (both applied): the backward
-        # without an activation in one cooperative launch (bn_bwd_two_phase_nc / _cl); its GPU
-        # tests, both sanitizers over the two-phase cases, the sweep at every bench shape in
-        # both layouts (float32's channels-last backward is the passes: v51 takes all four)
-        # against both off (main), v51 off (v50 alone), and the two-phase kernels in place of
-        # every staged one, ~5-6 min: v50's own step is not needed beside it
-        tests_step v51-tests "$(cap 150)" -n 8 tests/test_batch_norm.py -m gpu -k "two_phase"
-        two_phase_tools v51
-        BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56,64x1024x14x14,256x2048x7x7 \
-            step v51-sweep "$(cap 240)" python3 benchmarks/sweep_bn_variants.py \
-            --variants default,two_phase_off,two_phase_bwd_off,two_phase_everywhere,default_again \
-            --json "$out/sweep-v51.json"
-        sed -n '/^case |/,$p' "$out/v51-sweep.txt" ;;
     dram)  # (no patch) the DRAM bytes each BatchNorm kernel of the passes reads and writes, in
         # tensors' bytes, with the L2 as the kernel before left it (profile_stalls.py --dram): does
         # the apply's walk last to first find x (and dy) in L2 where the statistics pass left it?

@@ -75,6 +75,11 @@ VARIANTS = {
     # them), and none (main: the backward's sums pass alone)
     "nc_grid_fits": ((), 256, {"NC_GRID_FITS": True, "NC_GRID_FITS_BWD_SUMS": True}),
     "nc_grid_fits_off": ((), 256, {"NC_GRID_FITS": False, "NC_GRID_FITS_BWD_SUMS": False}),
+    # v50 / v52: the channel-major training forward's passes in one cooperative launch, off (the passes), and in
+    # fewer, longer chunks (each block's walk past its ring sooner)
+    "two_phase_off": ((), 256, {"USE_TWO_PHASE": False}),
+    "two_phase_off_again": ((), 256, {"USE_TWO_PHASE": False}),
+    "two_phase_trips_16": ((), 256, {"MIN_TRIPS": 16}),
     # BatchNorm v19: the half-precision channels-last backward apply with x's mean folded
     # into a constant (the default) against x - mean an element
     "bwd_cl_no_fold": (("-DCUNORM_BN_BWD_FOLD_MEAN=0",), 256, {}),
@@ -212,7 +217,7 @@ HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS",
                  "STAGED_SPAN_FWD_PIECES", "STAGED_FWD_MIN_WORD", "STAGED_SPAN_FWD_WHOLE_WORDS",
                  "STAGED_CL_GRID_SHARES", "STAGED_CL_GRID_MAX_ROUNDS", "STAGED_CL_BLOCK", "STAGED_CL_MIN_RESIDENT",
                  "STAGED_CL_SPAN_FIRST", "STAGED_CL_GRID_FALLBACK_ROUNDS", "NC_GRID_FITS", "NC_GRID_FITS_BWD_SUMS",
-                 "BLOCKS_PER_SM", "BLOCKS_PER_SM_CL")
+                 "USE_TWO_PHASE", "MIN_TRIPS", "BLOCKS_PER_SM", "BLOCKS_PER_SM_CL")
 
 
 def _use(options, block: int, settings: dict) -> None:

@@ -102,6 +102,7 @@ def run(log=print) -> int:
                           ((24, 28, 28, 8), ml_dtypes.bfloat16)):
             calls += _batch_norm_round_trip(rng, shape, -1, dt)
     calls += staged_span_calls(rng)
+    calls += two_phase_calls(rng)
     cupy.cuda.runtime.deviceSynchronize()
     log(f"cunorm._sanitize: {calls} calls done")
     return calls
@@ -145,6 +146,28 @@ def staged_span_calls(rng) -> int:
             y, mean, rstd = cunorm.batch_norm(x, w, b, residual=r, activation="relu", return_stats=True)
             cunorm.batch_norm_backward(cupy.ones_like(x), x, w, b, mean, rstd, residual=r, activation="relu")
     return 2 * len(cases)
+
+
+def two_phase_calls(rng) -> int:
+    """bn_fwd_two_phase_nc's cases (BatchNorm v50: the channel-major passes in one cooperative
+    launch, the staged kernel off so these small tensors take it), in chunks of at least 16
+    loop trips (MIN_TRIPS) so that threads walk past the ring (its held packs, then its
+    copies): bf16 with a residual and ReLU, float32 plain over two chunks a channel with odd
+    runs (masked packs), bf16 plain over many chunks a channel (its barrier); returns the
+    calls made."""
+    import cupy
+
+    import cunorm
+
+    cases = (((16, 5, 37, 41), ml_dtypes.bfloat16, True), ((9, 3, 1499, 3), numpy.float32, False),
+             ((64, 3, 1533, 3), ml_dtypes.bfloat16, False))
+    with batch_norm_settings(USE_STAGED=False, USE_TWO_PHASE=True, MIN_TRIPS=16):
+        for shape, dt, with_residual in cases:
+            x = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt))
+            r = cupy.asarray(rng.standard_normal(shape, dtype=numpy.float32).astype(dt)) if with_residual else None
+            w, b = cupy.ones(shape[1], numpy.float32), cupy.zeros(shape[1], numpy.float32)
+            cunorm.batch_norm(x, w, b, residual=r, activation="relu" if with_residual else None)
+    return len(cases)
 
 
 @contextlib.contextmanager

@@ -822,6 +822,162 @@ bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res_arg, T* __restric
   });
 }
 
+// ---- the training forward's passes in one cooperative launch (NOTES "BatchNorm v50", "v52") --
+// Where no stage of x fits on chip (planes of 112 x 112 and more), the statistics and apply
+// passes read x twice from DRAM (ncu: the apply's second read is whole at 205 MB). Here every
+// block is resident at once (a cooperative launch) and walks one chunk twice: it sums its
+// chunk through the statistics passes' ring, the blocks meet in global memory (arrival
+// counters zeroed by the host, v24's grid_arrive / grid_wait), the channels' partials are
+// folded as bn_finalize does, and the block applies its chunk last pack first. A thread's
+// ring slots still hold the last RING packs it read (applied from shared memory, not read
+// again), and the packs before them are the last x the grid read, which the L2 holds as far
+// as it reaches; they come through the same ring, RING - 1 packs ahead. RES: the residual
+// through the ring's second stream (half the slots: static shared memory stops at 48 KiB).
+// CUDA only (the grid barrier's acquire loads): the host never plans them on HIP.
+// A channel's arrival counter to the next, in words: each on its own 128-byte L2 line
+// (cunorm.ops._batch_norm.TWO_PHASE_COUNTER_WORDS).
+constexpr int kTwoPhaseCounterWords = 32;
+template <bool RES>
+constexpr int two_phase_ring() { return RES ? (kClRing > 3 ? kClRing / 2 : 2) : (kClRing > 1 ? kClRing : 2); }
+
+// The apply's walk: a thread's packs k = Kt - 1 down to 0 (``cur`` at pack Kt - 1, its next()
+// one pack back), pack k in slot k & (RING - 1) as walk_ring placed them: packs [Kt - RING,
+// Kt) hold the first HELD streams already (x), so only the other
+// streams (the residual) are copied for them; each earlier pack's copies go into the slot of
+// the pack applied just before it (k + RING: the same slot), RING - 1 packs ahead. f(the
+// packs of the NS streams, slot) for each pack with elements.
+template <int HELD, int RING, int NS, int VEC, typename T, typename Cur, typename F>
+__device__ __forceinline__ void walk_back_held(int Kt, Cur cur, const T* const* src, ClRing<RING, NS, T, VEC>& ring,
+                                               F&& f) {
+  const int t = threadIdx.x;
+  Cur ahead = cur;  // the next pack to copy
+  const auto issue = [&](int k) {
+    if (k >= 0) {
+      const Slot sl = ahead.slot();
+      if (sl.any()) {
+#pragma unroll
+        for (int s = 0; s < NS; ++s)
+          if (s >= HELD || k < Kt - RING) copy16_async(&ring.slot[k & (RING - 1)][s][t], src[s] + sl.off, true);
+      }
+      ahead.next();
+    }
+    copies_commit();  // empty ones too: every thread's group count stays the same
+  };
+#pragma unroll
+  for (int d = 0; d < RING - 1; ++d) issue(Kt - 1 - d);
+  for (int j = 0; j < Kt; ++j) {
+    const int k = Kt - 1 - j;
+    copies_wait<RING - 2>();  // pack k's group has landed
+    Pack<T, VEC> v[NS];
+#pragma unroll
+    for (int s = 0; s < NS; ++s) v[s] = ring.slot[k & (RING - 1)][s][t];
+    issue(k - (RING - 1));  // into the slot of pack k + 1, applied just before
+    const Slot sl = cur.slot();
+    cur.next();
+    if (sl.any()) f(v, sl);
+  }
+  copies_wait<0>();  // the empty groups: nothing lands after the walk
+}
+
+// walk_nc's cursor walking back (its next() is the walk's previous pack)
+template <int VEC>
+struct NcBackCursor {
+  const NcWalk<VEC>& w;
+  NcCursor<VEC> c;
+  __device__ __forceinline__ Slot slot() const { return c.slot(w); }
+  __device__ __forceinline__ void next() { c.prev(w); }
+};
+
+// y of one pack from its x and residual packs (the residual's read where RES: r is x's pack
+// again without one, unread), the channel's constants c; whole 16-byte stores (store_slot's
+// split into 2-byte ones: 55M L2 write sectors for 205 MB of y, NOTES "BatchNorm v52").
+template <bool RES, int VEC, typename T, typename A, typename Tag>
+__device__ __forceinline__ void two_phase_out(T* yp, const Slot& sl, const Pack<T, VEC>& v, const Pack<T, VEC>& r,
+                                              const Channel<A>& c, Tag tag, A param) {
+  A xv[VEC], rv[VEC], out[VEC];
+  unpack(v, xv);
+  if (RES) unpack(r, rv);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) out[e] = act_forward(tag(), RES ? c.z(xv[e], rv[e]) : c.z(xv[e]), param);
+  if (sl.lo == 0 && sl.hi == VEC)
+    store_pack_whole<T>(yp, out);
+  else
+    store_slot<T>(yp, sl, out);
+}
+
+// Channel-major: a block a (channel, chunk), blocks of a channel meeting at its own counter;
+// warp 0 of each folds the channel's partials (the same bits in every block of the channel).
+template <typename T, typename W, typename R, int VEC, int ACT, bool RES>
+__global__ void __launch_bounds__(kBnBlock)
+bn_fwd_two_phase_nc(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 so, i64 sc, i64 I,
+                    i64 IP, i64 packs, i64 per_chunk, int chunks, const W* __restrict__ w, const W* __restrict__ b,
+                    int act, typename AccOf<T>::type param, double count, double eps, double factor,
+                    R* __restrict__ running_mean, R* __restrict__ running_var,
+                    typename AccOf<T>::type* __restrict__ mean, typename AccOf<T>::type* __restrict__ rstd,
+                    typename AccOf<T>::type* __restrict__ part, unsigned* __restrict__ counters) {
+#if !defined(CUNORM_HIP)
+  typedef typename AccOf<T>::type A;
+  static_assert(sizeof(Pack<T, VEC>) == 16, "the ring's 16-byte packs");
+  constexpr int RING = two_phase_ring<RES>();
+  constexpr int NS = RES ? 2 : 1;
+  __shared__ A smem[2 * kWarp];
+  __shared__ ClRing<RING, NS, T, VEC> ring;
+  __shared__ A cons[2];  // the channel's mean and rstd
+  const int t = threadIdx.x;
+  const i64 c = blockIdx.x / chunks, chunk = blockIdx.x - c * chunks;
+  const i64 base = c * sc;
+  const T* xc = x + base;
+  const A pivot = cvt<A>(xc[0]);
+  const i64 p0 = chunk * per_chunk, p1 = min(packs, p0 + per_chunk);
+  A s = A(0), q = A(0);
+  {
+    const T* src[NS];
+    src[0] = xc;
+    if (RES) src[NS - 1] = nullptr;  // (the second stream waits for the apply)
+    walk_nc_ring(xc, p0, p1, so, I, IP, src, ring, [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
+      A xv[VEC];
+      unpack(v[0], xv);
+      each<VEC>(sl, [&](int k) { const A d = xv[k] - pivot; s += d; q += d * d; });
+    });
+  }
+  group_sum2<kBnBlock>(s, q, smem);
+  if (t == 0) {
+    A* out = part + (c * chunks + chunk) * 2;
+    out[0] = s; out[1] = q;
+    grid_arrive(counters + c * kTwoPhaseCounterWords);
+  }
+  grid_wait(counters + c * kTwoPhaseCounterWords, unsigned(chunks));
+  if (t < kWarp) {  // bn_finalize's fold: lanes over the chunks in order, in double, then a tree
+    double fs = 0, fq = 0;
+    for (int k = t; k < chunks; k += kWarp) {
+      const A* pk = part + (c * chunks + k) * 2;
+      fs += double(__ldcg(pk)); fq += double(__ldcg(pk + 1));
+    }
+    fs = group_warp_sum<kWarp>(fs);
+    fq = group_warp_sum<kWarp>(fq);
+    if (t == 0) {
+      const ChannelMoments mo = moments_of(ChunkSums{fs, fq}, double(pivot), count);
+      cons[0] = A(mo.m);
+      cons[1] = rstd_of<A>(mo, eps);
+      if (chunk == 0) store_moments(c, mo, count, eps, factor, running_mean, running_var, mean, rstd);
+    }
+  }
+  __syncthreads();
+  const Channel<A> ch = channel_from(c, cons[0], cons[1], w, b);
+  const auto tag = act_tag<ACT>(act);
+  const i64 first = p0 + t;
+  const int Kt = first < p1 ? int((p1 - 1 - first) / kBnBlock) + 1 : 0;
+  if (Kt == 0) return;  // (no barrier below)
+  const NcWalk<VEC> nw(so, I, IP);
+  const i64 base_mis = i64(reinterpret_cast<unsigned long long>(xc) / sizeof(T));
+  const T* const src[2] = {xc, RES ? res + base : nullptr};  // the first NS
+  walk_back_held<1>(Kt, NcBackCursor<VEC>{nw, NcCursor<VEC>(nw, first + i64(Kt - 1) * kBnBlock, base_mis)}, src,
+                    ring, [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
+                      two_phase_out<RES>(y + base + sl.off, sl, v[0], v[NS - 1], ch, tag, param);
+                    });
+#endif
+}
+
 // ---- backward -----------------------------------------------------------------------------
 // dz = dy * act'(z), z recomputed from x (never stored: fewer bytes than writing and reading
 // it back); without an activation dz = dy and neither z nor the residual is needed.

@@ -186,6 +186,20 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 #ifndef CUNORM_CLUSTER_FWD_ONE_PASS
 #define CUNORM_CLUSTER_FWD_ONE_PASS 1
 #endif
+// v112: float32 LayerNorm rows in one pass too (one block reduction and one exchange a row,
+// where the two passes take two block reductions), trusted only within two standard
+// deviations of zero (row_norm.cuh kOnePassTrustF32); the others take the two passes about
+// their first element, as every float32 row did before. Prediction in NOTES "v112".
+// CUNORM_CLUSTER_FWD_ONE_PASS_F32=0: float32 rows always in two passes. v112b: only in tiles
+// of CUNORM_CLUSTER_FWD_ONE_PASS_F32_MIN_TPB threads or more: v112 on every tile read float32
+// LayerNorm 131072 / 262144 (512 / 1024 threads) +0.027 / +0.026 of copy and 32768 / 65536
+// (256) -0.011 / -0.029 (H100, NOTES "v112 outcome"). 0: every tile (v112 as measured).
+#ifndef CUNORM_CLUSTER_FWD_ONE_PASS_F32
+#define CUNORM_CLUSTER_FWD_ONE_PASS_F32 1
+#endif
+#ifndef CUNORM_CLUSTER_FWD_ONE_PASS_F32_MIN_TPB
+#define CUNORM_CLUSTER_FWD_ONE_PASS_F32_MIN_TPB 512
+#endif
 // v97: the one pass sums x itself, as the fused FP8 forward's (v95), and its y takes the mean
 // off inside a multiply-add, fma(x, r, -mean r) * w + b: per element a subtraction fewer in
 // the sums and two in y, and no pivot loaded a row. The trust test then reads mean^2 <= 64
@@ -336,7 +350,10 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   auto xbcast = [&] { return bcast[exchange & 1]; };  // the next exchange's broadcast words
   static_assert(sizeof(Pack<T, VEC>) == 16, "cluster tiles are 16-byte packs (scalar packs take the split path)");
   constexpr int kStage = ClusterFwdStage<T, TPB, RMS>::rows, kSet = PACKS * TPB;
-  constexpr bool kOnePass = !RMS && sizeof(T) == 2 && CUNORM_CLUSTER_FWD_ONE_PASS;
+  constexpr bool kOnePass = !RMS && CUNORM_CLUSTER_FWD_ONE_PASS &&
+                            (sizeof(T) == 2 ||
+                             (CUNORM_CLUSTER_FWD_ONE_PASS_F32 && TPB >= CUNORM_CLUSTER_FWD_ONE_PASS_F32_MIN_TPB));
+  constexpr int kTrust = sizeof(T) == 2 ? kOnePassTrust : kOnePassTrustF32;
   constexpr bool kPipe = ClusterFwdStage<T, TPB, RMS>::pipe;
   constexpr bool kPivot = !RMS && (!kOnePass || CUNORM_CLUSTER_FWD_PIVOT);  // else pivots stay 0
   // [ClusterFwdStage::buffers][this block's slice] packs
@@ -568,7 +585,9 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
       // uniform over the cluster (every block holds the same bits): rows whose pivot lies
       // far from their mean, and constant rows, take the two passes below (nothing of this
       // pass is kept for them)
-      if (one_pass_trusted(mu, var)) {
+      // (the vote shows the compiler the test uniform over the warp, as in v90's loop: without
+      // it float32's tiles spilled 8-44 bytes, v112)
+      if (!warp_any(!one_pass_trusted<A, kTrust>(mu, var))) {
         write_y(row, pivot, mu, rsqrt_acc(var + eps), raw, Flag<!kPivot>());
         continue;
       }

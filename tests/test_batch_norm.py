@@ -371,11 +371,21 @@ def _replanned(value):
 def passes(monkeypatch):
     """The training forward and the backward through their passes (bn_fwd_staged and
     bn_bwd_staged off), which the tests of those passes' kernels need where the staged
-    kernels would take their shapes."""
+    kernels would take their shapes (bn_fwd_two_phase_nc off too)."""
     monkeypatch.setattr(_batch_norm, "USE_STAGED", False)
     monkeypatch.setattr(_batch_norm, "USE_STAGED_BWD", False)
     monkeypatch.setattr(_batch_norm, "USE_STAGED_CL", False)
     monkeypatch.setattr(_batch_norm, "USE_STAGED_CL_BWD", False)
+    monkeypatch.setattr(_batch_norm, "USE_TWO_PHASE", False)
+    yield from _replanned(None)
+
+
+@pytest.fixture
+def two_phase(monkeypatch):
+    """The channel-major training forward through bn_fwd_two_phase_nc (BatchNorm v50: the
+    passes in one cooperative launch), the staged kernel off so small tensors take it."""
+    monkeypatch.setattr(_batch_norm, "USE_STAGED", False)
+    monkeypatch.setattr(_batch_norm, "USE_TWO_PHASE", True)
     yield from _replanned(None)
 
 
@@ -397,6 +407,7 @@ def apply_path(request, monkeypatch):
     monkeypatch.setattr(_batch_norm, "USE_STAGED_BWD", False)  # the passes too
     monkeypatch.setattr(_batch_norm, "USE_STAGED_CL", False)  # and channels last likewise
     monkeypatch.setattr(_batch_norm, "USE_STAGED_CL_BWD", False)
+    monkeypatch.setattr(_batch_norm, "USE_TWO_PHASE", False)
     yield from _replanned(request.param)
 
 
@@ -699,6 +710,155 @@ def test_gpu_channel_major_passes_on_their_own_grids(rng, monkeypatch, passes, s
     fit = _batch_norm.sm_count(dev)
     assert q.first_chunks == q.first_slices[0][1][0] == _batch_norm._nc_chunks(p, q.first, dev)[0] < p.chunks
     assert q.first_chunks * min(lay.C, _batch_norm.MAX_GRID_Y) <= max(fit, lay.C)
+
+
+# ---- bn_fwd_two_phase_nc: the channel-major training forward's passes in one cooperative
+# launch (BatchNorm v50, v52)
+
+
+def _shape_id(v) -> str:
+    return "x".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+@pytest.mark.parametrize("shape,axis,dtype,phase,expected", [
+    ((128, 64, 112, 112), 1, BFLOAT16, 0, True), ((128, 64, 112, 112), 1, numpy.dtype(numpy.float16), 0, True),
+    ((128, 64, 112, 112), 1, numpy.dtype(numpy.float32), 0, True), ((7, 3, 499, 1), 1, BFLOAT16, 0, True),
+    ((128, 64, 112, 112), 1, numpy.dtype(numpy.float64), 0, False),  # not built for float64
+    ((128, 112, 112, 64), 3, BFLOAT16, 0, False),  # channels last: the passes (v52: its kernel lost)
+    ((7, 3, 499, 1), 1, BFLOAT16, 4, True),  # x 4 bytes off a 16-byte boundary: the packs still aligned
+    ((7, 3, 499, 1), 1, BFLOAT16, -1, False),  # pointers off each other: one-element packs, no ring
+], ids=["bf16", "fp16", "fp32", "bf16-odd", "fp64", "nhwc", "bf16-offset", "bf16-narrow-packs"])
+def test_plans_two_phase(fresh_plans, shape, axis, dtype, phase, expected):
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), axis)
+    with _sm_count(132):
+        p = _batch_norm.plan(lay, dtype, numpy.float32, phase, 0)
+    assert p.two_phase == expected
+
+
+def test_plans_two_phase_off(fresh_plans, monkeypatch):
+    monkeypatch.setattr(_batch_norm, "USE_TWO_PHASE", False)
+    shape = (128, 64, 112, 112)
+    with _sm_count(132):
+        p = _batch_norm.plan(_batch_norm.layout(shape, contiguous_strides(shape), 1), BFLOAT16, numpy.float32, 0, 0)
+    assert not p.two_phase
+
+
+@pytest.mark.parametrize("fits", [1, 3, 6])
+@pytest.mark.parametrize("shape", [(128, 64, 112, 112), (7, 3, 499, 1), (2, 200, 9, 9), (1, 1000, 37, 41)],
+                         ids=_shape_id)
+def test_two_phase_grid_fits_at_once(fresh_plans, monkeypatch, shape, fits):
+    # every block resident (a channel's chunks times the channels within what fits), at most
+    # the plan's chunks, each at least MIN_TRIPS loop trips where there are that many, the
+    # packs covered exactly; no grid where the channels outnumber the blocks that fit
+    monkeypatch.setattr(_batch_norm, "blocks_per_sm", lambda fn, block, smem=0: fits)
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), 1)
+    with _sm_count(132):
+        p = _batch_norm.plan(lay, BFLOAT16, numpy.float32, 0, 0)
+        chunks, per_chunk = _batch_norm._two_phase_grid(p, 1, 0)
+    if lay.C > fits * 132:
+        assert (chunks, per_chunk) == (0, 0)
+        return
+    total = lay.O * p.ip
+    assert 1 <= chunks <= p.chunks and lay.C * chunks <= fits * 132
+    assert (chunks - 1) * per_chunk < total <= chunks * per_chunk
+    assert chunks == 1 or per_chunk >= _batch_norm.BLOCK * _batch_norm.MIN_TRIPS
+
+
+# several chunks a channel and one, runs off pack boundaries (masked packs: I = 49, 1033,
+# 4099, 1533 ...), I = 8 (a pack a run in bf16), one image, 3-d and 4-d
+TWO_PHASE_SHAPES = [(16, 24, 37, 41), (3, 5, 1033), (64, 7, 49), (2, 3, 4099), (257, 40, 3), (5, 3, 8), (1, 3, 1533),
+                    (64, 5, 1533, 3)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("min_trips", [4, 16], ids=["trips4", "trips16"])
+@pytest.mark.parametrize("dtype,pdtype", DTYPES[:4], ids=DTYPE_IDS[:4])
+@pytest.mark.parametrize("shape", TWO_PHASE_SHAPES, ids=_shape_id)
+def test_gpu_two_phase_forward(rng, monkeypatch, two_phase, shape, dtype, pdtype, min_trips):
+    # MIN_TRIPS 16 makes fewer, longer chunks, so threads walk past the ring (held packs,
+    # then its copies) where the default's walks fit in it; with a residual and ReLU, and
+    # plain; values, statistics and running statistics against the reference (the backward
+    # as the passes run it)
+    import cupy
+
+    monkeypatch.setattr(_batch_norm, "MIN_TRIPS", min_trips)
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), 1)
+    dev = cupy.cuda.Device().id
+    p = _batch_norm.plan(lay, dtype, numpy.dtype(pdtype), 0, dev)
+    assert p.two_phase and p.staged is None, "the case must take the two-phase forward"
+    assert _batch_norm._two_phase_grid(p, _batch_norm._two_phase_kernel(p, 1, numpy.dtype(pdtype).name, dev, True),
+                                       dev)[0] > 0
+    _gpu_case(rng, shape, 1, dtype, pdtype, "relu", training=True)
+    _gpu_case(rng, shape, 1, dtype, pdtype, None, training=True, with_residual=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape,min_trips,premise", [
+    ((64, 5, 1533, 3), 4, "chunks"), ((16, 300, 61, 61), 4, "walks"), ((16, 24, 37, 41), 16, "walks")],
+    ids=["many-chunks", "long-walks", "long-walks-few-channels"])
+@pytest.mark.parametrize("with_residual", [True, False], ids=["residual", "plain"])
+def test_gpu_two_phase_walks(rng, monkeypatch, two_phase, shape, min_trips, premise, with_residual):
+    # the premises checked first: many chunks (a channel's barrier) or walks past the ring
+    # (32 packs a thread at least: RING 8 plain, 4 with a residual); then the values
+    import cupy
+
+    monkeypatch.setattr(_batch_norm, "MIN_TRIPS", min_trips)
+    lay = _batch_norm.layout(shape, contiguous_strides(shape), 1)
+    dev = cupy.cuda.Device().id
+    p = _batch_norm.plan(lay, BFLOAT16, numpy.dtype(numpy.float32), 0, dev)
+    chunks, per_chunk = _batch_norm._two_phase_grid(
+        p, _batch_norm._two_phase_kernel(p, 1 if with_residual else 0, "float32", dev, with_residual), dev)
+    if premise == "chunks":
+        assert chunks > 8, "many chunks"
+    else:
+        assert per_chunk >= 9 * _batch_norm.BLOCK, "walks past the ring"
+    _gpu_case(rng, shape, 1, BFLOAT16, numpy.float32, "relu" if with_residual else None, training=True,
+              with_residual=with_residual)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("with_residual", [True, False], ids=["residual", "plain"])
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=ACT_IDS)
+def test_gpu_two_phase_activations(rng, two_phase, activation, with_residual):
+    _gpu_case(rng, (6, 4, 37, 41), 1, BFLOAT16, numpy.float32, activation, True, with_residual)
+
+
+@pytest.mark.gpu
+def test_gpu_two_phase_refused_runs_the_passes(rng, two_phase, monkeypatch):
+    # where the driver refuses the cooperative launch (an MPS share of the SMs), the passes
+    # run, with the scratch forward_scratch lists after the two-phase block
+    from cunorm import _launch
+
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args)
+        raise _launch.CooperativeLaunchRefused("refused (test)")
+
+    monkeypatch.setattr(_batch_norm, "launch_cooperative", refuse)
+    _gpu_case(rng, (16, 24, 37, 41), 1, BFLOAT16, numpy.float32, "relu", training=True)
+    assert calls, "the two-phase launch was tried"
+
+
+@pytest.mark.gpu
+def test_gpu_two_phase_matches_the_passes(rng, monkeypatch):
+    # the same x through bn_fwd_two_phase_nc and through the passes: y within a rounding of
+    # each other (their partials differ: the chunks do), mean and rstd alike
+    import cupy
+
+    import cunorm
+
+    monkeypatch.setattr(_batch_norm, "USE_STAGED", False)
+    x = cupy.asarray(rng.standard_normal((16, 24, 37, 41), dtype=numpy.float32))
+    w, b = cupy.asarray(rng.standard_normal(24, dtype=numpy.float32)), cupy.zeros(24, numpy.float32)
+    outs = []
+    for on in (True, False):
+        monkeypatch.setattr(_batch_norm, "USE_TWO_PHASE", on)
+        for cached in (_batch_norm.plan, _batch_norm._passes):
+            cached.cache_clear()
+        outs.append(cunorm.batch_norm(x, w, b, return_stats=True))
+    for name, a, r in zip(("y", "mean", "rstd"), outs[0], outs[1]):
+        assert_close(name, a, r.get().astype(numpy.float64), 2e-6, 2e-6)
 
 
 H200_SMEM = (232448, 233472)  # shared memory a block may opt in to, of an SM (sm_90)
@@ -1524,9 +1684,10 @@ def test_gpu_channels_last_passes_on_their_own_grids(rng, passes, activation):
 def test_scratch_lists_are_the_allocations(fresh_plans, monkeypatch, shape, axis, dtype, training):
     """forward_scratch / backward_scratch list exactly the alloc calls forward / backward make
     (JAX hands out scratch sized from them at trace time): the launches stubbed, every path
-    the H200 planner takes for these shapes (staged, flat, per-channel, channels last). A
-    grid-only stage (bf16 NHWC (32, 256, 56, 56)'s forward) lists the passes' scratch after
-    its own, which the passes take where the driver refuses its cooperative launch."""
+    the H200 planner takes for these shapes (staged, flat, per-channel, channels last, the
+    two-phase forward). A grid-only stage (bf16 NHWC (32, 256, 56, 56)'s forward) and the
+    two-phase forward list the passes' scratch after their own, which the passes take where
+    the driver refuses their cooperative launch."""
     from cunorm import _launch
 
     def refuse(*args, **kwargs):
@@ -1546,6 +1707,8 @@ def test_scratch_lists_are_the_allocations(fresh_plans, monkeypatch, shape, axis
         lay = _batch_norm.dense_layout(shape, contiguous_strides(shape), axis % len(shape))
         p = _batch_norm.plan(lay, dtype, numpy.dtype(numpy.float32), 0, 0)
         fwd_grid_only = training and p.staged_cl is not None and _batch_norm._grid_only(p.staged_cl)
+        # bn_fwd_two_phase_nc (v50) the same way: its block, then the passes' partials
+        fwd_grid_only |= training and p.two_phase and p.staged is None and _batch_norm._two_phase_grid(p, 1, 0)[0] > 0
         bwd_grid_only = p.staged_cl_bwd is not None and _batch_norm._grid_only(p.staged_cl_bwd)
         if shape == (32, 56, 56, 256) and dtype == BFLOAT16:
             assert fwd_grid_only == training, "the case must plan a grid-only forward stage"

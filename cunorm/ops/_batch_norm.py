@@ -250,6 +250,17 @@ STAGED_CL_SPAN_FIRST = True
 # "BatchNorm v41", "BatchNorm v47"): H100 float32 NHWC (32, 256, 56, 56) forward 0.578 ->
 # 0.625, bf16 backward 0.483 -> 0.499; the H200 level. STAGED_CL_GRID_MAX_ROUNDS or less: off.
 STAGED_CL_GRID_FALLBACK_ROUNDS = 4
+# BatchNorm v50 / v52: where the channel-major training forward takes the passes with 16-byte
+# packs (the statistics pass's ring), bn_fwd_two_phase_nc runs them in one cooperative launch:
+# a block a (channel, chunk), all resident, each applying its own chunk last pack first after
+# its channel's blocks meet (the ring's last packs from shared memory, the packs before them
+# from what the L2 kept), where the passes read x from DRAM twice. H100 (128, 64, 112, 112)
+# forward: bf16 0.583 -> 0.635 of copy, float32 0.615 -> 0.620 (NOTES "BatchNorm v52"). Its
+# channels-last and backward siblings lost (benchmarks/experiments/bn-v52-two-phase-cl-bwd.patch).
+# Where the driver refuses the launch, or the channels outnumber the blocks that fit, the
+# passes. CUDA only.
+USE_TWO_PHASE = True
+TWO_PHASE_DTYPES = ("float16", "bfloat16", "float32")
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
@@ -309,6 +320,11 @@ def instantiations() -> list[str]:
             names += [f"bn_fwd_staged_cl<{STAGED_CL_BLOCK}, {ct}, {c_type(w)}, {c_type(r)}, {a}, {_b(k)}>"
                       for r in _param_types(t) for a in ACT_CLASSES for k in (False, True)]
             names += [f"bn_bwd_staged_cl<{STAGED_CL_BLOCK}, {ct}, {c_type(w)}, {a}, {_b(k)}>"
+                      for a in ACT_CLASSES for k in (False, True)]
+        if t in TWO_PHASE_DTYPES:
+            vec = 16 // numpy.dtype(_np(t)).itemsize
+            names += [f"bn_fwd_two_phase_nc<{ct}, {c_type(w)}, {c_type(r)}, {vec}, {a}, {_b(k)}>"
+                      for w in _param_types(t) for r in _param_types(t)
                       for a in ACT_CLASSES for k in (False, True)]
         for w in _param_types(t):
             cw = c_type(w)
@@ -704,6 +720,7 @@ class Plan(NamedTuple):
     staged_bwd: Staged | None  # bn_bwd_staged's, None when the backward takes the passes
     staged_cl: StagedCl | None = None  # bn_fwd_staged_cl's (channels last), None when the passes
     staged_cl_bwd: StagedCl | None = None  # bn_bwd_staged_cl's
+    two_phase: bool = False  # the training forward's passes may take bn_fwd_two_phase_nc (v50)
 
 
 def pointer_phase(*pointers: int) -> int:
@@ -711,6 +728,13 @@ def pointer_phase(*pointers: int) -> int:
     all tensors then line up), else -1."""
     phase = pointers[0] % 16
     return phase if all(p % 16 == phase for p in pointers if p) else -1
+
+
+def _even_chunks(total: int, chunks: int) -> tuple[int, int]:
+    """(chunks, per_chunk): ``total`` split into at most ``chunks`` pieces of per_chunk each
+    (the last shorter), none of them empty."""
+    per_chunk = -(-total // chunks)
+    return -(-total // per_chunk), per_chunk
 
 
 @held_with_modules
@@ -740,8 +764,7 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
         cshift, grid_y = 0, lay.C
         total, trip = lay.O * ip, BLOCK  # packs of a channel; packs a trip
     chunks = max(1, min(-(-target // grid_y), total // (trip * MIN_TRIPS)))
-    per_chunk = -(-total // chunks)
-    chunks = -(-total // per_chunk)
+    chunks, per_chunk = _even_chunks(total, chunks)
     if grid_y > MAX_GRID_Y and lay.channels_last:
         raise ValueError(f"x: {lay.C} channels is more than the channels-last kernels address")
     flat_len = _flat_len(lay, vec, phase, max_vec(itemsize))
@@ -753,7 +776,8 @@ def plan(lay: Layout, dtype, wdtype, phase: int, device: int) -> Plan:
                 flat_len, stats, sums, _staged(lay, itemsize, acc.itemsize, phase, device),
                 _staged(lay, itemsize, acc.itemsize, phase, device, 2),
                 _staged_cl(lay, itemsize, acc.itemsize, phase, device),
-                _staged_cl(lay, itemsize, acc.itemsize, phase, device, 2))
+                _staged_cl(lay, itemsize, acc.itemsize, phase, device, 2),
+                _two_phase_applies(lay, dtype.name, vec * itemsize))
 
 
 def _flat_stats(lay: Layout, vec: int, flat_len: int, packs: int, device: int) -> FlatStats | None:
@@ -828,8 +852,7 @@ def _cl_chunks(p: Plan, kernel: int, device: int) -> tuple[int, int]:
     fit = blocks_per_sm(kernel, BLOCK) * sm_count(device)
     total, trip = p.lay.O, BLOCK >> p.cshift
     chunks = max(1, min(p.chunks, fit // p.grid_y, total // (trip * MIN_TRIPS)))
-    per_chunk = -(-total // chunks)
-    return -(-total // per_chunk), per_chunk
+    return _even_chunks(total, chunks)
 
 
 def _nc_chunks(p: Plan, kernel: int, device: int, bwd_sums: bool = False) -> tuple[int, int | None]:
@@ -843,8 +866,83 @@ def _nc_chunks(p: Plan, kernel: int, device: int, bwd_sums: bool = False) -> tup
     if chunks == p.chunks:
         return p.chunks, None
     total = p.lay.O * p.ip
-    per_chunk = -(-total // chunks)
-    return -(-total // per_chunk), per_chunk
+    return _even_chunks(total, chunks)
+
+
+def _two_phase_applies(lay: Layout, dtype: str, pack_bytes: int) -> bool:
+    """Whether the training forward's passes may run as bn_fwd_two_phase_nc: channel-major x
+    in 16-byte packs (its ring's), a dtype it is built for, a CUDA GPU (its grid barrier)."""
+    return (USE_TWO_PHASE and not lay.channels_last and dtype in TWO_PHASE_DTYPES and pack_bytes == 16
+            and not _on_hip())
+
+
+def _on_hip() -> bool:
+    from cupy_backends.cuda.api import runtime
+
+    return bool(runtime.is_hip)
+
+
+def _two_phase_kernel(p: Plan, act: int, rdtype: str, device: int, residual: bool) -> int:
+    return function_ptr(KERNEL_FILE, f"bn_fwd_two_phase_nc<{c_type(p.t)}, {c_type(p.w)}, {c_type(rdtype)}, "
+                        f"{p.vec}, {act_class(act)}, {_b(residual)}>", device)
+
+
+@held_with_modules
+@functools.lru_cache(maxsize=1024)
+def _two_phase_grid(p: Plan, fn: int, device: int) -> tuple[int, int]:
+    """(chunks, packs a chunk) of bn_fwd_two_phase_nc: every block resident at once (a block
+    a channel and chunk: the plan's chunks at most, each at least MIN_TRIPS loop trips), or
+    (0, 0) where the channels outnumber the blocks that fit."""
+    fit = blocks_per_sm(fn, BLOCK) * sm_count(device)
+    lay = p.lay
+    if lay.C > fit:
+        return 0, 0
+    total = lay.O * p.ip
+    return _even_chunks(total, max(1, min(p.chunks, fit // lay.C, total // (BLOCK * MIN_TRIPS))))
+
+
+_TWO_PHASE_COUNTER_ALIGN = 256  # the channels' arrival counters, then the partials 256-byte aligned
+# Words from one channel's arrival counter to the next (kTwoPhaseCounterWords in
+# kernels/batch_norm.cu): each on its own 128-byte L2 line.
+TWO_PHASE_COUNTER_WORDS = 32
+
+
+def _two_phase_counters(p: Plan) -> int:
+    """Words of arrival counters, a channel's padded to its own line."""
+    return p.lay.C * TWO_PHASE_COUNTER_WORDS
+
+
+def _two_phase_counter_bytes(p: Plan) -> int:
+    return -(-_two_phase_counters(p) * 4 // _TWO_PHASE_COUNTER_ALIGN) * _TWO_PHASE_COUNTER_ALIGN
+
+
+def two_phase_scratch(p: Plan, chunks: int) -> tuple:
+    """The (shape, dtype) of bn_fwd_two_phase_nc's scratch block: the arrival
+    counters (the host zeroes them), then (sum, sum of squares) a channel and chunk in the
+    accumulation dtype."""
+    return ((_two_phase_counter_bytes(p) // p.acc.itemsize + p.lay.C * chunks * 2,), p.acc)
+
+
+def _launch_two_phase(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int, running_var: int,
+                      rdtype: str, mean: int, rstd: int, factor: float, eps: float, act: int, param: float, alloc,
+                      stream: int, device: int) -> bool:
+    """bn_fwd_two_phase_nc's launch; False having launched nothing where its grid does not fit
+    or the driver refuses it (the caller then runs the passes; forward_scratch lists both
+    scratch blocks)."""
+    fn = _two_phase_kernel(p, act, rdtype, device, bool(res))
+    chunks, per_chunk = _two_phase_grid(p, fn, device)
+    if not chunks:
+        return False
+    lay = p.lay
+    block = alloc(*two_phase_scratch(p, chunks))
+    zero_async(block, 4 * _two_phase_counters(p), stream)
+    args = (x, res, y, lay.so, lay.sc, lay.I, p.ip, lay.O * p.ip, per_chunk, chunks, w, b, act, scalar_bits(param, p.acc), _f64(float(lay.O * lay.I)), _f64(eps),
+            _f64(factor), running_mean, running_var, mean, rstd, block + _two_phase_counter_bytes(p), block)
+    try:
+        launch_cooperative(fn, lay.C * chunks, BLOCK, args, stream, 0)
+    except CooperativeLaunchRefused:
+        return False
+    return True
 
 
 def _off(ptr: int, elements: int, itemsize: int) -> int:
@@ -922,8 +1020,8 @@ def _passes(p: Plan, backward: bool, training: bool, act: int, param: float, rdt
 def forward_scratch(p: Plan, training: bool, act: int, param: float, rdtype, device: int, residual: bool) -> list:
     """The (shape, dtype) of each ``alloc`` forward makes with this plan, in order, for a
     frontend that must size its scratch beforehand (JAX): the first pass's partials. A
-    grid-only stage lists the passes' after its own (the passes run where the driver refuses
-    its launch, see _launch_staged)."""
+    grid-only stage, and bn_fwd_two_phase_nc, list the passes' after their own (the passes
+    run where the driver refuses their launch, see _launch_staged and _launch_two_phase)."""
     listed = []
     if training and p.staged_cl:
         listed = [staged_cl_scratch(p.staged_cl, p.acc)] if p.staged_cl.grid else []
@@ -931,6 +1029,10 @@ def forward_scratch(p: Plan, training: bool, act: int, param: float, rdtype, dev
             return listed
     elif not training or p.staged:
         return []
+    elif p.two_phase:
+        fn = _two_phase_kernel(p, act, numpy.dtype(rdtype).name, device, residual)
+        chunks = _two_phase_grid(p, fn, device)[0]
+        listed = [two_phase_scratch(p, chunks)] if chunks else []
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, residual)
     return [*listed, ((p.lay.C, p.stats.chunks if p.stats else q.first_chunks, 2), p.acc)]
 
@@ -969,6 +1071,10 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
         if _launch_staged(_staged_cl_kernel(p, act, numpy.dtype(rdtype).name, device), st, args, stream):
             return
         # (refused: a grid-only stage's cooperative launch, see _launch_staged) the passes
+    elif training and p.two_phase and _launch_two_phase(p, x, res, y, w, b, running_mean, running_var,
+                                                        numpy.dtype(rdtype).name, mean, rstd, factor, eps, act,
+                                                        param, alloc, stream, device):
+        return
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, bool(res))
     lay, t_size, a_size, w_size = p.lay, q.t_size, q.a_size, q.w_size
     sc = 0 if lay.channels_last else lay.sc  # cl: one launch, channel offsets inside
