@@ -28,7 +28,7 @@
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
 # ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
 # GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
-# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v113 (experiments/v113-repivot-far-rows.patch: rows far from their pivot re-pivoted; its tests, the outlier probe, its sweep, ~3 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v113 (experiments/v113-repivot-far-rows.patch: rows far from their pivot re-pivoted; its tests, the outlier probe, its sweep, ~3 min), bnpivot (no patch: BatchNorm channels with an outlier first element, the probe, ~30 s), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -252,6 +252,11 @@ for name in "${steps[@]}"; do
         echo "probe FAIL lines: $(grep -c FAIL "$out/v113-probe.txt")"
         step v113-sweep "$(cap 200)" python3 benchmarks/sweep_repivot.py --json "$out/sweep-v113.json"
         tail -13 "$out/v113-sweep.txt" ;;
+    bnpivot)  # (no patch) BatchNorm channels whose first element is an outlier against float64
+        # (NOTES "BatchNorm's pivots"): the probe, FAIL lines counted, ~20-40 s
+        step bnpivot "$(cap 90)" python3 benchmarks/probe_bn_outlier_pivot.py
+        echo "bn probe FAIL lines: $(grep -c FAIL "$out/bnpivot.txt") of $(grep -c "nchw\|nhwc" "$out/bnpivot.txt")"
+        grep FAIL "$out/bnpivot.txt" | cut -c1-220 | head -8 ;;
     v112)  # (on main since the forty-ninth session as v112b, no patch):
         # float32 LayerNorm cluster forward rows in one pass within two sigma of zero; its sweep
         # against the two passes (two rounds, best of each) and the cluster path's GPU tests, ~2 min
