@@ -28,7 +28,7 @@
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
 # ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
 # GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
-# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v113 (experiments/v113-repivot-far-rows.patch: rows far from their pivot re-pivoted; its tests, the outlier probe, its sweep, ~3 min), bnpivot (no patch: BatchNorm channels with an outlier first element, the probe, ~30 s), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v113 (on main since the fiftieth session, no patch: rows far from their pivot re-pivoted; its tests, the outlier probe, its sweep, ~3 min), bnpivot (no patch: BatchNorm channels with an outlier first element, the probe, ~30 s), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -66,8 +66,7 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(prof rounds4)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
-                     [v113]=v113-repivot-far-rows)
+                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed; v46-v48 are on main
 # since the forty-eighth session, v50 (as v52, channel-major) and v112b since the forty-ninth
@@ -75,7 +74,7 @@ declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-ba
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v41 v111 v113 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -242,7 +241,7 @@ for name in "${steps[@]}"; do
             --json "$out/sweep-v47.json"
         sed -n '/^case |/,$p' "$out/v47-sweep.txt"
         tests_step v47-tests "$(cap 200)" -n 8 tests/test_batch_norm.py -m gpu -k "staged_cl or grid or cl_" ;;
-    v113)  # experiments/v113-repivot-far-rows.patch (over main 0f40262a792d): LayerNorm rows whose
+    v113)  # (on main since the fiftieth session, no patch): LayerNorm rows whose
         # pivot lies far from their mean taken again about pivot + mu; its tests with the
         # cluster and shared-memory rows' and the fused outlier cases, the probe (every forward
         # path, three dtypes: FAIL lines counted), the sweep against -DCUNORM_REPIVOT=0, ~3 min

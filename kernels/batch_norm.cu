@@ -248,13 +248,17 @@ struct ClCursor {
   __device__ __forceinline__ void next() { at += step; }
 };
 
-// Channel-major: walk_nc's cursor (its packs may be masked at the runs' ends).
-template <int VEC>
+// Channel-major: walk_nc's cursor (its packs may be masked at the runs' ends); BACK: walking
+// back, its next() the walk's previous pack (bn_fwd_two_phase_nc's apply).
+template <int VEC, bool BACK = false>
 struct NcRingCursor {
   const NcWalk<VEC>& w;
   NcCursor<VEC> c;
   __device__ __forceinline__ Slot slot() const { return c.slot(w); }
-  __device__ __forceinline__ void next() { c.next(w); }
+  __device__ __forceinline__ void next() {
+    if (BACK) c.prev(w);
+    else c.next(w);
+  }
 };
 
 // K packs of a thread's walk in order (cursor ``cur`` at the first), of NS streams (src[s] +
@@ -879,15 +883,6 @@ __device__ __forceinline__ void walk_back_held(int Kt, Cur cur, const T* const* 
   copies_wait<0>();  // the empty groups: nothing lands after the walk
 }
 
-// walk_nc's cursor walking back (its next() is the walk's previous pack)
-template <int VEC>
-struct NcBackCursor {
-  const NcWalk<VEC>& w;
-  NcCursor<VEC> c;
-  __device__ __forceinline__ Slot slot() const { return c.slot(w); }
-  __device__ __forceinline__ void next() { c.prev(w); }
-};
-
 // y of one pack from its x and residual packs (the residual's read where RES: r is x's pack
 // again without one, unread), the channel's constants c; whole 16-byte stores (store_slot's
 // split into 2-byte ones: 55M L2 write sectors for 205 MB of y, NOTES "BatchNorm v52").
@@ -971,7 +966,7 @@ bn_fwd_two_phase_nc(const T* __restrict__ x, const T* __restrict__ res, T* __res
   const NcWalk<VEC> nw(so, I, IP);
   const i64 base_mis = i64(reinterpret_cast<unsigned long long>(xc) / sizeof(T));
   const T* const src[2] = {xc, RES ? res + base : nullptr};  // the first NS
-  walk_back_held<1>(Kt, NcBackCursor<VEC>{nw, NcCursor<VEC>(nw, first + i64(Kt - 1) * kBnBlock, base_mis)}, src,
+  walk_back_held<1>(Kt, NcRingCursor<VEC, true>{nw, NcCursor<VEC>(nw, first + i64(Kt - 1) * kBnBlock, base_mis)}, src,
                     ring, [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
                       two_phase_out<RES>(y + base + sl.off, sl, v[0], v[NS - 1], ch, tag, param);
                     });

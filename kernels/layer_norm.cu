@@ -14,6 +14,9 @@
 using namespace cunorm;
 
 enum { kFullRow = 0, kChunkStats = 1, kChunkApply = 2 };
+// A split tile's summary in tile_stats: its pivot, its mean less the pivot, its M2 (v113;
+// cunorm.ops._row_norm.TILE_STAT_WORDS).
+constexpr int kTileStatWords = 3;
 
 // The split forward's two passes over x meet in the L2: the apply pass walks the tiles last to
 // first, right after the statistics pass read them first to last, so it starts on the tens
@@ -154,7 +157,15 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
         }
       }
     }
-    if (two_passes) {
+    A shift = pivot + mu;
+    // Half-precision x only: for float32 x the shift's rounding is the input's own precision at
+    // that magnitude (v31: rows offset by 1e4, N = 4096: max |error| 5.8e-7 -> 4.9e-4).
+    constexpr bool kShiftOnce = CUNORM_FWD_SHIFT_ONCE && sizeof(T) < sizeof(A);
+    auto centred = [&](A value) { return kShiftOnce ? value - shift : value - pivot - mu; };
+    // the two passes, and (v113, row_norm.cuh pivot_far) again about pivot + mu for a row far
+    // from its pivot, with every row it shares barriers with
+#pragma unroll 1
+    for (int pass = 0; two_passes; ++pass) {
       if constexpr (!RMS) {
         A s = A(0);
         each_pack([&](int p) {
@@ -171,13 +182,8 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
         });
         mu = group_sum<TPR>(s, red) / A(limit > 0 ? limit : 1);
       }
-    }
-    const A shift = pivot + mu;
-    // Half-precision x only: for float32 x the shift's rounding is the input's own precision at
-    // that magnitude (v31: rows offset by 1e4, N = 4096: max |error| 5.8e-7 -> 4.9e-4).
-    constexpr bool kShiftOnce = CUNORM_FWD_SHIFT_ONCE && sizeof(T) < sizeof(A);
-    auto centred = [&](A value) { return kShiftOnce ? value - shift : value - pivot - mu; };
-    if (two_passes) {
+      shift = pivot + mu;
+      q = A(0);
       each_pack([&](int p) {
         unpack_words(read_slot(mine + p * kBlock), v);
 #pragma unroll
@@ -188,6 +194,8 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
       });
       q = group_sum<TPR>(q, red);
       r = rsqrt_acc(q / A(N) + eps);
+      if (RMS || pass == 1 || !groups_any<TPR>(pivot_far(mu, q / A(limit > 0 ? limit : 1)))) break;
+      pivot += mu;
     }
     if (lane == 0 && row_ok && rstd) {  // inference callers may skip the statistics
       if (!RMS) mean[row] = pivot + mu;
@@ -226,10 +234,12 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
 // Forward. kFullRow writes y, mean, rstd; kChunkStats writes (tile mean, tile M2) pairs to
 // `tile_stats` [M, C, 2]; kChunkApply reads the finalized statistics and writes y.
 //
-// LayerNorm sums x - pivot, the pivot being the row's first element: a row with a large
+// LayerNorm sums x - pivot, the pivot being the tile's first element (a full row's first),
+// taken again about pivot + mu where that lies far from the mean (v113): a row with a large
 // common offset (1e4 + noise in fp32) then keeps its digits, where a plain fp32 sum of the
 // raw values would lose them. y uses the shifted mean; the stored mean is pivot + shift.
-// On the split path `row_shift` [M, 2] carries (pivot, shifted mean) between the kernels.
+// On the split path `tile_stats` [M, C, kTileStatWords] carries each tile's (pivot, mean
+// less it, M2) and `row_shift` [M, 2] the row's (mean rounded, the rest) to the apply.
 template <typename T, typename W, int VEC, int PACKS, int TPR, bool RMS, int MODE>
 __global__ void __launch_bounds__(GroupShape<TPR>::kBlock)
 norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
@@ -292,15 +302,28 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
         q = q - s * mu > A(0) ? q - s * mu : A(0);
       }
 #else
-      if constexpr (!RMS) pivot = cvt<A>(xrow[0]);
-      q = centre_tile<VEC, PACKS, TPR, RMS>(v, limit, lane, pivot, smem, mu);
+      // the tile's first element (v113: a split row's tiles each about their own, merged in
+      // double by norm_fwd_finalize)
+      if constexpr (!RMS) pivot = cvt<A>(xrow[c0]);
+      // v113 (row_norm.cuh pivot_far): a tile far from its pivot is reloaded (v holds x -
+      // pivot - mu, rounded) and centred again about pivot + mu, with every group it shares
+      // barriers with (those about their own pivot + mu: as good a pivot); one copy of the
+      // loop's body (two copies spilled 8-12 bytes in float32 tiles).
+#pragma unroll 1
+      for (int pass = 0;; ++pass) {
+        q = centre_tile<VEC, PACKS, TPR, RMS>(v, limit, lane, pivot, smem, mu);
+        if (RMS || pass == 1 || !groups_any<TPR>(pivot_far(mu, q / A(limit > 0 ? limit : 1)))) break;
+        load_tile<VEC, PACKS, TPR>(xrow + c0, limit, lane, v);
+        pivot += mu;
+      }
       mu_done = true;
 #endif
       if constexpr (MODE == kChunkStats) {
         if (lane == 0 && row_ok) {
-          tile_stats[(row * C + item % C) * 2] = mu;
-          tile_stats[(row * C + item % C) * 2 + 1] = q;
-          if (!RMS && c0 == 0) row_shift[row * 2] = pivot;
+          A* st = tile_stats + (row * C + item % C) * kTileStatWords;
+          st[0] = pivot;
+          st[1] = mu;
+          st[2] = q;
         }
         continue;
       }
@@ -340,9 +363,10 @@ norm_fwd_smem(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__
 }
 
 // Merges the C tile summaries of each row into mean and rstd (split path). One warp a row;
-// lanes fold tiles lane, lane + 32, ... in order, then a fixed tree folds the lanes.
-// Tile means are relative to the row's pivot (row_shift[r, 0]); the merged shifted mean
-// goes to row_shift[r, 1] for the apply pass.
+// lanes fold tiles lane, lane + 32, ... in order, then a fixed tree folds the lanes, in
+// double (v113): each tile's mean is its pivot plus its mean less the pivot, exact in double
+// whatever the pivots, and the row's mean is rounded once, into row_shift[r, 0] (the apply's
+// pivot, within rounding of the mean) and the remainder into row_shift[r, 1].
 template <typename A, bool RMS>
 __global__ void __launch_bounds__(128)
 norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ row_shift, A* __restrict__ mean,
@@ -350,25 +374,28 @@ norm_fwd_finalize(const A* __restrict__ tile_stats, A* __restrict__ row_shift, A
   const int lane = threadIdx.x % kWarp;
   const i64 warps = i64(gridDim.x) * (blockDim.x / kWarp);
   for (i64 row = i64(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < M; row += warps) {
-    const A* st = tile_stats + row * C * 2;
-    Welford<A> acc{A(0), A(0), A(0)};
+    const A* st = tile_stats + row * C * kTileStatWords;
+    Welford<double> acc{0.0, 0.0, 0.0};
     for (i64 c = lane; c < C; c += kWarp) {
       const i64 n = N - c * tile < tile ? N - c * tile : tile;
-      acc.merge(Welford<A>{A(n), st[2 * c], st[2 * c + 1]});
+      const A* t = st + c * kTileStatWords;
+      acc.merge(Welford<double>{double(n), double(t[0]) + double(t[1]), double(t[2])});
     }
 #pragma unroll
     for (int o = kWarp / 2; o > 0; o /= 2) {
-      Welford<A> other{shfl_down(acc.count, o), shfl_down(acc.mean, o), shfl_down(acc.m2, o)};
+      Welford<double> other{shfl_down(acc.count, o), shfl_down(acc.mean, o), shfl_down(acc.m2, o)};
       acc.merge(other);
     }
     if (lane == 0) {
       if (!RMS) {
-        row_shift[row * 2 + 1] = acc.mean;
-        mean[row] = row_shift[row * 2] + acc.mean;
+        const A pivot = A(acc.mean);
+        row_shift[row * 2] = pivot;
+        row_shift[row * 2 + 1] = A(acc.mean - double(pivot));
+        mean[row] = pivot;
       }
       // For RMS the tile "M2" is the plain sum of squares (tile mean is 0), so the merge adds
       // them up unchanged.
-      rstd[row] = rsqrt_acc(acc.m2 / A(N) + eps);
+      rstd[row] = rsqrt_acc(A(acc.m2 / double(N)) + eps);
     }
   }
 }

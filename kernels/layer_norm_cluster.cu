@@ -456,6 +456,19 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     }
     ++exchange;
   };
+  // two_pass, then (v113, row_norm.cuh pivot_far) again about pivot + mu for a row whose
+  // pivot lies far from its mean: its slice is still held, one more exchange. Uniform over
+  // the cluster (the same bits in every block; the vote shows the compiler the branch
+  // uniform over the warp, as v90's and v112's).
+  auto row_stats = [&](const Pack<T, VEC>(&raw)[PACKS], A& pivot, A& mu, A& var) {
+    two_pass(raw, pivot, mu, var);
+    if constexpr (!RMS) {
+      if (warp_any(pivot_far(mu, var))) {
+        pivot += mu;
+        two_pass(raw, pivot, mu, var);
+      }
+    }
+  };
   auto read_row = [&](int b, Pack<T, VEC>(&raw)[PACKS]) {  // this thread's slots of buffer b
 #pragma unroll
     for (int p = 0; p < PACKS; ++p) raw[p] = read_slot(staged + b * kSet + p * TPB + threadIdx.x);
@@ -532,7 +545,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
           // v97: the row's first element as the pivot after all (a constant row's y exactly its
           // bias), loaded by the rare rows that take two passes
           if constexpr (!kPivot) pv[0] = cvt<A>(x[xmap.offset(row)]);
-          two_pass(raw, pv[0], mu, var);
+          row_stats(raw, pv[0], mu, var);
         }
       }
       if (more) cluster_publish<CLUSTER>(next, xslot());
@@ -594,7 +607,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     }
     A mu = A(0), var;  // mu: the row's mean less the pivot
     if constexpr (kOnePass && !kPivot) pivot = cvt<A>(x[xmap.offset(row)]);  // as in v90's loop above
-    two_pass(raw, pivot, mu, var);
+    row_stats(raw, pivot, mu, var);
     write_y(row, pivot, mu, rsqrt_acc(var + eps), raw, Flag<false>());
   }
   if constexpr (kStage > 0) copies_wait<0>();  // no copy outlives the block's shared memory

@@ -177,19 +177,22 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
     const R* rrow = residual ? residual + rmap.offset(safe_row) : nullptr;
     A v[PACKS][VEC];
     constexpr bool kTileWords = CUNORM_FUSED_FWD_WORDS & 1, kParamWords = CUNORM_FUSED_FWD_WORDS & 2;
-    load_tile<VEC, PACKS, TPR, kTileWords>(xrow, limit, lane, v);
-    if (rrow) {
-      A rv[PACKS][VEC];
-      load_tile<VEC, PACKS, TPR, kTileWords>(rrow, limit, lane, rv);
-#pragma unroll
-      for (int p = 0; p < PACKS; ++p)
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) v[p][k] += rv[p][k];
-      if (h) {  // h is normalized as summed in float32, and written rounded to H
+    auto load_h = [&]() {  // v = x (+ the residual), in float32
+      load_tile<VEC, PACKS, TPR, kTileWords>(xrow, limit, lane, v);
+      if (rrow) {
+        A rv[PACKS][VEC];
+        load_tile<VEC, PACKS, TPR, kTileWords>(rrow, limit, lane, rv);
 #pragma unroll
         for (int p = 0; p < PACKS; ++p)
-          if (pack_col<VEC, TPR>(p, lane) < limit) store_pack<H>(h + safe_row * N + pack_col<VEC, TPR>(p, lane), v[p]);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) v[p][k] += rv[p][k];
       }
+    };
+    load_h();
+    if (rrow && h) {  // h is normalized as summed in float32, and written rounded to H
+#pragma unroll
+      for (int p = 0; p < PACKS; ++p)
+        if (pack_col<VEC, TPR>(p, lane) < limit) store_pack<H>(h + safe_row * N + pack_col<VEC, TPR>(p, lane), v[p]);
     }
     A pivot = A(0), mu, var;
     A centre = A(0);  // what v still holds of its mean (one pass: the output loop takes it off)
@@ -199,6 +202,15 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
       centre = mu;
     } else {  // (after a one pass it does not trust, v holds x - pivot)
       var = centre_tile<VEC, PACKS, TPR, RMS>(v, limit, lane, kOnePass ? A(0) : pivot, smem, mu) / A(N);
+      // v113 (row_norm.cuh pivot_far): a row far from its pivot, reloaded and centred again
+      // about pivot + mu, with every group it shares barriers with
+      if constexpr (!RMS) {
+        if (groups_any<TPR>(row_ok && pivot_far(mu, var))) {
+          load_h();
+          pivot += mu;
+          var = centre_tile<VEC, PACKS, TPR, RMS>(v, limit, lane, pivot, smem, mu) / A(N);
+        }
+      }
     }
     const A r = rsqrt_acc(var + eps);
     if (lane == 0 && row_ok && rstd) {  // inference callers may skip the statistics

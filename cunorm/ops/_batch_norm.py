@@ -620,12 +620,18 @@ class StagedCl(NamedTuple):
         return self.grid_blocks > 0
 
 
-_CL_COUNTER_ALIGN = 256  # the stages' arrival counters, then the sums 256-byte aligned
+_COUNTER_ALIGN = 256  # a scratch block's arrival counters, then its sums 256-byte aligned
+
+
+def _counter_bytes(words: int) -> int:
+    """A scratch block's ``words`` 4-byte arrival counters, rounded up so the sums after them
+    align."""
+    return -(-words * 4 // _COUNTER_ALIGN) * _COUNTER_ALIGN
 
 
 def _cl_counter_bytes(st: StagedCl) -> int:
-    """The scratch block's counters (4 bytes a stage), rounded up so the sums after them align."""
-    return -(-(st.blocks // st.cluster) * 4 // _CL_COUNTER_ALIGN) * _CL_COUNTER_ALIGN
+    """The grid exchange's counters: one a stage."""
+    return _counter_bytes(st.blocks // st.cluster)
 
 
 def staged_cl_scratch(st: StagedCl, acc) -> tuple:
@@ -901,7 +907,6 @@ def _two_phase_grid(p: Plan, fn: int, device: int) -> tuple[int, int]:
     return _even_chunks(total, max(1, min(p.chunks, fit // lay.C, total // (BLOCK * MIN_TRIPS))))
 
 
-_TWO_PHASE_COUNTER_ALIGN = 256  # the channels' arrival counters, then the partials 256-byte aligned
 # Words from one channel's arrival counter to the next (kTwoPhaseCounterWords in
 # kernels/batch_norm.cu): each on its own 128-byte L2 line.
 TWO_PHASE_COUNTER_WORDS = 32
@@ -913,7 +918,7 @@ def _two_phase_counters(p: Plan) -> int:
 
 
 def _two_phase_counter_bytes(p: Plan) -> int:
-    return -(-_two_phase_counters(p) * 4 // _TWO_PHASE_COUNTER_ALIGN) * _TWO_PHASE_COUNTER_ALIGN
+    return _counter_bytes(_two_phase_counters(p))
 
 
 def two_phase_scratch(p: Plan, chunks: int) -> tuple:
@@ -936,8 +941,9 @@ def _launch_two_phase(p: Plan, x: int, res: int, y: int, w: int, b: int, running
     lay = p.lay
     block = alloc(*two_phase_scratch(p, chunks))
     zero_async(block, 4 * _two_phase_counters(p), stream)
-    args = (x, res, y, lay.so, lay.sc, lay.I, p.ip, lay.O * p.ip, per_chunk, chunks, w, b, act, scalar_bits(param, p.acc), _f64(float(lay.O * lay.I)), _f64(eps),
-            _f64(factor), running_mean, running_var, mean, rstd, block + _two_phase_counter_bytes(p), block)
+    args = (x, res, y, lay.so, lay.sc, lay.I, p.ip, lay.O * p.ip, per_chunk, chunks, w, b, act,
+            scalar_bits(param, p.acc), _f64(float(lay.O * lay.I)), _f64(eps), _f64(factor), running_mean,
+            running_var, mean, rstd, block + _two_phase_counter_bytes(p), block)
     try:
         launch_cooperative(fn, lay.C * chunks, BLOCK, args, stream, 0)
     except CooperativeLaunchRefused:

@@ -27,6 +27,9 @@ from .._launch import (View, allow_nonportable_clusters, allow_smem, blocks_per_
 
 KERNEL_FILE = "layer_norm.cu"
 CLUSTER_FILE = "layer_norm_cluster.cu"  # sm_90+ only
+# A split forward tile's summary: its pivot, its mean less the pivot, its M2 (v113: tiles
+# each about their own pivot, merged in double; kTileStatWords in layer_norm.cu)
+TILE_STAT_WORDS = 3
 # Long rows on sm_90+ through a thread-block cluster (x read once) instead of the split path,
 # up to the largest cluster tile (_config.CLUSTER_SHAPES): measured in benchmarks/NOTES.md, v13.
 USE_CLUSTERS = True
@@ -375,7 +378,7 @@ def run_forward(plan: ForwardPlan, x: int, y: int, weight: int, bias: int, mean:
         launch(plan.kernels[0], plan.grid, plan.block, (*head, *plan.tail), stream, plan.smem)
         return
     m, n, tiles, acc, eps_bits = plan.m, plan.n, plan.tiles, plan.acc, plan.eps_bits
-    tile_stats = alloc((m, tiles, 2), acc)
+    tile_stats = alloc((m, tiles, TILE_STAT_WORDS), acc)
     row_shift = 0 if plan.rms else alloc((m, 2), acc)
     if rstd == 0:  # the split path passes the statistics between its kernels
         rstd = alloc((m,), acc)
@@ -396,7 +399,7 @@ def forward_scratch(plan: ForwardPlan, stats: bool) -> list:
     if plan.tiles == 1:
         return []
     m, acc = plan.m, plan.acc
-    out = [((m, plan.tiles, 2), acc)] + ([] if plan.rms else [((m, 2), acc)])
+    out = [((m, plan.tiles, TILE_STAT_WORDS), acc)] + ([] if plan.rms else [((m, 2), acc)])
     if not stats:
         out += [((m,), acc)] + ([] if plan.rms else [((m,), acc)])
     return out
