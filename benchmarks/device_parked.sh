@@ -251,6 +251,17 @@ for name in "${steps[@]}"; do
         echo "probe FAIL lines: $(grep -c FAIL "$out/v113-probe.txt")"
         step v113-sweep "$(cap 200)" python3 benchmarks/sweep_repivot.py --json "$out/sweep-v113.json"
         tail -13 "$out/v113-sweep.txt" ;;
+    v53)  # (no patch: on main's tree) BatchNorm's passes summing their statistics in double,
+        # the staged kernels re-pivoting far channels: the outlier-pivot tests, the probe, the
+        # sweep of the bench's shapes against the kernels before v53 (default plans and every
+        # forward through the passes), then the BatchNorm file's GPU tests, ~3 min
+        tests_step v53-outlier "$(cap 120)" -n 8 tests/test_batch_norm.py -m gpu -k outlier_pivot
+        step v53-probe "$(cap 60)" python3 benchmarks/probe_bn_outlier_pivot.py
+        echo "bn probe FAIL lines: $(grep -c FAIL "$out/v53-probe.txt") of $(grep -c "nchw\|nhwc" "$out/v53-probe.txt")"
+        step v53-sweep "$(cap 260)" python3 benchmarks/sweep_bn_variants.py --json "$out/sweep-v53.json" \
+            --variants default,bn_before_v53,passes_forward_all,passes_forward_all_before_v53,default_again
+        tail -40 "$out/v53-sweep.txt"
+        tests_step v53-tests "$(cap 200)" -n 8 tests/test_batch_norm.py -m gpu ;;
     bnpivot)  # (no patch) BatchNorm channels whose first element is an outlier against float64
         # (NOTES "BatchNorm's pivots"): the probe, FAIL lines counted, ~20-40 s
         step bnpivot "$(cap 90)" python3 benchmarks/probe_bn_outlier_pivot.py

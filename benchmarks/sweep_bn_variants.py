@@ -30,6 +30,13 @@ VARIANTS = {
     # the defaults once more, later in a sweep (the machine's drift between the two)
     "default_again": ((), 256, {}),
     "passes_forward": ((), 256, {"USE_STAGED": False}),
+    # v53: the kernels as before it (float sums in the passes and the two-phase forward, the
+    # host's partials still double; no re-pivot vote in the staged kernels), on the default
+    # plans and with every training forward through the passes
+    "bn_before_v53": (("-DCUNORM_BN_WIDE_SUMS=0", "-DCUNORM_REPIVOT=0"), 256, {}),
+    "passes_forward_all": ((), 256, {"USE_STAGED": False, "USE_STAGED_CL": False, "USE_TWO_PHASE": False}),
+    "passes_forward_all_before_v53": (("-DCUNORM_BN_WIDE_SUMS=0", "-DCUNORM_REPIVOT=0"), 256,
+                                      {"USE_STAGED": False, "USE_STAGED_CL": False, "USE_TWO_PHASE": False}),
     "passes": ((), 256, {"USE_STAGED": False, "USE_STAGED_BWD": False}),
     "staged_block_256": ((), 256, {"STAGED_BLOCKS": (256, 256)}),
     "staged_block_512": ((), 256, {"STAGED_BLOCKS": (512, 512)}),

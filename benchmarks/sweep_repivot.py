@@ -1,5 +1,5 @@
 """v113: LayerNorm forward rows whose pivot lies far from their mean taken again about pivot +
-mu (row_norm.cuh pivot_far; ``repivot``, kernels built as by default) against builds without
+mu (common.cuh pivot_far; ``repivot``, kernels built as by default) against builds without
 the check (``repivot_off``: ``-DCUNORM_REPIVOT=0``). The benchmark's rows are N(0, 1): a row
 re-pivots about once in 16000, so the sweep measures what the check and the loop around the
 statistics cost the hot path (the register tiles gained 4-8 registers, NVRTC 13.0 sm_90); the

@@ -408,25 +408,50 @@ __device__ __forceinline__ typename ActOf<ACT>::type act_tag(int id) {
 }
 
 // ---- forward statistics -------------------------------------------------------------------
+// v53: the passes' and the two-phase forward's statistics summed in double (StatSum), from
+// each element to the partials (part [C, chunks, 2] is double for every x dtype): x - pivot
+// widened and its square and running sums keep ~53 bits, so var = q / n - shift^2 cancels
+// no digits that matter. In float they lost about eps * R * k of var (R = shift^2 / var, at
+// most n since the pivot is one of the channel's elements; k values a thread): a channel
+// whose first element alone carries its variance (x[0] = 600 among N(0, 1) values; a dead
+// ReLU channel with one live value) came out up to 520x float32's tolerance (NOTES
+// "BatchNorm's pivots"). The staged kernels keep float sums and re-pivot a far channel on
+// chip instead (stage_far): double sums cost them up to 0.066 of copy (NOTES "BatchNorm v53").
+// CUNORM_BN_WIDE_SUMS=0: the float sums (sweeps; the host still allocates double partials).
+#ifndef CUNORM_BN_WIDE_SUMS
+#define CUNORM_BN_WIDE_SUMS 1
+#endif
+template <bool B, typename X, typename Y> struct Pick { typedef X type; };
+template <typename X, typename Y> struct Pick<false, X, Y> { typedef Y type; };
+template <typename A>
+using StatSum = typename Pick<CUNORM_BN_WIDE_SUMS != 0, double, A>::type;
+
+// x - pivot in A, then widened to the sums' S: exact for half precision x (at most 11
+// significant bits each), one rounding for float32 (relative to the difference itself: var
+// then errs by about 3 eps sqrt(n) at worst, R = n); the pivots stay in A (fewer registers).
+template <typename S, typename A>
+__device__ __forceinline__ S centred(A v, A pivot) { return S(v - pivot); }
+
 // Partial (sum(x - K), sum((x - K)^2)) per channel and chunk -> part [C, chunks, 2], K the
 // channel's first element: all partials of a channel share it, so they simply add up, and the
 // shift keeps the digits a large common offset would cost. The counts are the host's.
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBnBlock)
 bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 I, i64 IP, i64 packs, i64 per_chunk,
-            typename AccOf<T>::type* __restrict__ part) {
+            double* __restrict__ part) {
   typedef typename AccOf<T>::type A;
+  typedef StatSum<A> S;
   constexpr int U = unroll_of<T, VEC, kStatsInflightBytes>();
-  __shared__ A smem[2 * kWarp];
+  __shared__ S smem[2 * kWarp];
   const i64 c = blockIdx.y;
   const T* xc = x + c * sc;
   const A K = cvt<A>(xc[0]);
   const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(packs, p0 + per_chunk);
-  A s = A(0), q = A(0);
+  S s = S(0), q = S(0);
   const auto add = [&](const Pack<T, VEC>& v, const Slot& sl) {
     A xv[VEC];
     unpack(v, xv);
-    each<VEC>(sl, [&](int k) { const A d = xv[k] - K; s += d; q += d * d; });
+    each<VEC>(sl, [&](int k) { const S d = centred<S>(xv[k], K); s += d; q += d * d; });
   };
   if constexpr (ring_packs<T, VEC>()) {
     __shared__ ClRing<(kClRing > 1 ? kClRing : 2), 1, T, VEC> ring;
@@ -445,29 +470,31 @@ bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 I, i64 IP, i64 packs, i
   }
   group_sum2<kBnBlock>(s, q, smem);
   if (threadIdx.x == 0) {
-    A* out = part + (c * gridDim.x + blockIdx.x) * 2;
-    out[0] = s; out[1] = q;
+    double* out = part + (c * gridDim.x + blockIdx.x) * 2;
+    out[0] = double(s); out[1] = double(q);
   }
 }
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBnBlock)
 bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cshift,
-            typename AccOf<T>::type* __restrict__ part) {
+            double* __restrict__ part) {
   typedef typename AccOf<T>::type A;
+  typedef StatSum<A> S;
   constexpr int U = unroll_of<T, VEC, kStatsInflightBytes>();
-  __shared__ A red[kBnBlock * VEC];
+  __shared__ S red[kBnBlock * VEC];
   const ClTile t(cshift, VEC);
   const bool ok_c = t.c < C;  // VEC > 1 only when C % VEC == 0
   const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(O, p0 + per_chunk);
-  A K[VEC], s[VEC], q[VEC];
+  A K[VEC];
+  S s[VEC], q[VEC];
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) { K[k] = A(0); s[k] = A(0); q[k] = A(0); }
+  for (int k = 0; k < VEC; ++k) { K[k] = A(0); s[k] = S(0); q[k] = S(0); }
   const auto add = [&](const Pack<T, VEC>& v) {
     A xv[VEC];
     unpack(v, xv);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) { const A d = xv[k] - K[k]; s[k] += d; q[k] += d * d; }
+    for (int k = 0; k < VEC; ++k) { const S d = centred<S>(xv[k], K[k]); s[k] += d; q[k] += d * d; }
   };
   if constexpr (ring_packs<T, VEC>()) {
     __shared__ ClRing<(kClRing > 1 ? kClRing : 2), 1, T, VEC> ring;
@@ -493,8 +520,8 @@ bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cs
   if (t.ty == 0 && ok_c) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      A* out = part + ((t.c + k) * gridDim.x + blockIdx.x) * 2;
-      out[0] = s[k]; out[1] = q[k];
+      double* out = part + ((t.c + k) * gridDim.x + blockIdx.x) * 2;
+      out[0] = double(s[k]); out[1] = double(q[k]);
     }
   }
 }
@@ -582,11 +609,11 @@ __device__ __forceinline__ void flat_pack(int u, const FlatShare& sh, int I, con
 // boundary keep 0), then a thread a channel adds its packs in order (deterministic), q times
 // q_scale[c] where given, into slot 2 g + (k - the channel's first piece) of part
 // [C, 2 * groups, 2]; a channel that lies in one piece gets zeros in its second slot.
-template <int VEC, int P, typename A>
+template <int VEC, int P, typename A, typename Out>
 __device__ __forceinline__ void flat_sums_write(const int (&pj)[P], const int (&pcut)[P], const A (&as)[P],
                                                 const A (&aq)[P], const A (&bs)[P], const A (&bq)[P],
                                                 const FlatShare& sh, int I, int L, int groups, A* lo_s, A* lo_q,
-                                                A* hi_s, A* hi_q, const A* q_scale, A* part) {
+                                                A* hi_s, A* hi_q, const A* q_scale, Out* part) {
 #pragma unroll
   for (int u = 0; u < P; ++u) {
     const int pl = threadIdx.x + u * kBnBlock;
@@ -603,21 +630,21 @@ __device__ __forceinline__ void flat_sums_write(const int (&pj)[P], const int (&
     A ss = hi_s[j], qq = hi_q[j];
     for (int pl = a; pl < b; ++pl) { ss += lo_s[pl]; qq += lo_q[pl]; }
     const i64 first = c * I / L;
-    A* out = part + (c * 2 * groups + 2 * sh.g + (sh.k - first)) * 2;
-    out[0] = ss; out[1] = q_scale ? qq * q_scale[c] : qq;
-    if (sh.k == first && c * I + I <= sh.e1) { out[2] = A(0); out[3] = A(0); }  // the channel's one piece
+    Out* out = part + (c * 2 * groups + 2 * sh.g + (sh.k - first)) * 2;
+    out[0] = Out(ss); out[1] = Out(q_scale ? qq * q_scale[c] : qq);
+    if (sh.k == first && c * I + I <= sh.e1) { out[2] = Out(0); out[3] = Out(0); }  // the channel's one piece
   }
 }
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kBnBlock, CUNORM_BN_FLAT_STATS_MIN_BLOCKS)
-bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int groups,
-              typename AccOf<T>::type* __restrict__ part) {
+bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int groups, double* __restrict__ part) {
   typedef typename AccOf<T>::type A;
+  typedef StatSum<A> S;
   constexpr int P = kFlatStatsPacks, D = kFlatStatsDepth;
   __shared__ A pivot[kFlatChannels];
-  __shared__ A lo_s[kBnBlock * P], lo_q[kBnBlock * P];  // a pack's part in its first channel
-  __shared__ A hi_s[kFlatChannels], hi_q[kFlatChannels];  // a channel's part in the pack it starts inside
+  __shared__ S lo_s[kBnBlock * P], lo_q[kBnBlock * P];  // a pack's part in its first channel
+  __shared__ S hi_s[kFlatChannels], hi_q[kFlatChannels];  // a channel's part in the pack it starts inside
   const FlatShare sh(CI, I, L, O, G, groups, VEC);
   const T* xt = x + sh.e0 + threadIdx.x * VEC;  // this thread's first pack, image 0 (then + o * CI)
   // D images' packs a thread in flight at once, the first D's while the pivots are staged
@@ -633,17 +660,18 @@ bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int g
   load_images(sh.o0);
   for (int j = threadIdx.x; j < sh.nch; j += kBnBlock) {
     pivot[j] = cvt<A>(x[i64(sh.c0 + j) * I]);
-    hi_s[j] = A(0); hi_q[j] = A(0);  // stays 0 for channels that start on a pack boundary
+    hi_s[j] = S(0); hi_q[j] = S(0);  // stays 0 for channels that start on a pack boundary
   }
   __syncthreads();
   // This thread's packs are the same in every image: their parts add up over the images in
   // registers (a, the pack's first channel j; b, channel j + 1 from element cut on).
   int pj[P], pcut[P];
-  A ka[P], kb[P], as[P], aq[P], bs[P], bq[P];
+  A ka[P], kb[P];
+  S as[P], aq[P], bs[P], bq[P];
 #pragma unroll
   for (int u = 0; u < P; ++u) {
     flat_pack<VEC>(u, sh, I, pivot, pj[u], pcut[u], ka[u], kb[u]);
-    as[u] = aq[u] = bs[u] = bq[u] = A(0);
+    as[u] = aq[u] = bs[u] = bq[u] = S(0);
   }
 #pragma unroll 1
   for (int o = sh.o0; o < sh.o1; o += D) {
@@ -657,14 +685,14 @@ bn_stats_flat(const T* __restrict__ x, i64 CI, int I, int L, int O, int G, int g
           const int cut = per_trip(pcut[u], o + d);
 #pragma unroll
           for (int e = 0; e < VEC; ++e) {
-            const A dv = xv[e] - (e < cut ? ka[u] : kb[u]);
+            const S dv = centred<S>(xv[e], e < cut ? ka[u] : kb[u]);
             if (e < cut) { as[u] += dv; aq[u] += dv * dv; } else { bs[u] += dv; bq[u] += dv * dv; }
           }
         }
     if (o + D < sh.o1) load_images(o + D);
   }
   flat_sums_write<VEC, P>(pj, pcut, as, aq, bs, bq, sh, I, L, groups, lo_s, lo_q, hi_s, hi_q,
-                          static_cast<const A*>(nullptr), part);
+                          static_cast<const S*>(nullptr), part);
 }
 
 // A channel's (sum, sum of squares) or (sum dz, sum dz * xhat) from its chunks' partials,
@@ -737,7 +765,7 @@ __device__ __forceinline__ void store_moments(i64 c, ChannelMoments mo, double n
 // a fixed tree.
 template <typename T, typename R>
 __global__ void __launch_bounds__(128)
-bn_finalize(const T* __restrict__ x, i64 pivot_stride, const typename AccOf<T>::type* __restrict__ part,
+bn_finalize(const T* __restrict__ x, i64 pivot_stride, const double* __restrict__ part,
             i64 chunks, i64 C, double count, double eps, double factor, R* __restrict__ running_mean,
             R* __restrict__ running_var, typename AccOf<T>::type* __restrict__ mean,
             typename AccOf<T>::type* __restrict__ rstd) {
@@ -909,13 +937,14 @@ bn_fwd_two_phase_nc(const T* __restrict__ x, const T* __restrict__ res, T* __res
                     int act, typename AccOf<T>::type param, double count, double eps, double factor,
                     R* __restrict__ running_mean, R* __restrict__ running_var,
                     typename AccOf<T>::type* __restrict__ mean, typename AccOf<T>::type* __restrict__ rstd,
-                    typename AccOf<T>::type* __restrict__ part, unsigned* __restrict__ counters) {
+                    double* __restrict__ part, unsigned* __restrict__ counters) {
 #if !defined(CUNORM_HIP)
   typedef typename AccOf<T>::type A;
+  typedef StatSum<A> S;
   static_assert(sizeof(Pack<T, VEC>) == 16, "the ring's 16-byte packs");
   constexpr int RING = two_phase_ring<RES>();
   constexpr int NS = RES ? 2 : 1;
-  __shared__ A smem[2 * kWarp];
+  __shared__ S smem[2 * kWarp];
   __shared__ ClRing<RING, NS, T, VEC> ring;
   __shared__ A cons[2];  // the channel's mean and rstd
   const int t = threadIdx.x;
@@ -924,7 +953,7 @@ bn_fwd_two_phase_nc(const T* __restrict__ x, const T* __restrict__ res, T* __res
   const T* xc = x + base;
   const A pivot = cvt<A>(xc[0]);
   const i64 p0 = chunk * per_chunk, p1 = min(packs, p0 + per_chunk);
-  A s = A(0), q = A(0);
+  S s = S(0), q = S(0);
   {
     const T* src[NS];
     src[0] = xc;
@@ -932,21 +961,21 @@ bn_fwd_two_phase_nc(const T* __restrict__ x, const T* __restrict__ res, T* __res
     walk_nc_ring(xc, p0, p1, so, I, IP, src, ring, [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
       A xv[VEC];
       unpack(v[0], xv);
-      each<VEC>(sl, [&](int k) { const A d = xv[k] - pivot; s += d; q += d * d; });
+      each<VEC>(sl, [&](int k) { const S d = centred<S>(xv[k], pivot); s += d; q += d * d; });
     });
   }
   group_sum2<kBnBlock>(s, q, smem);
   if (t == 0) {
-    A* out = part + (c * chunks + chunk) * 2;
-    out[0] = s; out[1] = q;
+    double* out = part + (c * chunks + chunk) * 2;
+    out[0] = double(s); out[1] = double(q);
     grid_arrive(counters + c * kTwoPhaseCounterWords);
   }
   grid_wait(counters + c * kTwoPhaseCounterWords, unsigned(chunks));
   if (t < kWarp) {  // bn_finalize's fold: lanes over the chunks in order, in double, then a tree
     double fs = 0, fq = 0;
     for (int k = t; k < chunks; k += kWarp) {
-      const A* pk = part + (c * chunks + k) * 2;
-      fs += double(__ldcg(pk)); fq += double(__ldcg(pk + 1));
+      const double* pk = part + (c * chunks + k) * 2;
+      fs += __ldcg(pk); fq += __ldcg(pk + 1);
     }
     fs = group_warp_sum<kWarp>(fs);
     fq = group_warp_sum<kWarp>(fq);
@@ -1433,7 +1462,7 @@ __global__ void __launch_bounds__(kBnBlock, (flat_min_blocks<T, ACT, false>()))
 bn_apply_flat(const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ y, i64 CI, int I, i64 L, int O,
               typename AccOf<T>::type* __restrict__ mean, typename AccOf<T>::type* __restrict__ rstd,
               const W* __restrict__ w, const W* __restrict__ b, int act, typename AccOf<T>::type param,
-              const typename AccOf<T>::type* __restrict__ part, i64 chunks, double count, double eps, double factor,
+              const double* __restrict__ part, i64 chunks, double count, double eps, double factor,
               R* __restrict__ running_mean, R* __restrict__ running_var) {
   typedef typename AccOf<T>::type A;
   constexpr int U = unroll_of<T, VEC>();
@@ -1772,6 +1801,17 @@ __device__ __forceinline__ void staged_cluster_end() {
 #endif
 }
 
+// v53: whether the stage's statistics go again about each channel's pivot + shift, the
+// pivot (the channel's first element) lying far from the mean of one of the stage's
+// channels (common.cuh pivot_far; `far` this thread's channel's answer, false where it has
+// none): the float sums of x - pivot lose about eps * R * k of var (R = shift^2 / var, at
+// most the channel's count), which read y up to 520x float32's tolerance (NOTES "BatchNorm's
+// pivots"); about pivot + shift they keep it. The data are on chip, so only such a stage
+// pays (a second walk and exchange): every block of a stage holds the same bits of its
+// sums, so all take the same branch. All threads call it (a block barrier; none where
+// CUNORM_REPIVOT is 0: the kernels as before v53, for sweeps).
+__device__ __forceinline__ bool stage_far(bool far) { return CUNORM_REPIVOT && __syncthreads_or(far) != 0; }
+
 // CLUSTER (v17): a stage too large for one block's shared memory (56 x
 // 56 planes) splits its images over the K blocks of a cluster; each block sums its images
 // about the channel's first element read from global memory (the pivot every block shares)
@@ -1811,21 +1851,31 @@ __device__ __forceinline__ void staged_forward(const T* __restrict__ x, const T*
   __syncthreads();
   T* sx = reinterpret_cast<T*>(staged);
   if (!CLUSTER && active) pivot = cvt<A>(sx[gI]);  // the channel's first element
-  A s = A(0), q = A(0);
-  if (active)
-    walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int, int) {
-      A v[EPW];
-      unpack_words(staged_word<T, EPW>(sx + off), v);
-#pragma unroll
-      for (int e = 0; e < EPW; ++e) {
-        const A d = v[e] - pivot;
-        s += d;
-        q += d * d;
-      }
-    });
-  staged_group_sum2<kWarps>(s, q, red, wpc);
-  if (CLUSTER) staged_cluster_sum2(s, q, xpart, g, lane, K);
   const double n = double(O_total) * double(I);
+  A s, q;
+#pragma unroll 1
+  for (int pass = 0;; ++pass) {  // (v53: a second pass about pivot + shift where stage_far)
+    s = q = A(0);
+    if (active)
+      walk_staged(lane, lanes, O, I, EPW, GI, gI, [&](int off, int, int) {
+        A v[EPW];
+        unpack_words(staged_word<T, EPW>(sx + off), v);
+#pragma unroll
+        for (int e = 0; e < EPW; ++e) {
+          const A d = v[e] - pivot;
+          s += d;
+          q += d * d;
+        }
+      });
+    staged_group_sum2<kWarps>(s, q, red, wpc);
+    if (CLUSTER) {
+      if (pass == 1) staged_cluster_end();  // every block has read the others' first xpart
+      staged_cluster_sum2(s, q, xpart, g, lane, K);
+    }
+    const A shift = s / A(n);
+    if (pass == 1 || !stage_far(active && pivot_far(shift, q / A(n) - shift * shift))) break;
+    pivot += shift;
+  }
   if (active) {
     const Channel<A> ch = staged_channel(c, s, q, pivot, n, eps, factor, writer, rm, rv, running_mean, running_var,
                                          mean, rstd, wc, bc);
@@ -2265,34 +2315,49 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
   const A wc = owner && w ? cvt<A>(w[c]) : A(1), bc = owner && b ? cvt<A>(b[c]) : A(0);
   const A rm = writer && running_mean ? cvt<A>(running_mean[c]) : A(0);
   const A rv = writer && running_var ? cvt<A>(running_var[c]) : A(0);
-  const A pivot = owner ? cvt<A>(x[c * I]) : A(0);
+  A pivot = owner ? cvt<A>(x[c * I]) : A(0);
   if (lane == 0) pivots[warp] = pivot;  // zeros past the stage's channels: never summed, never stored
   const int M = CUNORM_BN_SPAN_FWD_PIECES ? M_arg : 1;
   const int IW = I / M, GW = G * IW;  // the walk's images: O M of GW elements
   const Span sw(G, IW, count, BLOCK);
   T* sx = reinterpret_cast<T*>(staged) + sw.e0;  // this thread's word in image 0
   A ls = A(0), lq = A(0), hs = A(0), hq = A(0);
+  // a word's sums (images from next to end) about its channels' pivots
+  const auto sum_words = [&](int& next, int end) {
+    const A pl = pivots[sw.lo], ph = pivots[sw.hi];
+    span_images_upto(sw, next, end, [&](int o, int cut, int) {
+      A v[VEC];
+      unpack_words(staged_word<T, VEC>(sx + o * GW), v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A d = v[e] - (e < cut ? pl : ph);
+        if (e < cut) { ls += d; lq += d * d; } else { hs += d; hq += d * d; }
+      }
+    });
+  };
   int next = sw.row;  // this thread's next image, part to part
 #pragma unroll
   for (int p = 0; p < kParts; ++p) {
     copies_wait_upto(kParts - 1 - p);
     __syncthreads();  // the part's copies (and, the first time, the pivots) seen by the block
-    if (sw.live) {
-      const A pl = pivots[sw.lo], ph = pivots[sw.hi];
-      span_images_upto(sw, next, part_end(p) * M, [&](int o, int cut, int) {
-        A v[VEC];
-        unpack_words(staged_word<T, VEC>(sx + o * GW), v);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          const A d = v[e] - (e < cut ? pl : ph);
-          if (e < cut) { ls += d; lq += d * d; } else { hs += d; hq += d * d; }
-        }
-      });
-    }
+    if (sw.live) sum_words(next, part_end(p) * M);
   }
   A s, q;
   span_stage_sum2<CLUSTER>(s, q, ls, lq, hs, hq, sm, sw, owner, warp, lane, GW, IW, K);
   const double n = double(O_total) * double(I);
+  {  // v53: the stage once more about each channel's pivot + shift where stage_far
+    const A shift = s / A(n);
+    if (stage_far(owner && pivot_far(shift, q / A(n) - shift * shift))) {
+      pivot += shift;
+      if (lane == 0) pivots[warp] = pivot;
+      __syncthreads();
+      ls = lq = hs = hq = A(0);
+      next = sw.row;
+      if (sw.live) sum_words(next, O * M);
+      if (CLUSTER) staged_cluster_end();  // every block has read the others' first xpart
+      span_stage_sum2<CLUSTER>(s, q, ls, lq, hs, hq, sm, sw, owner, warp, lane, GW, IW, K);
+    }
+  }
   if (lane == 0) {
     Channel<A> ch{A(0), A(0), A(0)};
     if (owner)
@@ -2656,9 +2721,14 @@ __device__ __forceinline__ A cl_fold_spread(const A* parts, int G, int K, A* red
 // same bits in every block. All threads call it; it ends with a block barrier.
 template <int BLOCK, int VEC, bool CLUSTER, typename A, typename Scratch>
 __device__ __forceinline__ void cl_stage_sums(A (&s)[VEC], A (&q)[VEC], Scratch& sm, int G, int wpp, int cw, int K,
-                                              ClGridExchange<A> xg, const ClPart& pt) {
+                                              ClGridExchange<A> xg, const ClPart& pt, int round = 0) {
   constexpr int kWarps = BLOCK / kWarp;
   A *red = sm.red, *xpart = sm.xpart, *tot = sm.tot();
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(CUNORM_HIP)
+  // a second round (v53's re-pivot): the first one's arrive waited for, so every block has
+  // read this one's xpart before it is written again
+  if (CLUSTER && !xg.counters && round > 0) cluster_wait();
+#endif
   for (int m = wpp; m < kWarp; m <<= 1)  // the lanes of one word are wpp apart
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
@@ -2684,7 +2754,7 @@ __device__ __forceinline__ void cl_stage_sums(A (&s)[VEC], A (&q)[VEC], Scratch&
     if (t < 2 * G) xg.parts[(first + pt.rank) * 2 * G + t] = xpart[t];
     __syncthreads();
     if (t == 0) grid_arrive(xg.counters + pt.stage);
-    grid_wait(xg.counters + pt.stage, unsigned(K));
+    grid_wait(xg.counters + pt.stage, unsigned(K * (round + 1)));  // (each round K arrivals)
     if (CUNORM_BN_CL_GRID_FOLD && K > kClClusterMax) {
       const A sum = cl_fold_spread<BLOCK>(xg.parts + first * 2 * G, G, K, red);
       if (t < 2 * G) tot[t] = sum;
@@ -2789,7 +2859,7 @@ bn_fwd_staged_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restri
     const bool chan = t < count, writer = chan && pt.rank == 0;
     const i64 c = c0 + t;
     const A wc = chan && w ? cvt<A>(w[c]) : A(1), bc = chan && b ? cvt<A>(b[c]) : A(0);
-    const A pc = chan ? cvt<A>(x[c]) : A(0);
+    A pc = chan ? cvt<A>(x[c]) : A(0);
     const A rm = writer && running_mean ? cvt<A>(running_mean[c]) : A(0);
     const A rv = writer && running_var ? cvt<A>(running_var[c]) : A(0);
     A s[VEC], q[VEC];
@@ -2815,10 +2885,29 @@ bn_fwd_staged_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restri
         for (int o = wd.row; o < O; o += wd.rows) sum_at(o);
     }
     cl_stage_sums<BLOCK, VEC, CLUSTER>(s, q, sm, G, 1 << wshift, wd.cw, K, xg, pt);
+    const double n = double(O_total);
+    {  // v53: the stage once more about each channel's pivot + shift where stage_far
+      const A shift = chan ? tot[t] / A(n) : A(0);
+      if (stage_far(chan && pivot_far(shift, tot[G + t] / A(n) - shift * shift))) {
+        if (t < G) sm.cons[t] = pc + shift;  // (cons is free until the fold below)
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          pivot[e] = wd.cw + e < count ? sm.cons[wd.cw + e] : A(0);
+          s[e] = q[e] = A(0);
+        }
+        if (t < G) pc = sm.cons[t];
+        if (active)  // (fused: each thread's own copies, landed)
+          for (int o = wd.row; o < O; o += wd.rows) sum_at(o);
+        // the grid exchange's second round in the second half of the host's scratch
+        const i64 region = i64((C + G - 1) / G) * K * 2 * G;
+        const ClGridExchange<A> xg2{xg.counters ? xg.parts + region : nullptr, xg.counters};
+        cl_stage_sums<BLOCK, VEC, CLUSTER>(s, q, sm, G, 1 << wshift, wd.cw, K, xg2, pt, 1);
+      }
+    }
     if (t < G) {  // channel t's constants (zeros past C: computed on, never stored)
       A cm = A(0), cs = A(0);
       if (chan) {
-        const double n = double(O_total);
         const StagedMoments<A> mo(tot[t], tot[G + t], pc, A(n), eps);
         cm = mo.mean;
         cs = mo.rstd * wc;

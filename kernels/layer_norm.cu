@@ -162,7 +162,7 @@ __device__ __forceinline__ void fwd_rows_in_smem(const T* __restrict__ x, const 
     // that magnitude (v31: rows offset by 1e4, N = 4096: max |error| 5.8e-7 -> 4.9e-4).
     constexpr bool kShiftOnce = CUNORM_FWD_SHIFT_ONCE && sizeof(T) < sizeof(A);
     auto centred = [&](A value) { return kShiftOnce ? value - shift : value - pivot - mu; };
-    // the two passes, and (v113, row_norm.cuh pivot_far) again about pivot + mu for a row far
+    // the two passes, and (v113, common.cuh pivot_far) again about pivot + mu for a row far
     // from its pivot, with every row it shares barriers with
 #pragma unroll 1
     for (int pass = 0; two_passes; ++pass) {
@@ -305,7 +305,7 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
       // the tile's first element (v113: a split row's tiles each about their own, merged in
       // double by norm_fwd_finalize)
       if constexpr (!RMS) pivot = cvt<A>(xrow[c0]);
-      // v113 (row_norm.cuh pivot_far): a tile far from its pivot is reloaded (v holds x -
+      // v113 (common.cuh pivot_far): a tile far from its pivot is reloaded (v holds x -
       // pivot - mu, rounded) and centred again about pivot + mu, with every group it shares
       // barriers with (those about their own pivot + mu: as good a pivot); one copy of the
       // loop's body (two copies spilled 8-12 bytes in float32 tiles).

@@ -456,7 +456,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     }
     ++exchange;
   };
-  // two_pass, then (v113, row_norm.cuh pivot_far) again about pivot + mu for a row whose
+  // two_pass, then (v113, common.cuh pivot_far) again about pivot + mu for a row whose
   // pivot lies far from its mean: its slice is still held, one more exchange. Uniform over
   // the cluster (the same bits in every block; the vote shows the compiler the branch
   // uniform over the warp, as v90's and v112's).

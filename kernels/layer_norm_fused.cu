@@ -202,7 +202,7 @@ norm_fwd_fused(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), const R* __res
       centre = mu;
     } else {  // (after a one pass it does not trust, v holds x - pivot)
       var = centre_tile<VEC, PACKS, TPR, RMS>(v, limit, lane, kOnePass ? A(0) : pivot, smem, mu) / A(N);
-      // v113 (row_norm.cuh pivot_far): a row far from its pivot, reloaded and centred again
+      // v113 (common.cuh pivot_far): a row far from its pivot, reloaded and centred again
       // about pivot + mu, with every group it shares barriers with
       if constexpr (!RMS) {
         if (groups_any<TPR>(row_ok && pivot_far(mu, var))) {

@@ -291,22 +291,6 @@ __device__ __forceinline__ bool one_pass_trusted(A mu, A var) {
   return mu * mu <= A(TRUST) * var;
 }
 
-// v113: a LayerNorm row whose pivot (its first element) lies more than four standard
-// deviations from its mean (mu^2 > kRepivotFar var, mu the mean less the pivot) takes its
-// statistics again about pivot + mu, within rounding of the mean: every d = x - pivot is
-// then about the pivot's distance, and float32 sums of them lose the mean's low digits
-// (rows of 32768 with x[0] = 600: y 1.3x float32's tolerance; NOTES "Rows whose first
-// element is an outlier"). Ordinary rows take it about once in 16000. NaN and inf rows:
-// false. 0: never (as before v113).
-#ifndef CUNORM_REPIVOT
-#define CUNORM_REPIVOT 1
-#endif
-constexpr int kRepivotFar = 16;
-template <typename A>
-__device__ __forceinline__ bool pivot_far(A mu, A var) {
-  return CUNORM_REPIVOT && mu * mu > A(kRepivotFar) * var;
-}
-
 // Whether `flag` holds in any row group that shares barriers with this one (group_sum2_any's
 // answer without the sums): a branch on it is uniform wherever the reductions inside need
 // every thread.

@@ -411,6 +411,72 @@ def apply_path(request, monkeypatch):
     yield from _replanned(request.param)
 
 
+# BatchNorm v53: channels whose first element (every path's pivot) lies far from their mean.
+# Channel 0: N(0, 1) with x[0] = 600; 1: x[0] = -1e4; 2: 1e3 + N(0, 1) with x[0] = 0; the
+# rest plain. Summed in float, main read y up to 520x float32's tolerance on every path
+# (probe_bn_outlier_pivot.py, NOTES "BatchNorm's pivots"). Shapes (NCHW; NHWC the same
+# channels last): 7 x 7 planes (span kernels; the flat passes), 28 x 28 (bn_fwd_staged),
+# 56 x 56 (clusters), 112 x 112 (the two-phase forward), and their channels-last stages.
+OUTLIER_SHAPES = [(8, 16, 7, 7), (16, 32, 28, 28), (8, 64, 56, 56), (4, 8, 112, 112)]
+OUTLIER_DTYPES = [(numpy.dtype(numpy.float32), numpy.float32), (BFLOAT16, numpy.float32)]
+
+
+def _outlier_channels_case(rng, shape, channel_axis, dtype, pdtype):
+    """The training forward's y, mean, rstd and running statistics against float64 for x with
+    the three outlier channels (shape NCHW, laid out channels last where channel_axis is -1)."""
+    import cupy
+
+    phys = shape if channel_axis == 1 else (shape[0], *shape[2:], shape[1])
+    hx = rng.standard_normal(phys).astype(numpy.float32)
+    first = (lambda c: (0, c, 0, 0)) if channel_axis == 1 else (lambda c: (0, 0, 0, c))
+    hx[first(0)] = 600.0
+    hx[first(1)] = -1e4
+    hx[(slice(None), 2) if channel_axis == 1 else (Ellipsis, 2)] += 1e3
+    hx[first(2)] = 0.0
+    hx = hx.astype(dtype)
+    C = shape[1]
+    hw = rng.uniform(0.5, 1.5, C).astype(pdtype)
+    hb = rng.uniform(-0.5, 0.5, C).astype(pdtype)
+    rm, rv = numpy.zeros(C, pdtype), numpy.ones(C, pdtype)
+    rm_ref, rv_ref = rm.astype(numpy.float64), rv.astype(numpy.float64)
+    ry, rmean, rrstd = reference.batch_norm(hx, hw, hb, rm_ref, rv_ref, training=True, channel_axis=channel_axis,
+                                            return_stats=True)
+    grm, grv = cupy.asarray(rm), cupy.asarray(rv)
+    y, mean, rstd = cunorm.batch_norm(cupy.asarray(hx), cupy.asarray(hw), cupy.asarray(hb), grm, grv,
+                                      training=True, channel_axis=channel_axis, return_stats=True)
+    assert_close("y", y, ry, *tol(dtype))
+    assert_close("mean", mean, rmean, 1e-5, 1e-5)
+    assert_close("rstd", rstd, rrstd, 1e-4, 1e-4)
+    assert_close("running_mean", grm, rm_ref, *tol(pdtype))
+    assert_close("running_var", grv, rv_ref, *tol(pdtype))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
+@pytest.mark.parametrize("dtype,pdtype", OUTLIER_DTYPES, ids=["fp32", "bf16_fp32params"])
+@pytest.mark.parametrize("shape", OUTLIER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_staged_outlier_pivot_channels(rng, shape, dtype, pdtype, channel_axis):
+    """The default plans: the staged, span and channels-last stages, the two-phase forward."""
+    _outlier_channels_case(rng, shape, channel_axis, dtype, pdtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
+@pytest.mark.parametrize("dtype,pdtype", OUTLIER_DTYPES, ids=["fp32", "bf16_fp32params"])
+@pytest.mark.parametrize("shape", OUTLIER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_passes_outlier_pivot_channels(rng, shape, dtype, pdtype, channel_axis, apply_path):
+    """The passes: bn_stats_nc / bn_stats_cl / bn_stats_flat, then bn_finalize or the flat
+    apply's own fold."""
+    _outlier_channels_case(rng, shape, channel_axis, dtype, pdtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,pdtype", OUTLIER_DTYPES, ids=["fp32", "bf16_fp32params"])
+@pytest.mark.parametrize("shape", OUTLIER_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gpu_two_phase_outlier_pivot_channels(rng, shape, dtype, pdtype, two_phase):
+    _outlier_channels_case(rng, shape, 1, dtype, pdtype)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("channel_axis", [1, -1], ids=["nc", "cl"])
 @pytest.mark.parametrize("dtype,pdtype", [DTYPES[0], DTYPES[2]], ids=[DTYPE_IDS[0], DTYPE_IDS[2]])

@@ -22,6 +22,14 @@ from ._row_norm import _b
 KERNEL_FILE = "batch_norm.cu"
 BLOCK = 256  # = kBnBlock
 MAX_GRID_Y = 65535
+# BatchNorm v53: the passes' and the two-phase forward's training statistics summed in double,
+# their partials float64 for every x dtype (the kernels' StatSum, CUNORM_BN_WIDE_SUMS):
+# summed about a channel's first element in float they lost up to 520x float32's tolerance
+# where that element lay far from the mean (probe_bn_outlier_pivot.py on an H100, NOTES
+# "BatchNorm's pivots"). The staged kernels keep float sums and re-pivot such a channel on
+# chip (their grid exchange takes a second round: STAGED_CL_FWD_ROUNDS).
+STAT_SUM_DTYPE = numpy.dtype(numpy.float64)
+STAT_SUM_BYTES = STAT_SUM_DTYPE.itemsize
 # Blocks a pass aims for, per SM: channel-major 8, channels-last 4 (sweep_bn_config.py on the
 # H200, NOTES "BatchNorm v2": 4 lifted the nhwc cases by up to +0.08 of copy, bf16 (64, 1024,
 # 14, 14) 0.27 -> 0.35, and cost nchw (128, 64, 112, 112) 0.04-0.07, so the layouts differ).
@@ -634,19 +642,23 @@ def _cl_counter_bytes(st: StagedCl) -> int:
     return _counter_bytes(st.blocks // st.cluster)
 
 
-def staged_cl_scratch(st: StagedCl, acc) -> tuple:
+STAGED_CL_FWD_ROUNDS = 2  # the forward's exchange rounds: its sums, then (v53) again about far pivots
+
+
+def staged_cl_scratch(st: StagedCl, acc, rounds: int = 1) -> tuple:
     """The (shape, dtype) of a grid-exchange launch's scratch block: a counter a stage (the
-    host zeroes them), then 2 * G sums a block in the accumulation dtype."""
+    host zeroes them), then 2 * G sums a block in the accumulation dtype, for each of
+    ``rounds`` exchanges (the forward's STAGED_CL_FWD_ROUNDS, each its own region)."""
     acc = numpy.dtype(acc)
-    return ((_cl_counter_bytes(st) // acc.itemsize + st.blocks * 2 * st.channels,), acc)
+    return ((_cl_counter_bytes(st) // acc.itemsize + rounds * st.blocks * 2 * st.channels,), acc)
 
 
-def _cl_exchange(st: StagedCl, acc, alloc, stream: int) -> tuple:
+def _cl_exchange(st: StagedCl, acc, alloc, stream: int, rounds: int = 1) -> tuple:
     """(parts, counters) pointers for the kernels: a zeroed scratch block where the stage's
     blocks meet in global memory, (0, 0) where they are a cluster or one block."""
     if not st.grid:
         return 0, 0
-    block = alloc(*staged_cl_scratch(st, acc))
+    block = alloc(*staged_cl_scratch(st, acc, rounds))
     stages = st.blocks // st.cluster
     zero_async(block, 4 * stages, stream)
     return block + _cl_counter_bytes(st), block
@@ -923,9 +935,9 @@ def _two_phase_counter_bytes(p: Plan) -> int:
 
 def two_phase_scratch(p: Plan, chunks: int) -> tuple:
     """The (shape, dtype) of bn_fwd_two_phase_nc's scratch block: the arrival
-    counters (the host zeroes them), then (sum, sum of squares) a channel and chunk in the
-    accumulation dtype."""
-    return ((_two_phase_counter_bytes(p) // p.acc.itemsize + p.lay.C * chunks * 2,), p.acc)
+    counters (the host zeroes them), then (sum, sum of squares) a channel and chunk in
+    STAT_SUM_DTYPE."""
+    return ((_two_phase_counter_bytes(p) // STAT_SUM_BYTES + p.lay.C * chunks * 2,), STAT_SUM_DTYPE)
 
 
 def _launch_two_phase(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int, running_var: int,
@@ -1030,7 +1042,7 @@ def forward_scratch(p: Plan, training: bool, act: int, param: float, rdtype, dev
     run where the driver refuses their launch, see _launch_staged and _launch_two_phase)."""
     listed = []
     if training and p.staged_cl:
-        listed = [staged_cl_scratch(p.staged_cl, p.acc)] if p.staged_cl.grid else []
+        listed = [staged_cl_scratch(p.staged_cl, p.acc, STAGED_CL_FWD_ROUNDS)] if p.staged_cl.grid else []
         if not _grid_only(p.staged_cl):
             return listed
     elif not training or p.staged:
@@ -1040,7 +1052,7 @@ def forward_scratch(p: Plan, training: bool, act: int, param: float, rdtype, dev
         chunks = _two_phase_grid(p, fn, device)[0]
         listed = [two_phase_scratch(p, chunks)] if chunks else []
     q = _passes(p, False, training, act, param, numpy.dtype(rdtype).name, device, residual)
-    return [*listed, ((p.lay.C, p.stats.chunks if p.stats else q.first_chunks, 2), p.acc)]
+    return [*listed, ((p.lay.C, p.stats.chunks if p.stats else q.first_chunks, 2), STAT_SUM_DTYPE)]
 
 
 def backward_scratch(p: Plan, training: bool, act: int, param: float, device: int, residual_grad: bool) -> list:
@@ -1073,7 +1085,7 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
         st, lay = p.staged_cl, p.lay
         args = (x, res, y, lay.so, lay.O, lay.C, st.channels, st.wshift, st.cluster, st.positions, w, b, act,
                 scalar_bits(param, p.acc), _f64(eps), _f64(factor), running_mean, running_var, mean, rstd,
-                *_cl_exchange(st, p.acc, alloc, stream))
+                *_cl_exchange(st, p.acc, alloc, stream, STAGED_CL_FWD_ROUNDS))
         if _launch_staged(_staged_cl_kernel(p, act, numpy.dtype(rdtype).name, device), st, args, stream):
             return
         # (refused: a grid-only stage's cooperative launch, see _launch_staged) the passes
@@ -1088,7 +1100,7 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
     count = _f64(float(lay.O * lay.I))
     chunks = p.stats.chunks if p.stats else q.first_chunks
     if training:
-        part = alloc((lay.C, chunks, 2), p.acc)
+        part = alloc((lay.C, chunks, 2), STAT_SUM_DTYPE)
         if p.stats:
             st = p.stats
             launch(q.first, st.grid(lay), BLOCK,
@@ -1097,7 +1109,7 @@ def forward(p: Plan, x: int, res: int, y: int, w: int, b: int, running_mean: int
         else:
             for c0, grid in q.first_slices:
                 launch(q.first, grid, BLOCK, (_off(x, c0 * sc, t_size), *q.first_shape_args,
-                                              _off(part, c0 * chunks * 2, a_size)), stream)
+                                              _off(part, c0 * chunks * 2, STAT_SUM_BYTES)), stream)
         if q.channel:
             launch(q.channel, -(-lay.C // 4), 128,
                    (x, 1 if lay.channels_last else lay.sc, part, chunks, lay.C, count, _f64(eps), _f64(factor),
