@@ -66,7 +66,8 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(prof rounds4)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds)
+                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
+                     [v54]=bn-v54-folded-vote)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed; v46-v48 are on main
 # since the forty-eighth session, v50 (as v52, channel-major) and v112b since the forty-ninth
@@ -74,7 +75,7 @@ declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-ba
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v41 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v54 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -262,6 +263,14 @@ for name in "${steps[@]}"; do
             --variants default,bn_before_v53,passes_forward_all,passes_forward_all_before_v53,default_again
         tail -40 "$out/v53-sweep.txt"
         tests_step v53-tests "$(cap 200)" -n 8 tests/test_batch_norm.py -m gpu ;;
+    v54)  # experiments/bn-v54-folded-vote.patch (over main 2c0bc0c46bdc): the span and
+        # channels-last stages' far vote (v53) asked at the barrier that publishes their
+        # constants: the outlier tests, the staged GPU tests, the sweep of the bench's shapes
+        # against v53's own vote and the kernels before v53 (two rounds of the default), ~2-3 min
+        tests_step v54-outlier "$(cap 60)" -n 8 tests/test_batch_norm.py -m gpu -k "outlier_pivot or span or staged_cl"
+        step v54-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py --json "$out/sweep-v54.json" \
+            --variants default,v53_own_vote,bn_before_v53,default_again
+        tail -18 "$out/v54-sweep.txt" ;;
     bnpivot)  # (no patch) BatchNorm channels whose first element is an outlier against float64
         # (NOTES "BatchNorm's pivots"): the probe, FAIL lines counted, ~20-40 s
         step bnpivot "$(cap 90)" python3 benchmarks/probe_bn_outlier_pivot.py
