@@ -414,10 +414,15 @@ def apply_path(request, monkeypatch):
 # BatchNorm v53: channels whose first element (every path's pivot) lies far from their mean.
 # Channel 0: N(0, 1) with x[0] = 600; 1: x[0] = -1e4; 2: 1e3 + N(0, 1) with x[0] = 0; the
 # rest plain. Summed in float, main read y up to 520x float32's tolerance on every path
-# (probe_bn_outlier_pivot.py, NOTES "BatchNorm's pivots"). Shapes (NCHW; NHWC the same
-# channels last): 7 x 7 planes (span kernels; the flat passes), 28 x 28 (bn_fwd_staged),
-# 56 x 56 (clusters), 112 x 112 (the two-phase forward), and their channels-last stages.
-OUTLIER_SHAPES = [(8, 16, 7, 7), (16, 32, 28, 28), (8, 64, 56, 56), (4, 8, 112, 112)]
+# (probe_bn_outlier_pivot.py, NOTES "BatchNorm's pivots"). The default plans on sm_90 (NCHW /
+# NHWC): (8, 16, 7, 7) the span stage / a one-block channels-last stage; (256, 16, 7, 7) and
+# (32, 4, 56, 56) span stages over clusters of 2-4; (16, 32, 28, 28) the span stage
+# (float32) or bn_fwd_staged (bf16) / channels-last stages over 8-16 blocks; (8, 64, 56, 56)
+# bn_fwd_staged / channels-last stages over 32 blocks meeting in global memory; (4, 8, 112,
+# 112) bn_fwd_staged (float32 over a cluster of 2) / stages over 8-16 blocks. The passes and
+# the two-phase forward take them through their fixtures.
+OUTLIER_SHAPES = [(8, 16, 7, 7), (256, 16, 7, 7), (32, 4, 56, 56), (16, 32, 28, 28), (8, 64, 56, 56),
+                  (4, 8, 112, 112)]
 OUTLIER_DTYPES = [(numpy.dtype(numpy.float32), numpy.float32), (BFLOAT16, numpy.float32)]
 
 
