@@ -35,11 +35,11 @@ VARIANTS = {
     # plans and with every training forward through the passes
     "bn_before_v53": (("-DCUNORM_BN_WIDE_SUMS=0", "-DCUNORM_REPIVOT=0"), 256, {}),
     "passes_forward_all": ((), 256, {"USE_STAGED": False, "USE_STAGED_CL": False, "USE_TWO_PHASE": False}),
+    "passes_forward_all_before_v53": (("-DCUNORM_BN_WIDE_SUMS=0", "-DCUNORM_REPIVOT=0"), 256,
+                                      {"USE_STAGED": False, "USE_STAGED_CL": False, "USE_TWO_PHASE": False}),
     # v54 (experiments/bn-v54-folded-vote.patch): the span and channels-last stages' far vote
     # asked at the barrier that publishes their constants; this is v53's vote of its own
     "v53_own_vote": (("-DCUNORM_BN_FOLDED_VOTE=0",), 256, {}),
-    "passes_forward_all_before_v53": (("-DCUNORM_BN_WIDE_SUMS=0", "-DCUNORM_REPIVOT=0"), 256,
-                                      {"USE_STAGED": False, "USE_STAGED_CL": False, "USE_TWO_PHASE": False}),
     "passes": ((), 256, {"USE_STAGED": False, "USE_STAGED_BWD": False}),
     "staged_block_256": ((), 256, {"STAGED_BLOCKS": (256, 256)}),
     "staged_block_512": ((), 256, {"STAGED_BLOCKS": (512, 512)}),
