@@ -28,7 +28,7 @@
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
 # ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
 # GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
-# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v113 (on main since the fiftieth session, no patch: rows far from their pivot re-pivoted; its tests, the outlier probe, its sweep, ~3 min), bnpivot (no patch: BatchNorm channels with an outlier first element, the probe, ~30 s), v53 (on main since the fiftieth session, no patch: its outlier tests, the probe, the sweep against the kernels before it, the BatchNorm GPU tests, ~2 min), v54 (experiments/bn-v54-folded-vote.patch: the stages' far vote at their constants' barrier; tests and sweep, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v113 (on main since the fiftieth session, no patch: rows far from their pivot re-pivoted; its tests, the outlier probe, its sweep, ~3 min), bnpivot (no patch: BatchNorm channels with an outlier first element, the probe, ~30 s), v53 (on main since the fiftieth session, no patch: its outlier tests, the probe, the sweep against the kernels before it, the BatchNorm GPU tests, ~2 min), v54 (on main since the fifty-first session, no patch: the stages' far vote at their constants' barrier; tests and sweep, ~2 min), v55 (on main since the fifty-first session, no patch: the channels-last sums passes' block totals spread over the threads; its tests, racecheck, NHWC sweep, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -66,8 +66,7 @@ steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(prof rounds4)
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
-                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
-                     [v54]=bn-v54-folded-vote)
+                     [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed; v46-v48 are on main
 # since the forty-eighth session, v50 (as v52, channel-major) and v112b since the forty-ninth
@@ -75,7 +74,7 @@ declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-ba
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v41 v54 v111 p8b; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v111 p8b; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -263,7 +262,24 @@ for name in "${steps[@]}"; do
             --variants default,bn_before_v53,passes_forward_all,passes_forward_all_before_v53,default_again
         tail -40 "$out/v53-sweep.txt"
         tests_step v53-tests "$(cap 200)" -n 8 tests/test_batch_norm.py -m gpu ;;
-    v54)  # experiments/bn-v54-folded-vote.patch (over main 2c0bc0c46bdc): the span and
+    v55)  # on main since the fifty-first session (no patch; NOTES "BatchNorm v55 outcome"): the
+        # channels-last and outlier GPU tests, racecheck of the channels-last passes (the
+        # statistics pass's ring reused for its sums, the block totals spread over the
+        # threads), the NHWC sweep against the totals by row 0's threads, ~2 min
+        tests_step v55-tests "$(cap 120)" -n 8 tests/test_batch_norm.py -m gpu -k "cl or nhwc or outlier or passes"
+        local_case="import cupy, numpy, cunorm; from cunorm._checks import BFLOAT16; from cunorm.ops import _batch_norm as b
+b.USE_STAGED_CL = False; b.USE_STAGED_CL_BWD = False; b.USE_TWO_PHASE = False
+for dt, C in ((BFLOAT16, 64), (numpy.float32, 24), (numpy.float16, 7)):
+    x = cupy.asarray(numpy.random.default_rng(0).standard_normal((3, 33, 35, C)).astype(dt))
+    y, mean, rstd = cunorm.batch_norm(x, training=True, channel_axis=-1, return_stats=True)
+    cunorm.batch_norm_backward(y, x, None, None, mean, rstd, channel_axis=-1)
+cupy.cuda.runtime.deviceSynchronize(); print('v55 racecheck cases done')"
+        step v55-racecheck "$(cap 90)" compute-sanitizer --tool racecheck python3 -c "$local_case"
+        tail -2 "$out/v55-racecheck.txt"
+        BN_SWEEP_LAYOUTS=nhwc step v55-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py --json "$out/sweep-v55.json" \
+            --variants default,rows_by_row_0,default_again
+        tail -14 "$out/v55-sweep.txt" ;;
+    v54)  # on main since the fifty-first session (no patch; was experiments/bn-v54-folded-vote.patch): the span and
         # channels-last stages' far vote (v53) asked at the barrier that publishes their
         # constants: the outlier tests, the staged GPU tests, the sweep of the bench's shapes
         # against v53's own vote and the kernels before v53 (two rounds of the default), ~2-3 min

@@ -40,6 +40,12 @@ VARIANTS = {
     # v54 (experiments/bn-v54-folded-vote.patch): the span and channels-last stages' far vote
     # asked at the barrier that publishes their constants; this is v53's vote of its own
     "v53_own_vote": (("-DCUNORM_BN_FOLDED_VOTE=0",), 256, {}),
+    # v55: the channels-last passes' grids aiming at six blocks an SM (each held to what its
+    # kernel fits); the channels-last sums passes' block totals summed by row 0's threads
+    # alone, as before v55 (a chain of VEC * 2 * rows adds a thread). (v55's Welford state
+    # for bn_stats_cl lost to v53's double sums and is gone: NOTES "BatchNorm v55 outcome".)
+    "cl_passes_6_per_sm": ((), 256, {"BLOCKS_PER_SM_CL": 6}),
+    "rows_by_row_0": (("-DCUNORM_BN_ROWS_SPREAD=0",), 256, {}),
     "passes": ((), 256, {"USE_STAGED": False, "USE_STAGED_BWD": False}),
     "staged_block_256": ((), 256, {"STAGED_BLOCKS": (256, 256)}),
     "staged_block_512": ((), 256, {"STAGED_BLOCKS": (512, 512)}),

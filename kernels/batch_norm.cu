@@ -343,7 +343,9 @@ __device__ __forceinline__ void store_slot(T* p, const Slot& s, const A (&v)[VEC
   }
 }
 
-// The cl block's shape: CPB = 1 << cshift channel packs (lanes) by kBnBlock >> cshift rows.
+// The cl block's shape: CPB = 1 << cshift channel packs (lanes) by kBnBlock >> cshift rows,
+// at most kClMaxLanes lanes (the host's CL_MAX_LANES).
+constexpr int kClMaxLanes = 32;
 struct ClTile {
   int tx, ty, rshift;
   i64 c;  // this lane's first channel
@@ -353,22 +355,39 @@ struct ClTile {
     rshift = kBnBlockLog2 - cshift;
     c = (i64(blockIdx.y) << cshift | tx) * vec;
   }
+  // the first channel of lane ``lane`` of this block
+  __device__ __forceinline__ i64 lane_channel(int lane, int vec) const {
+    return (i64(blockIdx.y) << (kBnBlockLog2 - rshift) | lane) * vec;
+  }
 };
 
-// Sums v (VEC values a thread) over the rows of a cl block into row 0, in row order.
-template <int VEC, typename A>
-__device__ __forceinline__ void sum_rows(A (&v)[VEC], A* red, const ClTile& t) {
+// Sums value(k, j) (value j of NV for channel k of a thread's VEC) over the rows of a cl block,
+// in row order, and hands each total to put(lane, k, j, total) (lane: the channel pack, 0 ..
+// width - 1; ClTile::lane_channel). The totals are spread over the block's threads, one a
+// thread (v55): row 0's threads summing all VEC * NV of theirs in turn made a chain of
+// VEC * NV * rows dependent adds (bf16 NHWC 8 lanes: 512 double adds, a tenth of a 390 KB
+// chunk's time), now rows. The same order of adds: the same bits. CUNORM_BN_ROWS_SPREAD=0: row
+// 0's threads sum their own lanes' totals (as before v55, for sweeps).
+#ifndef CUNORM_BN_ROWS_SPREAD
+#define CUNORM_BN_ROWS_SPREAD 1
+#endif
+template <int VEC, int NV, typename A, typename V, typename P>
+__device__ __forceinline__ void sum_rows_put(A* red, const ClTile& t, V&& value, P&& put) {
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) red[threadIdx.x * VEC + k] = v[k];
+  for (int k = 0; k < VEC; ++k)
+#pragma unroll
+    for (int j = 0; j < NV; ++j) red[(threadIdx.x * VEC + k) * NV + j] = value(k, j);
   __syncthreads();
-  if (t.ty == 0) {
-    const int rows = 1 << t.rshift, width = kBnBlock >> t.rshift;
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      A s = A(0);
-      for (int r = 0; r < rows; ++r) s += red[(r * width + t.tx) * VEC + k];
-      v[k] = s;
-    }
+  const int rows = 1 << t.rshift, per_row = (kBnBlock >> t.rshift) * VEC * NV;
+  const auto total = [&](int i) {  // i = (lane * VEC + k) * NV + j
+    A s = A(0);
+    for (int r = 0; r < rows; ++r) s += red[r * per_row + i];
+    put(i / (VEC * NV), i / NV % VEC, i % NV, s);
+  };
+  if (CUNORM_BN_ROWS_SPREAD) {
+    for (int i = threadIdx.x; i < per_row; i += kBnBlock) total(i);
+  } else if (t.ty == 0) {  // (before v55: row 0's threads, each its own lane's totals)
+    for (int i = t.tx * VEC * NV; i < (t.tx + 1) * VEC * NV; ++i) total(i);
   }
   __syncthreads();
 }
@@ -421,10 +440,8 @@ __device__ __forceinline__ typename ActOf<ACT>::type act_tag(int id) {
 #ifndef CUNORM_BN_WIDE_SUMS
 #define CUNORM_BN_WIDE_SUMS 1
 #endif
-template <bool B, typename X, typename Y> struct Pick { typedef X type; };
-template <typename X, typename Y> struct Pick<false, X, Y> { typedef Y type; };
 template <typename A>
-using StatSum = typename Pick<CUNORM_BN_WIDE_SUMS != 0, double, A>::type;
+using StatSum = typename Select<CUNORM_BN_WIDE_SUMS != 0, double, A>::type;
 
 // x - pivot in A, then widened to the sums' S: exact for half precision x (at most 11
 // significant bits each), one rounding for float32 (relative to the difference itself: var
@@ -475,36 +492,81 @@ bn_stats_nc(const T* __restrict__ x, i64 so, i64 sc, i64 I, i64 IP, i64 packs, i
   }
 }
 
+// bn_stats_cl's sums a thread (v53: x - K in double from the first row on); v55 moved them
+// into a struct read per channel after the walk (sum_rows_put makes each total's double as
+// it stores it). A Welford state in float (running mean and M2 of x - K, 2 VEC registers)
+// was measured against them and lost (bf16 NHWC 112 x 112 forward 0.577 against 0.582, NOTES
+// "BatchNorm v55 outcome").
+template <typename A, typename S, int VEC>
+struct ClPivotSums {
+  A K[VEC];
+  S s[VEC], q[VEC];
+  __device__ __forceinline__ explicit ClPivotSums(const A* pivots) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      K[k] = pivots[k];
+      s[k] = q[k] = S(0);
+    }
+  }
+  __device__ __forceinline__ void add(const A (&xv)[VEC]) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const S d = centred<S>(xv[k], K[k]);
+      s[k] += d;
+      q[k] += d * d;
+    }
+  }
+  // j 0 the sum, j 1 the squares
+  __device__ __forceinline__ S sum(int k, int j) const { return j == 0 ? s[k] : q[k]; }
+};
+
+// Blocks an SM the kernel is built for: four, the plan's grid (BLOCKS_PER_SM_CL) and what its
+// 64 registers fit (sm_90, NVRTC 13.5: 75 unbounded since v55's frame, no spills at 64).
+#ifndef CUNORM_BN_CL_STATS_MIN_BLOCKS
+#define CUNORM_BN_CL_STATS_MIN_BLOCKS 4
+#endif
+
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kBnBlock)
+__global__ void __launch_bounds__(kBnBlock, CUNORM_BN_CL_STATS_MIN_BLOCKS)
 bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cshift,
             double* __restrict__ part) {
   typedef typename AccOf<T>::type A;
   typedef StatSum<A> S;
   constexpr int U = unroll_of<T, VEC, kStatsInflightBytes>();
-  __shared__ S red[kBnBlock * VEC];
+  // the ring's slots, then (after a barrier) the block's sums s and q: one buffer (v55; v53's
+  // 16 KB of double sums beside the 32 KB ring)
+  constexpr bool kRing = ring_packs<T, VEC>();
+  __shared__ union {
+    typename Select<kRing, ClRing<(kClRing > 1 ? kClRing : 2), 1, T, VEC>, char>::type ring;
+    S red[kBnBlock * VEC * 2];
+  } sm;
+  S* const red = sm.red;
   const ClTile t(cshift, VEC);
   const bool ok_c = t.c < C;  // VEC > 1 only when C % VEC == 0
   const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(O, p0 + per_chunk);
-  A K[VEC];
-  S s[VEC], q[VEC];
+  // the block's channels' pivots (each channel's first element), a lane's VEC
+  __shared__ A pivots[kClMaxLanes * VEC];
+  if (t.ty == 0) {
+    A K[VEC];
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) { K[k] = A(0); s[k] = S(0); q[k] = S(0); }
+    for (int k = 0; k < VEC; ++k) K[k] = A(0);
+    if (ok_c) load_pack<A, T, VEC>(x + t.c, K);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) pivots[t.tx * VEC + k] = K[k];
+  }
+  __syncthreads();
+  ClPivotSums<A, S, VEC> acc(pivots + t.tx * VEC);
   const auto add = [&](const Pack<T, VEC>& v) {
     A xv[VEC];
     unpack(v, xv);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) { const S d = centred<S>(xv[k], K[k]); s[k] += d; q[k] += d * d; }
+    acc.add(xv);
   };
-  if constexpr (ring_packs<T, VEC>()) {
-    __shared__ ClRing<(kClRing > 1 ? kClRing : 2), 1, T, VEC> ring;
+  if constexpr (kRing) {
     if (ok_c) {
       const T* const src[1] = {x};
-      load_pack<A, T, VEC>(x + t.c, K);
-      walk_cl_ring(p0, p1, t.ty, t.rshift, so, t.c, src, ring, [&](const Pack<T, VEC> (&v)[1], Slot) { add(v[0]); });
+      walk_cl_ring(p0, p1, t.ty, t.rshift, so, t.c, src, sm.ring, [&](const Pack<T, VEC> (&v)[1], Slot) { add(v[0]); });
     }
   } else if (ok_c) {
-    load_pack<A, T, VEC>(x + t.c, K);
     walk_cl<U, VEC, false>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
       Pack<T, VEC> v[U];
 #pragma unroll
@@ -515,15 +577,13 @@ bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cs
         if (sl[u].any()) add(v[u]);
     });
   }
-  sum_rows<VEC>(s, red, t);
-  sum_rows<VEC>(q, red, t);
-  if (t.ty == 0 && ok_c) {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      double* out = part + ((t.c + k) * gridDim.x + blockIdx.x) * 2;
-      out[0] = double(s[k]); out[1] = double(q[k]);
-    }
-  }
+  if constexpr (kRing) __syncthreads();  // every thread's slots read before red reuses them
+  // channel c + k's partial at part[c + k][blockIdx.x][j]: its sum (j 0), its squares (j 1)
+  sum_rows_put<VEC, 2>(red, t, [&](int k, int j) { return acc.sum(k, j); },
+                       [&](int lane, int k, int j, S total) {
+                         const i64 c = t.lane_channel(lane, VEC);
+                         if (c < C) part[((c + k) * gridDim.x + blockIdx.x) * 2 + j] = double(total);
+                       });
 }
 
 // Dense channel-major x over short planes (so = C * I, sc = I, C * I a multiple of VEC, I at
@@ -1088,7 +1148,7 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
   constexpr int NS = ACT != 0 ? 3 : 2, RING = kClRing / 2 > 1 ? kClRing / 2 : 2;
   __shared__ union {
     typename Select<kRing, ClRing<RING, NS, T, VEC>, char>::type ring;  // none in a register walk
-    A red[kBnBlock * VEC];
+    A red[kBnBlock * VEC * 2];  // s1 and s2 (sum_rows_put)
   } sm;
   A* red = sm.red;
   const ClTile t(cshift, VEC);
@@ -1131,15 +1191,11 @@ bn_bwd_sums_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __res
     for (int k = 0; k < VEC; ++k) s2[k] *= rstd[t.c + k];
   }
   if constexpr (kRing) __syncthreads();  // every thread's slots read before red reuses them
-  sum_rows<VEC>(s1, red, t);
-  sum_rows<VEC>(s2, red, t);
-  if (t.ty == 0 && ok_c) {
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      A* out = part + ((t.c + k) * gridDim.x + blockIdx.x) * 2;
-      out[0] = s1[k]; out[1] = s2[k];
-    }
-  }
+  sum_rows_put<VEC, 2>(red, t, [&](int k, int j) { return j == 0 ? s1[k] : s2[k]; },
+                       [&](int lane, int k, int j, A total) {
+                         const i64 c = t.lane_channel(lane, VEC);
+                         if (c < C) part[((c + k) * gridDim.x + blockIdx.x) * 2 + j] = total;
+                       });
 }
 
 // bn_bwd_sums_nc's partials (sum dz, sum dz * xhat) for the shapes bn_stats_flat takes, the
@@ -1811,6 +1867,23 @@ __device__ __forceinline__ void staged_cluster_end() {
 // sums, so all take the same branch. All threads call it (a block barrier; none where
 // CUNORM_REPIVOT is 0: the kernels as before v53, for sweeps).
 __device__ __forceinline__ bool stage_far(bool far) { return CUNORM_REPIVOT && __syncthreads_or(far) != 0; }
+// A stage's sums s, q of d = x - pivot over its n elements, shift = s / n: pivot_far about the
+// mean (the variance about it, q / n - shift^2, is what the test weighs the shift against).
+template <typename A>
+__device__ __forceinline__ bool sums_far(A shift, A q, A n) {
+  return pivot_far(shift, q / n - shift * shift);
+}
+
+// v54: stage_far asked at a block barrier the kernel takes anyway (the one that publishes its
+// channels' constants): a barrier either way, no extra one where no channel is far.
+#ifndef CUNORM_BN_FOLDED_VOTE
+#define CUNORM_BN_FOLDED_VOTE 1
+#endif
+__device__ __forceinline__ bool barrier_far(bool far) {
+  if (CUNORM_REPIVOT) return __syncthreads_or(far) != 0;
+  __syncthreads();
+  return false;
+}
 
 // CLUSTER (v17): a stage too large for one block's shared memory (56 x
 // 56 planes) splits its images over the K blocks of a cluster; each block sums its images
@@ -1873,7 +1946,7 @@ __device__ __forceinline__ void staged_forward(const T* __restrict__ x, const T*
       staged_cluster_sum2(s, q, xpart, g, lane, K);
     }
     const A shift = s / A(n);
-    if (pass == 1 || !stage_far(active && pivot_far(shift, q / A(n) - shift * shift))) break;
+    if (pass == 1 || !stage_far(active && sums_far(shift, q, A(n)))) break;
     pivot += shift;
   }
   if (active) {
@@ -2345,28 +2418,39 @@ bn_fwd_staged_span(const T* __restrict__ x, const T* __restrict__ res, T* __rest
   A s, q;
   span_stage_sum2<CLUSTER>(s, q, ls, lq, hs, hq, sm, sw, owner, warp, lane, GW, IW, K);
   const double n = double(O_total) * double(I);
-  {  // v53: the stage once more about each channel's pivot + shift where stage_far
-    const A shift = s / A(n);
-    if (stage_far(owner && pivot_far(shift, q / A(n) - shift * shift))) {
-      pivot += shift;
-      if (lane == 0) pivots[warp] = pivot;
-      __syncthreads();
-      ls = lq = hs = hq = A(0);
-      next = sw.row;
-      if (sw.live) sum_words(next, O * M);
-      if (CLUSTER) staged_cluster_end();  // every block has read the others' first xpart
-      span_stage_sum2<CLUSTER>(s, q, ls, lq, hs, hq, sm, sw, owner, warp, lane, GW, IW, K);
+  // v53: the stage once more about each channel's pivot + shift where stage_far; v54: asked
+  // at the barrier that publishes the constants (a far stage's writer then stores its mean,
+  // rstd and running statistics twice, the second from the same values read beforehand)
+  const auto repivot = [&](A shift) {
+    pivot += shift;
+    if (lane == 0) pivots[warp] = pivot;
+    __syncthreads();
+    ls = lq = hs = hq = A(0);
+    next = sw.row;
+    if (sw.live) sum_words(next, O * M);
+    if (CLUSTER) staged_cluster_end();  // every block has read the others' first xpart
+    span_stage_sum2<CLUSTER>(s, q, ls, lq, hs, hq, sm, sw, owner, warp, lane, GW, IW, K);
+  };
+  const auto publish = [&] {  // the channels' constants, for the apply
+    if (lane == 0) {
+      Channel<A> ch{A(0), A(0), A(0)};
+      if (owner)
+        ch = staged_channel(c, s, q, pivot, n, eps, factor, writer, rm, rv, running_mean, running_var, mean, rstd, wc,
+                            bc);
+      sm.cons[0][warp] = ch.mean;
+      sm.cons[1][warp] = ch.scale;
+      sm.cons[2][warp] = ch.shift;
     }
+  };
+  const A shift = s / A(n);
+  const bool far = owner && sums_far(shift, q, A(n));
+  if (!CUNORM_BN_FOLDED_VOTE && stage_far(far)) repivot(shift);  // (v53's vote of its own)
+  publish();
+  if (CUNORM_BN_FOLDED_VOTE ? barrier_far(far) : (__syncthreads(), false)) {
+    repivot(shift);
+    publish();
+    __syncthreads();
   }
-  if (lane == 0) {
-    Channel<A> ch{A(0), A(0), A(0)};
-    if (owner)
-      ch = staged_channel(c, s, q, pivot, n, eps, factor, writer, rm, rv, running_mean, running_var, mean, rstd, wc, bc);
-    sm.cons[0][warp] = ch.mean;
-    sm.cons[1][warp] = ch.scale;
-    sm.cons[2][warp] = ch.shift;
-  }
-  __syncthreads();
   if (sw.live) {
     Channel<A> cl = channel_at<A>(sm.cons, sw.lo), ch = channel_at<A>(sm.cons, sw.hi);
     if (CUNORM_BN_SPAN_FWD_LEAN && sizeof(T) == 2) {  // z = x scale + (shift - mean scale)
@@ -2886,41 +2970,51 @@ bn_fwd_staged_cl(const T* __restrict__ x, const T* __restrict__ res, T* __restri
     }
     cl_stage_sums<BLOCK, VEC, CLUSTER>(s, q, sm, G, 1 << wshift, wd.cw, K, xg, pt);
     const double n = double(O_total);
-    {  // v53: the stage once more about each channel's pivot + shift where stage_far
-      const A shift = chan ? tot[t] / A(n) : A(0);
-      if (stage_far(chan && pivot_far(shift, tot[G + t] / A(n) - shift * shift))) {
-        if (t < G) sm.cons[t] = pc + shift;  // (cons is free until the fold below)
-        __syncthreads();
+    // v53: the stage once more about each channel's pivot + shift where stage_far; v54: asked
+    // at the barrier that publishes the constants (a far stage's writer then stores its mean,
+    // rstd and running statistics twice, the second from the same values read beforehand)
+    const auto repivot = [&](A shift) {
+      pc += shift;  // (zero past the stage's channels)
+      if (t < G) sm.cons[t] = pc;  // (the fold's constants are taken only after the last pass)
+      __syncthreads();
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          pivot[e] = wd.cw + e < count ? sm.cons[wd.cw + e] : A(0);
-          s[e] = q[e] = A(0);
-        }
-        if (t < G) pc = sm.cons[t];
-        if (active)  // (fused: each thread's own copies, landed)
-          for (int o = wd.row; o < O; o += wd.rows) sum_at(o);
-        // the grid exchange's second round in the second half of the host's scratch
-        const i64 region = i64((C + G - 1) / G) * K * 2 * G;
-        const ClGridExchange<A> xg2{xg.counters ? xg.parts + region : nullptr, xg.counters};
-        cl_stage_sums<BLOCK, VEC, CLUSTER>(s, q, sm, G, 1 << wshift, wd.cw, K, xg2, pt, 1);
+      for (int e = 0; e < VEC; ++e) {
+        pivot[e] = wd.cw + e < count ? sm.cons[wd.cw + e] : A(0);
+        s[e] = q[e] = A(0);
       }
-    }
-    if (t < G) {  // channel t's constants (zeros past C: computed on, never stored)
-      A cm = A(0), cs = A(0);
-      if (chan) {
-        const StagedMoments<A> mo(tot[t], tot[G + t], pc, A(n), eps);
-        cm = mo.mean;
-        cs = mo.rstd * wc;
-        if (writer) {  // mean and rstd as y uses them; the running statistics from the same sums in double
-          mean[c] = mo.mean;
-          rstd[c] = mo.rstd;
-          update_running(c, moments_of(ChunkSums{double(tot[t]), double(tot[G + t])}, double(pc), n), n, factor, rm,
-                         rv, running_mean, running_var);
-        }
+      if (active)  // (fused: each thread's own copies, landed)
+        for (int o = wd.row; o < O; o += wd.rows) sum_at(o);
+      // the grid exchange's second round in the second half of the host's scratch
+      const i64 region = i64((C + G - 1) / G) * K * 2 * G;
+      const ClGridExchange<A> xg2{xg.counters ? xg.parts + region : nullptr, xg.counters};
+      cl_stage_sums<BLOCK, VEC, CLUSTER>(s, q, sm, G, 1 << wshift, wd.cw, K, xg2, pt, 1);
+    };
+#pragma unroll 1  // (a loop: the constants' code once; written out twice it spilled 8-12 bytes, sm_90)
+    for (int pass = 0;; ++pass) {
+      const A shift = chan ? tot[t] / A(n) : A(0);
+      const bool far = pass == 0 && chan && sums_far(shift, tot[G + t], A(n));
+      if (!CUNORM_BN_FOLDED_VOTE && stage_far(far)) {  // (v53's vote of its own)
+        repivot(shift);
+        continue;  // (the constants from the second sums)
       }
-      sm.fold(t, G, cm, cs, bc);
+      if (t < G) {  // channel t's constants (zeros past C: computed on, never stored)
+        A cm = A(0), cs = A(0);
+        if (chan) {
+          const StagedMoments<A> mo(tot[t], tot[G + t], pc, A(n), eps);
+          cm = mo.mean;
+          cs = mo.rstd * wc;
+          if (writer) {  // mean and rstd as y uses them; the running statistics from the same sums in double
+            mean[c] = mo.mean;
+            rstd[c] = mo.rstd;
+            update_running(c, moments_of(ChunkSums{double(tot[t]), double(tot[G + t])}, double(pc), n), n, factor,
+                           rm, rv, running_mean, running_var);
+          }
+        }
+        sm.fold(t, G, cm, cs, bc);
+      }
+      if (!barrier_far(CUNORM_BN_FOLDED_VOTE && far)) break;
+      repivot(shift);
     }
-    __syncthreads();
     if (active) {
       Channel<A> ch[VEC];
       sm.take(ch, wd.cw, G);
