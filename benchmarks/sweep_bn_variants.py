@@ -46,6 +46,11 @@ VARIANTS = {
     # for bn_stats_cl lost to v53's double sums and is gone: NOTES "BatchNorm v55 outcome".)
     "cl_passes_6_per_sm": ((), 256, {"BLOCKS_PER_SM_CL": 6}),
     "rows_by_row_0": (("-DCUNORM_BN_ROWS_SPREAD=0",), 256, {}),
+    # the apply passes' (forward and backward, every layout) packs in flight a thread: 64 bytes
+    # (four 16-byte packs) against the default 32, the statistics and sums passes kept at 32
+    # (bn_apply_cl's stalls are the long scoreboard: results/prof-bn-47-h100.txt)
+    "apply_inflight_64": (("-DCUNORM_BN_INFLIGHT_BYTES=64", "-DCUNORM_BN_STATS_INFLIGHT_BYTES=32",
+                           "-DCUNORM_BN_SUMS_INFLIGHT_BYTES=32"), 256, {}),
     "passes": ((), 256, {"USE_STAGED": False, "USE_STAGED_BWD": False}),
     "staged_block_256": ((), 256, {"STAGED_BLOCKS": (256, 256)}),
     "staged_block_512": ((), 256, {"STAGED_BLOCKS": (512, 512)}),
