@@ -37,7 +37,7 @@ VARIANTS = {
     "passes_forward_all": ((), 256, {"USE_STAGED": False, "USE_STAGED_CL": False, "USE_TWO_PHASE": False}),
     "passes_forward_all_before_v53": (("-DCUNORM_BN_WIDE_SUMS=0", "-DCUNORM_REPIVOT=0"), 256,
                                       {"USE_STAGED": False, "USE_STAGED_CL": False, "USE_TWO_PHASE": False}),
-    # v54 (experiments/bn-v54-folded-vote.patch): the span and channels-last stages' far vote
+    # v54 (on main since the fifty-first session): the span and channels-last stages' far vote
     # asked at the barrier that publishes their constants; this is v53's vote of its own
     "v53_own_vote": (("-DCUNORM_BN_FOLDED_VOTE=0",), 256, {}),
     # v55: the channels-last passes' grids aiming at six blocks an SM (each held to what its
