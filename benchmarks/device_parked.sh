@@ -287,6 +287,24 @@ cupy.cuda.runtime.deviceSynchronize(); print('v55 racecheck cases done')"
         BN_SWEEP_LAYOUTS=nhwc step applyflight-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --json "$out/sweep-applyflight.json" --variants default,apply_inflight_64,default_again
         tail -10 "$out/applyflight-sweep.txt" ;;
+    v56)  # (no patch) bn_apply_cl and bn_bwd_apply_cl through cp.async rings: the
+        # channels-last apply and activation tests (V56_TESTS=1; the check runs them), racecheck of the NHWC passes, the
+        # 112 x 112 NHWC sweep with the residual + ReLU calls against the register walk, ~3 min
+        [ -n "$V56_TESTS" ] && tests_step v56-tests "$(cap 90)" -n 8 tests/test_batch_norm.py -m gpu \
+            -k "activations or apply_without_residual or chunked_walks or passes_outlier or own_grids or shapes_dtypes or half_channels_last_backward"
+        step v56-race "$(cap 90)" compute-sanitizer --tool racecheck --error-exitcode 9 python3 -c \
+            "import cupy, cunorm; from cunorm.ops import _batch_norm as b; b.USE_STAGED_CL = False; \
+x = cupy.random.default_rng(0).standard_normal((3, 5, 7, 64), dtype=cupy.float32).astype(cupy.float16); \
+r = cupy.ones_like(x); y, m, s = cunorm.batch_norm(x, training=True, channel_axis=3, return_stats=True); \
+cunorm.batch_norm_backward(y, x, None, None, m, s, channel_axis=3); \
+y, m, s = cunorm.batch_norm(x, training=True, channel_axis=3, residual=r, activation='relu', return_stats=True); \
+cunorm.batch_norm_backward(y, x, None, None, m, s, channel_axis=3, residual=r, activation='relu'); \
+cupy.cuda.runtime.deviceSynchronize(); print('v56 race cases done')"
+        tail -3 "$out/v56-race.txt"
+        BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56 BN_SWEEP_FUSED=1 step v56-sweep "$(cap 200)" \
+            python3 benchmarks/sweep_bn_variants.py --json "$out/sweep-v56.json" \
+            --variants ${V56_VARIANTS:-default,before_v56,apply_cl_reg_walk,bwd_apply_cl_reg_walk,default_again}
+        tail -18 "$out/v56-sweep.txt" ;;
     v54)  # on main since the fifty-first session (no patch; was experiments/bn-v54-folded-vote.patch): the span and
         # channels-last stages' far vote (v53) asked at the barrier that publishes their
         # constants: the outlier tests, the staged GPU tests, the sweep of the bench's shapes

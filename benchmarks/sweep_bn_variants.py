@@ -51,6 +51,13 @@ VARIANTS = {
     # (bn_apply_cl's stalls are the long scoreboard: results/prof-bn-47-h100.txt)
     "apply_inflight_64": (("-DCUNORM_BN_INFLIGHT_BYTES=64", "-DCUNORM_BN_STATS_INFLIGHT_BYTES=32",
                            "-DCUNORM_BN_SUMS_INFLIGHT_BYTES=32"), 256, {}),
+    # v56: bn_apply_cl's loads through a cp.async ring of 8 slots a thread (the default; 4 a
+    # stream with the residual), of 4, and the register walk of 32 bytes a trip (before v56)
+    "apply_cl_reg_walk": (("-DCUNORM_BN_APPLY_CL_RING=0",), 256, {}),
+    "apply_cl_ring_4": (("-DCUNORM_BN_APPLY_CL_RING=4",), 256, {}),
+    # v56's bn_bwd_apply_cl ring (4 slots a stream) against its register walk, and both off
+    "bwd_apply_cl_reg_walk": (("-DCUNORM_BN_BWD_APPLY_CL_RING=0",), 256, {}),
+    "before_v56": (("-DCUNORM_BN_APPLY_CL_RING=0", "-DCUNORM_BN_BWD_APPLY_CL_RING=0"), 256, {}),
     "passes": ((), 256, {"USE_STAGED": False, "USE_STAGED_BWD": False}),
     "staged_block_256": ((), 256, {"STAGED_BLOCKS": (256, 256)}),
     "staged_block_512": ((), 256, {"STAGED_BLOCKS": (512, 512)}),
