@@ -51,7 +51,8 @@ VARIANTS = {
     # (bn_apply_cl's stalls are the long scoreboard: results/prof-bn-47-h100.txt)
     "apply_inflight_64": (("-DCUNORM_BN_INFLIGHT_BYTES=64", "-DCUNORM_BN_STATS_INFLIGHT_BYTES=32",
                            "-DCUNORM_BN_SUMS_INFLIGHT_BYTES=32"), 256, {}),
-    # v56: bn_apply_cl's loads through a cp.async ring of 8 slots a thread (the default; 4 a
+    # v56 (experiments/bn-v56-apply-rings.patch applied; without it these are the default):
+    # bn_apply_cl's loads through a cp.async ring of 8 slots a thread (the patch's default; 4 a
     # stream with the residual), of 4, and the register walk of 32 bytes a trip (before v56)
     "apply_cl_reg_walk": (("-DCUNORM_BN_APPLY_CL_RING=0",), 256, {}),
     "apply_cl_ring_4": (("-DCUNORM_BN_APPLY_CL_RING=4",), 256, {}),
