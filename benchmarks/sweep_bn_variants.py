@@ -59,6 +59,9 @@ VARIANTS = {
     # v56's bn_bwd_apply_cl ring (4 slots a stream) against its register walk, and both off
     "bwd_apply_cl_reg_walk": (("-DCUNORM_BN_BWD_APPLY_CL_RING=0",), 256, {}),
     "before_v56": (("-DCUNORM_BN_APPLY_CL_RING=0", "-DCUNORM_BN_BWD_APPLY_CL_RING=0"), 256, {}),
+    # v57 (experiments/bn-v57-early-launches.patch over v56's): the channels-last training
+    # forward's finalize and apply launched early (programmatic dependent launch) off
+    "launch_early_off": ((), 256, {"LAUNCH_EARLY_MIN_ELEMENTS": None}),
     "passes": ((), 256, {"USE_STAGED": False, "USE_STAGED_BWD": False}),
     "staged_block_256": ((), 256, {"STAGED_BLOCKS": (256, 256)}),
     "staged_block_512": ((), 256, {"STAGED_BLOCKS": (512, 512)}),
