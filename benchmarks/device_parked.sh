@@ -309,12 +309,13 @@ cupy.cuda.runtime.deviceSynchronize(); print('v56 race cases done')"
         tail -18 "$out/v56-sweep.txt" ;;
     v57)  # (its patch over v56's, both applied) the channels-last training forward's finalize and
         # apply launched early (programmatic dependent launch): its GPU tests and torch's graph
-        # replay of it, the NHWC 112 x 112 sweep against launch_early_off and before_v56, ~2-3 min
+        # replay of it, the NHWC 112 x 112 sweep against launch_early_off (v56 alone) and
+        # before_v56_v57 (main before both), ~2-3 min
         tests_step v57-tests "$(cap 120)" -n 4 tests/test_batch_norm.py tests/test_torch_batch_norm.py -m gpu \
             -k "launched_early or early_launches or rings_match"
         BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_SHAPES=128x64x112x112 BN_SWEEP_FUSED=1 step v57-sweep "$(cap 200)" \
             python3 benchmarks/sweep_bn_variants.py --json "$out/sweep-v57.json" \
-            --variants ${V57_VARIANTS:-default,launch_early_off,before_v56,default_again}
+            --variants ${V57_VARIANTS:-default,launch_early_off,before_v56_v57,default_again}
         tail -10 "$out/v57-sweep.txt" ;;
     v54)  # on main since the fifty-first session (no patch; was experiments/bn-v54-folded-vote.patch): the span and
         # channels-last stages' far vote (v53) asked at the barrier that publishes their

@@ -62,6 +62,9 @@ VARIANTS = {
     # v57 (experiments/bn-v57-early-launches.patch over v56's): the channels-last training
     # forward's finalize and apply launched early (programmatic dependent launch) off
     "launch_early_off": ((), 256, {"LAUNCH_EARLY_MIN_ELEMENTS": None}),
+    # both off: the kernels and launches as on main before v56
+    "before_v56_v57": (("-DCUNORM_BN_APPLY_CL_RING=0", "-DCUNORM_BN_BWD_APPLY_CL_RING=0"), 256,
+                       {"LAUNCH_EARLY_MIN_ELEMENTS": None}),
     "passes": ((), 256, {"USE_STAGED": False, "USE_STAGED_BWD": False}),
     "staged_block_256": ((), 256, {"STAGED_BLOCKS": (256, 256)}),
     "staged_block_512": ((), 256, {"STAGED_BLOCKS": (512, 512)}),
