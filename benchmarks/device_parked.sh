@@ -295,12 +295,12 @@ cupy.cuda.runtime.deviceSynchronize(); print('v55 racecheck cases done')"
         [ -n "$V56_TESTS" ] && tests_step v56-tests "$(cap 90)" -n 8 tests/test_batch_norm.py -m gpu \
             -k "activations or apply_without_residual or chunked_walks or passes_outlier or own_grids or shapes_dtypes or half_channels_last_backward"
         step v56-race "$(cap 90)" compute-sanitizer --tool racecheck --error-exitcode 9 python3 -c \
-            "import cupy, cunorm; from cunorm.ops import _batch_norm as b; b.USE_STAGED_CL = False; \
+            "import cupy, cunorm; from cunorm.ops import _batch_norm as b; b.USE_STAGED_CL = b.USE_STAGED_CL_BWD = False; \
 x = cupy.random.default_rng(0).standard_normal((3, 5, 7, 64), dtype=cupy.float32).astype(cupy.float16); \
-r = cupy.ones_like(x); y, m, s = cunorm.batch_norm(x, training=True, channel_axis=3, return_stats=True); \
-cunorm.batch_norm_backward(y, x, None, None, m, s, channel_axis=3); \
-y, m, s = cunorm.batch_norm(x, training=True, channel_axis=3, residual=r, activation='relu', return_stats=True); \
-cunorm.batch_norm_backward(y, x, None, None, m, s, channel_axis=3, residual=r, activation='relu'); \
+r = cupy.ones_like(x); y, m, s = cunorm.batch_norm(x, training=True, channel_axis=-1, return_stats=True); \
+cunorm.batch_norm_backward(y, x, None, None, m, s, channel_axis=-1); \
+y, m, s = cunorm.batch_norm(x, training=True, channel_axis=-1, residual=r, activation='relu', return_stats=True); \
+cunorm.batch_norm_backward(y, x, None, None, m, s, channel_axis=-1, residual=r, activation='relu'); \
 cupy.cuda.runtime.deviceSynchronize(); print('v56 race cases done')"
         tail -3 "$out/v56-race.txt"
         BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_SHAPES=128x64x112x112,32x256x56x56 BN_SWEEP_FUSED=1 step v56-sweep "$(cap 200)" \
