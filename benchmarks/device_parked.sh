@@ -292,7 +292,7 @@ cupy.cuda.runtime.deviceSynchronize(); print('v55 racecheck cases done')"
     v56)  # (its patch, experiments/bn-v56-apply-rings.patch) bn_apply_cl and bn_bwd_apply_cl through cp.async rings: the
         # channels-last apply and activation tests (V56_TESTS=1; the check runs them), racecheck of the NHWC passes, the
         # 112 x 112 NHWC sweep with the residual + ReLU calls against the register walk, ~3 min
-        [ -n "$V56_TESTS" ] && tests_step v56-tests "$(cap 90)" -n 8 tests/test_batch_norm.py -m gpu \
+        [ -n "${V56_TESTS:-}" ] && tests_step v56-tests "$(cap 90)" -n 8 tests/test_batch_norm.py -m gpu \
             -k "activations or apply_without_residual or chunked_walks or passes_outlier or own_grids or shapes_dtypes or half_channels_last_backward"
         step v56-race "$(cap 90)" compute-sanitizer --tool racecheck --error-exitcode 9 python3 -c \
             "import cupy, cunorm; from cunorm.ops import _batch_norm as b; b.USE_STAGED_CL = b.USE_STAGED_CL_BWD = False; \

@@ -59,8 +59,9 @@ VARIANTS = {
     # v56's bn_bwd_apply_cl ring (4 slots a stream) against its register walk, and both off
     "bwd_apply_cl_reg_walk": (("-DCUNORM_BN_BWD_APPLY_CL_RING=0",), 256, {}),
     "before_v56": (("-DCUNORM_BN_APPLY_CL_RING=0", "-DCUNORM_BN_BWD_APPLY_CL_RING=0"), 256, {}),
-    # v57 (experiments/bn-v57-early-launches.patch over v56's): the channels-last training
-    # forward's finalize and apply launched early (programmatic dependent launch) off
+    # v57 (experiments/bn-v57-early-launches.patch over v56's): the channels-last passes'
+    # finalize and apply kernels (forward and backward) launched early (programmatic dependent
+    # launch) off
     "launch_early_off": ((), 256, {"LAUNCH_EARLY_MIN_ELEMENTS": None}),
     # both off: the kernels and launches as on main before v56
     "before_v56_v57": (("-DCUNORM_BN_APPLY_CL_RING=0", "-DCUNORM_BN_BWD_APPLY_CL_RING=0"), 256,
