@@ -67,8 +67,7 @@ steps=("$@")
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
-                     [v56]=bn-v56-apply-rings [v57]=bn-v57-early-launches [v114]=v114-long-cluster-fwd
-                     [v115]=v115-half-wide-cluster-nonportable)
+                     [v57]=bn-v57-early-launches [v114]=v114-long-cluster-fwd)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed; v46-v48 are on main
 # since the forty-eighth session, v50 (as v52, channel-major) and v112b since the forty-ninth
@@ -76,8 +75,7 @@ declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-ba
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-[[ " ${apply[*]} " == *" v57 "* ]] && apply+=(v56)
-for name in v26 v27 v29 v28 v41 v111 p8b v56 v57 v114 v115; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v111 p8b v57 v114; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -290,7 +288,7 @@ cupy.cuda.runtime.deviceSynchronize(); print('v55 racecheck cases done')"
         BN_SWEEP_LAYOUTS=nhwc step applyflight-sweep "$(cap 200)" python3 benchmarks/sweep_bn_variants.py \
             --json "$out/sweep-applyflight.json" --variants default,apply_inflight_64,default_again
         tail -10 "$out/applyflight-sweep.txt" ;;
-    v56)  # (its patch, experiments/bn-v56-apply-rings.patch) bn_apply_cl and bn_bwd_apply_cl through cp.async rings: the
+    v56)  # (on main since the fifty-third session, no patch) bn_apply_cl and bn_bwd_apply_cl through cp.async rings: the
         # channels-last apply and activation tests (V56_TESTS=1; the check runs them), racecheck of the NHWC passes, the
         # 112 x 112 NHWC sweep with the residual + ReLU calls against the register walk, ~3 min
         [ -n "${V56_TESTS:-}" ] && tests_step v56-tests "$(cap 90)" -n 8 tests/test_batch_norm.py -m gpu \
@@ -322,8 +320,7 @@ print('v114 race cases done')"
         step v114-sweep "$(cap 240)" python3 benchmarks/sweep_long_cluster_fwd.py --json "$out/sweep-v114.json" \
             ${V114_VARIANTS:+--variants "$V114_VARIANTS"}
         tail -16 "$out/v114-sweep.txt" ;;
-    v115)  # (its patch, experiments/v115-half-wide-cluster-nonportable.patch; applies beside
-        # v114's) the half-precision backward of rows of 131073-262144 in non-portable clusters
+    v115)  # (on main since the fifty-third session, no patch) the half-precision backward of rows of 131073-262144 in non-portable clusters
         # of 9-16 wide blocks: its GPU tests, racecheck of 9 rows of 200000, the backward
         # sweep against the grid rows, ~3 min
         tests_step v115-tests "$(cap 150)" -n 4 tests/test_cluster_path.py -m gpu \
@@ -338,7 +335,7 @@ cunorm.rms_norm_backward(dy, x, w, r); cupy.cuda.runtime.deviceSynchronize(); pr
         step v115-sweep "$(cap 200)" python3 benchmarks/sweep_half_wide_cluster_nonportable.py \
             --json "$out/sweep-v115.json" ${V115_VARIANTS:+--variants "$V115_VARIANTS"}
         tail -10 "$out/v115-sweep.txt" ;;
-    v57)  # (its patch over v56's, both applied) the channels-last passes' finalize and
+    v57)  # (its patch; v56 is on main since the fifty-third session) the channels-last passes' finalize and
         # apply launched early (programmatic dependent launch): its GPU tests and torch's graph
         # replay of it, the NHWC 112 x 112 sweep against launch_early_off (v56 alone) and
         # before_v56_v57 (main before both), ~2-3 min

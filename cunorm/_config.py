@@ -569,6 +569,13 @@ WIDE_CLUSTER_BWD_NARROW_TO = 65536
 # 0.735 / 0.841. 0: portable sizes only (rows past WIDE_CLUSTER_BWD_NARROW_TO: v93's blocks).
 WIDE_CLUSTER_BWD_NONPORTABLE_TO = 131072
 WIDE_CLUSTER_BWD_NONPORTABLE_SIZES = tuple(range(9, 17))
+# v115 (prediction in benchmarks/NOTES.md "v115"; not yet measured): half-precision rows past
+# eight wide blocks (131072) in non-portable clusters of 9-16 of them (16384 columns each, as
+# v100 did for float32's narrow blocks), to 16 * 16384 = 262144, instead of the grid rows
+# (bf16 262144 backward 0.59 LayerNorm / 0.63 RMSNorm of copy on the H100, record
+# 5a230afe2e50; the wide clusters of eight read 0.71 / 0.77 at 131072). Where the driver runs
+# no such cluster, the grid rows as before. 0: off (the sweep's baseline).
+WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO = 262144
 # v99: rows in the narrow blocks' ring. Three fit beside the float32 weight slots (226 KiB)
 # and take v91's pipelined loop. H200, two rounds (results/sweep-wide-cluster-narrow-v99-
 # h200.txt), backward of copy at float32 N = 24576 / 32768 / 65536 against v93's blocks of
@@ -638,6 +645,8 @@ def wide_cluster_bwd_configs(itemsize: int, w_itemsize: int | None = None, rms: 
     narrow = WIDE_CLUSTER_BWD_NARROW.get(itemsize)
     nonportable = [(narrow, c) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES] \
         if narrow is not None and WIDE_CLUSTER_BWD_NONPORTABLE_TO else []
+    if itemsize == 2:  # v115 (compiled whatever the switch says, so the sweep can turn it on)
+        nonportable += [(WIDE_BWD_TILE, c) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES]
     tiles = wide_cluster_bwd_tiles(itemsize, w_itemsize, rms)
     half_narrow = WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS if itemsize == 2 else None
 
@@ -658,11 +667,14 @@ def wide_cluster_bwd_config(n: int, vec: int, itemsize: int, rms: bool = False, 
                             w_itemsize: int | None = None) -> ClusterConfig | None:
     """The fewest wide blocks that hold a row of ``n`` elements in ``vec``-packs, or None
     (the single wide block takes it, or eight blocks, or with ``nonportable`` sixteen
-    narrow ones, do not hold it); ``w_itemsize``: the parameters' element size (None: x's)."""
+    narrow ones (float32) or sixteen wide ones (half precision, v115), do not hold it);
+    ``w_itemsize``: the parameters' element size (None: x's)."""
     t = wide_cluster_bwd_tile(itemsize, n, nonportable, w_itemsize, rms)
     blocks = -(-n // t.tile) if t is not None and t.vec == vec and n >= wide_cluster_bwd_from(itemsize, rms) else 0
     narrow = t is not None and t == WIDE_CLUSTER_BWD_NARROW.get(itemsize)
-    sizes = WIDE_CLUSTER_BWD_SIZES + (WIDE_CLUSTER_BWD_NONPORTABLE_SIZES if nonportable and narrow else ())
+    half_wide = itemsize == 2 and t == WIDE_BWD_TILE and n <= WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO  # v115
+    sizes = WIDE_CLUSTER_BWD_SIZES + (WIDE_CLUSTER_BWD_NONPORTABLE_SIZES if nonportable and (narrow or half_wide)
+                                      else ())
     return ClusterConfig(t.vec, t.packs, t.tpr, blocks) if blocks in sizes else None
 
 

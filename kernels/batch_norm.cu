@@ -299,13 +299,15 @@ __device__ __forceinline__ void walk_ring(int K, Cur cur, const T* const* src, C
   copies_wait<0>();  // the empty groups: nothing lands after the walk
 }
 
-// walk_cl's positions through the ring (a thread's row ty of 1 << rshift, so apart).
-template <int RING, int NS, int VEC, typename T, typename F>
+// walk_cl's positions through the ring (a thread's row ty of 1 << rshift, so apart), last
+// first when REVERSE.
+template <int RING, int NS, int VEC, bool REVERSE = false, typename T, typename F>
 __device__ __forceinline__ void walk_cl_ring(i64 p0, i64 p1, int ty, int rshift, i64 so, i64 c, const T* const* src,
                                              ClRing<RING, NS, T, VEC>& ring, F&& f) {
-  const i64 first = p0 + ty;
+  const i64 first = p0 + ty, R = i64(1) << rshift;
   const int K = first < p1 ? int((p1 - 1 - first) >> rshift) + 1 : 0;
-  walk_ring(K, ClCursor<VEC>{first * so + c, (i64(1) << rshift) * so}, src, ring, f);
+  const i64 start = REVERSE ? first + i64(K > 0 ? K - 1 : 0) * R : first;
+  walk_ring(K, ClCursor<VEC>{start * so + c, (REVERSE ? -R : R) * so}, src, ring, f);
 }
 
 // walk_nc's packs (not reversed) through the ring; src[s] point at the channel's base.
@@ -344,8 +346,7 @@ __device__ __forceinline__ void store_slot(T* p, const Slot& s, const A (&v)[VEC
 }
 
 // The cl block's shape: CPB = 1 << cshift channel packs (lanes) by kBnBlock >> cshift rows,
-// at most kClMaxLanes lanes (the host's CL_MAX_LANES).
-constexpr int kClMaxLanes = 32;
+// at most 32 lanes (the host's CL_MAX_LANES).
 struct ClTile {
   int tx, ty, rshift;
   i64 c;  // this lane's first channel
@@ -353,7 +354,7 @@ struct ClTile {
     tx = threadIdx.x & ((1 << cshift) - 1);
     ty = threadIdx.x >> cshift;
     rshift = kBnBlockLog2 - cshift;
-    c = (i64(blockIdx.y) << cshift | tx) * vec;
+    c = lane_channel(tx, vec);
   }
   // the first channel of lane ``lane`` of this block
   __device__ __forceinline__ i64 lane_channel(int lane, int vec) const {
@@ -501,7 +502,7 @@ template <typename A, typename S, int VEC>
 struct ClPivotSums {
   A K[VEC];
   S s[VEC], q[VEC];
-  __device__ __forceinline__ explicit ClPivotSums(const A* pivots) {
+  __device__ __forceinline__ explicit ClPivotSums(const A (&pivots)[VEC]) {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       K[k] = pivots[k];
@@ -544,18 +545,13 @@ bn_stats_cl(const T* __restrict__ x, i64 so, i64 C, i64 O, i64 per_chunk, int cs
   const ClTile t(cshift, VEC);
   const bool ok_c = t.c < C;  // VEC > 1 only when C % VEC == 0
   const i64 p0 = i64(blockIdx.x) * per_chunk, p1 = min(O, p0 + per_chunk);
-  // the block's channels' pivots (each channel's first element), a lane's VEC
-  __shared__ A pivots[kClMaxLanes * VEC];
-  if (t.ty == 0) {
-    A K[VEC];
+  // the lane's channels' pivots (each channel's first element; every row's thread loads them,
+  // the block's few distinct packs from L1)
+  A K[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) K[k] = A(0);
-    if (ok_c) load_pack<A, T, VEC>(x + t.c, K);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) pivots[t.tx * VEC + k] = K[k];
-  }
-  __syncthreads();
-  ClPivotSums<A, S, VEC> acc(pivots + t.tx * VEC);
+  for (int k = 0; k < VEC; ++k) K[k] = A(0);
+  if (ok_c) load_pack<A, T, VEC>(x + t.c, K);
+  ClPivotSums<A, S, VEC> acc(K);
   const auto add = [&](const Pack<T, VEC>& v) {
     A xv[VEC];
     unpack(v, xv);
@@ -881,6 +877,18 @@ bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res_arg, T* __restric
   });
 }
 
+// v56: bn_apply_cl's loads through a ring of this many cp.async slots a thread (half as many
+// a stream with the residual: two streams), RING - 1 packs in flight without holding them in
+// registers, as the statistics pass reads (v23); 0: the register walk of U packs a trip.
+#ifndef CUNORM_BN_APPLY_CL_RING
+#if defined(CUNORM_HIP)
+#define CUNORM_BN_APPLY_CL_RING 0  // HIP's copies pass through registers: the ring would only cost LDS
+#else
+#define CUNORM_BN_APPLY_CL_RING 8
+#endif
+#endif
+constexpr int kApplyClRing = CUNORM_BN_APPLY_CL_RING;
+
 template <typename T, typename W, int VEC, int ACT, bool RES>
 __global__ void __launch_bounds__(kBnBlock)
 bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res_arg, T* __restrict__ y, i64 so, i64 C, i64 O,
@@ -898,20 +906,31 @@ bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res_arg, T* __restric
   for (int k = 0; k < VEC; ++k) ch[k] = channel_of(t.c + k, mean, rstd, w, b);
   const i64 chunk = gridDim.x - 1 - blockIdx.x;
   const i64 p0 = chunk * per_chunk, p1 = min(O, p0 + per_chunk);
-  walk_cl<U, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
-    Pack<T, VEC> v[U], r[U];
-    load_x_res<U, VEC>(x, res, 0, sl, v, r);
+  const auto apply = [&](const Pack<T, VEC>& v, const Pack<T, VEC>& r, i64 off) {
+    A xv[VEC], rv[VEC], out[VEC];
+    unpack(v, xv);
+    unpack_or_zero(res, r, rv);
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        A xv[VEC], rv[VEC], out[VEC];
-        unpack(v[u], xv);
-        unpack_or_zero(res, r[u], rv);
+    for (int k = 0; k < VEC; ++k) out[k] = act_forward(tag(), ch[k].z(xv[k], rv[k]), param);
+    store_pack<T>(y + off, out);
+  };
+  if constexpr (kApplyClRing > 1 && ring_packs<T, VEC>()) {
+    constexpr int NS = RES ? 2 : 1, SLOTS = RES ? kApplyClRing / 2 : kApplyClRing, RING = SLOTS > 1 ? SLOTS : 2;
+    __shared__ ClRing<RING, NS, T, VEC> ring;
+    const T* const src[2] = {x, res};
+    walk_cl_ring<RING, NS, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, src, ring,
+                                      [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
+                                        apply(v[0], v[NS - 1], sl.off);
+                                      });
+  } else {
+    walk_cl<U, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
+      Pack<T, VEC> v[U], r[U];
+      load_x_res<U, VEC>(x, res, 0, sl, v, r);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) out[k] = act_forward(tag(), ch[k].z(xv[k], rv[k]), param);
-        store_pack<T>(y + sl[u].off, out);
-      }
-  });
+      for (int u = 0; u < U; ++u)
+        if (sl[u].any()) apply(v[u], r[u], sl[u].off);
+    });
+  }
 }
 
 // ---- the training forward's passes in one cooperative launch (NOTES "BatchNorm v50", "v52") --
@@ -1363,6 +1382,18 @@ bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
   });
 }
 
+// v56: bn_bwd_apply_cl's loads through a ring of this many cp.async slots a stream (x, dy and
+// with an activation the residual: 32 or 48 KB of static shared memory a block), RING - 1
+// packs of each in flight without holding them in registers; 0: the register walk.
+#ifndef CUNORM_BN_BWD_APPLY_CL_RING
+#if defined(CUNORM_HIP)
+#define CUNORM_BN_BWD_APPLY_CL_RING 0  // as CUNORM_BN_APPLY_CL_RING
+#else
+#define CUNORM_BN_BWD_APPLY_CL_RING 4
+#endif
+#endif
+constexpr int kBwdApplyClRing = CUNORM_BN_BWD_APPLY_CL_RING;
+
 template <typename T, typename W, int VEC, int ACT, bool DRES>
 __global__ void __launch_bounds__(kBnBlock)
 bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ res, T* __restrict__ dx,
@@ -1389,25 +1420,37 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
   }
   const i64 chunk = gridDim.x - 1 - blockIdx.x;
   const i64 p0 = chunk * per_chunk, p1 = min(O, p0 + per_chunk);
-  walk_cl<U, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
-    Pack<T, VEC> v[U], g[U], r[U];
-    load_x_dy_res<U, VEC>(x, dy, res, with_res, 0, sl, v, g, r);
+  const auto apply = [&](const Pack<T, VEC>& v, const Pack<T, VEC>& g, const Pack<T, VEC>& r, i64 off) {
+    A xv[VEC], gv[VEC], rv[VEC], dz[VEC], out[VEC];
+    unpack(v, xv);
+    unpack(g, gv);
+    unpack_or_zero(with_res, r, rv);
 #pragma unroll
-    for (int u = 0; u < U; ++u)
-      if (sl[u].any()) {
-        A xv[VEC], gv[VEC], rv[VEC], dz[VEC], out[VEC];
-        unpack(v[u], xv);
-        unpack(g[u], gv);
-        unpack_or_zero(with_res, r[u], rv);
+    for (int k = 0; k < VEC; ++k) {
+      dz[k] = element_dz<ACT>(tag, ch[k], xv[k], gv[k], rv[k], param);
+      out[k] = kFold ? fmaf(cg[k].a, gv[k], -fmaf(cg[k].d, xv[k], fold[k])) : cg[k].dx(dz[k], xv[k] - ch[k].mean);
+    }
+    store_pack<T>(dx + off, out);
+    if (dres) store_pack<T>(dres + off, dz);
+  };
+  if constexpr (kBwdApplyClRing > 1 && ring_packs<T, VEC>()) {
+    // x, dy and (with an activation) the residual: a null stream is not copied
+    constexpr int NS = ACT != 0 ? 3 : 2, RING = kBwdApplyClRing;
+    __shared__ ClRing<RING, NS, T, VEC> ring;
+    const T* const src[3] = {x, dy, with_res ? res : nullptr};
+    walk_cl_ring<RING, NS, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, src, ring,
+                                      [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
+                                        apply(v[0], v[1], v[NS - 1], sl.off);
+                                      });
+  } else {
+    walk_cl<U, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
+      Pack<T, VEC> v[U], g[U], r[U];
+      load_x_dy_res<U, VEC>(x, dy, res, with_res, 0, sl, v, g, r);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          dz[k] = element_dz<ACT>(tag, ch[k], xv[k], gv[k], rv[k], param);
-          out[k] = kFold ? fmaf(cg[k].a, gv[k], -fmaf(cg[k].d, xv[k], fold[k])) : cg[k].dx(dz[k], xv[k] - ch[k].mean);
-        }
-        store_pack<T>(dx + sl[u].off, out);
-        if (dres) store_pack<T>(dres + sl[u].off, dz);
-      }
-  });
+      for (int u = 0; u < U; ++u)
+        if (sl[u].any()) apply(v[u], g[u], r[u], sl[u].off);
+    });
+  }
 }
 
 // ---- dense channel-major apply passes -------------------------------------------------------

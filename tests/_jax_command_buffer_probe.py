@@ -82,10 +82,10 @@ def replay_report(distinct: int = DISTINCT, m: int = 7, n: int = 1533, dtype=jnp
 
 
 def main():
-    # argument "long-rows": bf16 rows of 131080, whose backward is a cooperative launch (the
-    # grid rows, v79) recorded into the command buffer
+    # argument "long-rows": bf16 rows of 262152, whose backward is a cooperative launch (the
+    # grid rows, v79; past sixteen wide blocks, v115) recorded into the command buffer
     if sys.argv[1:] == ["long-rows"]:
-        print(json.dumps(replay_report(distinct=4, m=2, n=131080, dtype=jnp.bfloat16)))
+        print(json.dumps(replay_report(distinct=4, m=2, n=262152, dtype=jnp.bfloat16)))
     else:
         print(json.dumps(replay_report()))
 

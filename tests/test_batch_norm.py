@@ -594,12 +594,18 @@ RING_CASES = [("cl", BFLOAT16, "relu"), ("cl", BFLOAT16, "silu"), ("cl", numpy.d
               ("nc", numpy.dtype(numpy.float32), None), ("nc", numpy.dtype(numpy.float64), "silu")]
 
 
+# every cp.async ring of the BatchNorm passes off: the register walks as before v23 / v56
+RING_OFF = ("-DCUNORM_BN_CL_RING=0", "-DCUNORM_BN_APPLY_CL_RING=0", "-DCUNORM_BN_BWD_APPLY_CL_RING=0")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout,dtype,activation", RING_CASES,
                          ids=[f"{c[0]}-{c[1].name}-{c[2]}" for c in RING_CASES])
-def test_gpu_sums_ring_matches_the_register_walk(rng, passes, layout, dtype, activation):
+def test_gpu_sums_and_apply_rings_match_the_register_walks(rng, passes, layout, dtype, activation):
     # v23: the statistics and backward sums passes through the cp.async ring add the same packs
-    # in the same order as the walks' packs in registers (CUNORM_BN_CL_RING=0): the same bits;
+    # in the same order as the walks' packs in registers (CUNORM_BN_CL_RING=0), and v56's
+    # channels-last apply passes (forward and backward) through theirs compute each element as
+    # their register walks do: the same bits;
     # channels last with odd positions a chunk (7 x 13 x 11), channel-major runs of 2491
     # elements (masked packs at both ends, past bn_stats_flat's and bn_bwd_sums_flat's
     # planes), the residual's stream with the activations, and against the reference
@@ -614,7 +620,7 @@ def test_gpu_sums_ring_matches_the_register_walk(rng, passes, layout, dtype, act
     w, b = (cupy.asarray(rng.standard_normal(C).astype(numpy.float32)) for _ in range(2))
     before, runs = _compile.COMPILE_OPTIONS, []
     try:
-        for options in (before, (*before, "-DCUNORM_BN_CL_RING=0")):
+        for options in (before, (*before, *RING_OFF)):
             _build_with(*options)
             y, mean, rstd = cunorm.batch_norm(x, w, b, residual=r, activation=activation, channel_axis=axis,
                                               return_stats=True)

@@ -419,13 +419,46 @@ def test_wide_cluster_backward_past_eight_blocks(rng, wide_clusters, op, dtype, 
     check(op, rng, (rows, n), dtype)
 
 
+# v115: half-precision rows of 131073-262144 in non-portable clusters of 9-16 wide blocks of
+# 16384 columns where the driver runs them (131080: the ninth block holds one pack; 200000:
+# thirteen blocks, the last part empty); 40 rows walk each cluster through several (an H100
+# runs eight clusters of sixteen)
+HALF_NONPORTABLE_CASES = [("layer_norm", BFLOAT16, n) for n in (131080, 200000, 262144)] + \
+                         [("rms_norm", BFLOAT16, 262144), ("rms_norm", numpy.dtype(numpy.float16), 150000)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op,dtype,n", HALF_NONPORTABLE_CASES,
+                         ids=[f"{o}-{d.name}-{n}" for o, d, n in HALF_NONPORTABLE_CASES])
+@pytest.mark.parametrize("rows", [3, 40])
+def test_wide_cluster_backward_half_past_eight_blocks(rng, wide_clusters, op, dtype, n, rows):
+    plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, op == "rms_norm", 0, 0, 0)
+    if plan.grid_rows is not None:
+        pytest.skip("this GPU or driver runs no cluster of more than eight blocks of this kernel (grid rows)")
+    cfg = _assert_wide_cluster_plan(op, dtype, n, rows)
+    assert cfg.cluster > 8 and cfg.block_columns == 16384
+    check(op, rng, (rows, n), dtype)
+
+
+@pytest.mark.gpu
+def test_half_rows_with_float32_parameters_past_eight_wide_blocks(rng, wide_clusters):
+    """v115 with torch.autocast's parameters (the float32 weight's slots where they fit)."""
+    check("layer_norm", rng, (20, 200000), BFLOAT16, param_dtype=numpy.float32)
+    check("rms_norm", rng, (20, 262144), BFLOAT16, param_dtype=numpy.float32)
+
+
 @pytest.mark.gpu
 def test_wide_cluster_backward_without_nonportable_clusters(rng, wide_clusters, monkeypatch):
     # where the driver refuses clusters past eight blocks, v93's blocks of 16384 columns serve
+    # float32 rows, and half-precision rows past eight of them take the grid rows (v115)
     monkeypatch.setattr(_row_norm, "allow_nonportable_clusters", lambda ptr: False)
     cfg = _assert_wide_cluster_plan("layer_norm", numpy.dtype(numpy.float32), 100000, 150)
     assert cfg == _config.ClusterConfig(4, 4, 1024, 7)
     check("layer_norm", rng, (150, 100000), numpy.float32)
+    plan = _row_norm.backward_plan((40, 200000), (200000, 1), (200000, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1, False,
+                                   0, 0, 0)
+    assert plan.grid_rows is not None
+    check("layer_norm", rng, (40, 200000), BFLOAT16)
 
 
 @pytest.mark.gpu
@@ -499,12 +532,12 @@ def test_wide_cluster_backward_without_parameters(rng, wide_clusters):
 
 @pytest.mark.gpu
 def test_half_rms_past_the_wide_clusters_takes_the_grid_rows(rng, wide_clusters):
-    # past eight wide blocks (131072); v68's blocks of 32768 columns had lost to the split
-    # path at 131072 (NOTES v68)
-    plan = _row_norm.backward_plan((40, 131080), (131080, 1), (131080, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1, True,
+    # past sixteen wide blocks (262144; eight, 131072, before v115); v68's blocks of 32768
+    # columns had lost to the split path at 131072 (NOTES v68)
+    plan = _row_norm.backward_plan((40, 262152), (262152, 1), (262152, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1, True,
                                    0, 0, 0)
     assert plan.grid_rows is not None
-    check("rms_norm", rng, (40, 131080), BFLOAT16)
+    check("rms_norm", rng, (40, 262152), BFLOAT16)
 
 
 def test_wide_cluster_configs():
@@ -528,6 +561,13 @@ def test_wide_cluster_configs():
     assert cfg(24576, 8, 2, True, False, 2) == cfg(24576, 8, 2, True), "a half-precision weight: v93's blocks"
     assert _config.wide_cluster_bwd_tiles(2, 4, True) == (half, v93) and _config.wide_cluster_bwd_tiles(2, 4) == (v93,)
     assert cfg(131080, 8, 2) is None, "past eight blocks: the grid rows"
+    # v115: half-precision rows past eight wide blocks in non-portable clusters of them
+    assert cfg(131080, 8, 2, False, True) == _config.ClusterConfig(8, 2, 1024, 9)
+    assert cfg(262144, 8, 2, True, True) == cfg(262144, 8, 2, False, True, 4) == _config.ClusterConfig(8, 2, 1024, 16)
+    assert cfg(262152, 8, 2, False, True) is None, "past sixteen: the grid rows"
+    for n in range(131073, 262145, 1999):
+        c = cfg(n - n % 8, 8, 2, False, True)
+        assert c.block_columns == 16384 and (c.cluster - 1) * 16384 < n - n % 8 <= c.capacity
     assert cfg(131072, 4, 4) == _config.ClusterConfig(4, 4, 1024, 8)
     assert cfg(65537, 4, 4) == _config.ClusterConfig(4, 4, 1024, 5), "past the narrow float32 blocks"
     # v100: non-portable clusters of narrow float32 blocks, where the host finds they run
@@ -553,7 +593,8 @@ def test_wide_cluster_configs():
     for itemsize, t in ((2, "bfloat16"), (4, "float32")):
         for rms in (False, True):
             for c in _config.wide_cluster_bwd_configs(itemsize):
-                assert c.cluster <= 8 or c.block_columns == 8192, "non-portable sizes: v100's narrow blocks only"
+                assert c.cluster <= 8 or c.block_columns == {4: 8192, 2: 16384}[itemsize], \
+                    "non-portable sizes: v100's narrow float32 blocks, v115's half-precision wide ones"
                 for depth in _config.WIDE_BWD_DEPTHS:
                     assert _row_norm._wide_cluster_name(t, t, rms, depth, c) in names
 

@@ -260,7 +260,7 @@ def test_gpu_command_buffer_replays_and_rerecords():
 
 @pytest.mark.gpu
 def test_gpu_command_buffer_records_the_grid_rows():
-    """bf16 rows of 131080: the backward is the grid rows' cooperative launch, recorded into
+    """bf16 rows of 262152: the backward is the grid rows' cooperative launch, recorded into
     the command buffer and replayed (values within bf16's reach of jax.numpy's)."""
     gpu_or_skip()
     from fresh_interpreter import run_probe
