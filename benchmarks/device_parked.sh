@@ -111,6 +111,19 @@ cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 v25_cases="import cupy; from cunorm import _sanitize; _sanitize.staged_span_calls(cupy.random.default_rng(0)); \
 cupy.cuda.runtime.deviceSynchronize(); print('v25 sanitizer cases done')"
 
+# racecheck of 9 bf16 rows of N, LayerNorm and RMSNorm forward and backward (the wide
+# clusters past eight blocks take rows of 131073-262144), log NAME-race
+wide_race() {
+    local name="$1" n="$2"
+    step "$name-race" "$(cap 90)" compute-sanitizer --tool racecheck --error-exitcode 9 python3 -c \
+"import cupy, numpy, ml_dtypes, cunorm; g = cupy.random.default_rng(0); \
+x, dy = (g.standard_normal((9, $n), dtype=numpy.float32).astype(ml_dtypes.bfloat16) for _ in range(2)); \
+w = cupy.ones($n, ml_dtypes.bfloat16); _, m, r = cunorm.layer_norm(x, w, w, return_stats=True); \
+cunorm.layer_norm_backward(dy, x, w, m, r); _, r = cunorm.rms_norm(x, w, return_stats=True); \
+cunorm.rms_norm_backward(dy, x, w, r); cupy.cuda.runtime.deviceSynchronize(); print('$name race cases done')"
+    tail -3 "$out/$name-race.txt"
+}
+
 # racecheck and memcheck of the two-phase cases (cunorm._sanitize.two_phase_calls: v50's
 # forwards, with v51 their backwards), logs NAME-TOOL
 two_phase_tools() {
@@ -326,12 +339,7 @@ print('v114 race cases done')"
         # racecheck of bf16 LayerNorm in sixteen blocks, the sweep against the whole unroll, ~3-4 min
         tests_step v116-tests "$(cap 150)" -n 4 tests/test_cluster_path.py -m gpu \
             -k "past_eight or without_nonportable"
-        step v116-race "$(cap 90)" compute-sanitizer --tool racecheck --error-exitcode 9 python3 -c \
-"import cupy, numpy, ml_dtypes, cunorm; g = cupy.random.default_rng(0); \
-x, dy = (g.standard_normal((9, 262144), dtype=numpy.float32).astype(ml_dtypes.bfloat16) for _ in range(2)); \
-w = cupy.ones(262144, ml_dtypes.bfloat16); _, m, r = cunorm.layer_norm(x, w, w, return_stats=True); \
-cunorm.layer_norm_backward(dy, x, w, m, r); cupy.cuda.runtime.deviceSynchronize(); print('v116 race cases done')"
-        tail -3 "$out/v116-race.txt"
+        wide_race v116 262144
         step v116-sweep "$(cap 240)" python3 benchmarks/sweep_half_wide_cluster_nonportable.py \
             --json "$out/sweep-v116.json" --variants "${V116_VARIANTS:-clusters16,full_unroll}"
         tail -14 "$out/v116-sweep.txt" ;;
@@ -340,13 +348,7 @@ cunorm.layer_norm_backward(dy, x, w, m, r); cupy.cuda.runtime.deviceSynchronize(
         # sweep against the grid rows, ~3 min
         tests_step v115-tests "$(cap 150)" -n 4 tests/test_cluster_path.py -m gpu \
             -k "half_past_eight or past_eight_wide or without_nonportable or past_the_wide_clusters"
-        step v115-race "$(cap 90)" compute-sanitizer --tool racecheck --error-exitcode 9 python3 -c \
-"import cupy, numpy, ml_dtypes, cunorm; g = cupy.random.default_rng(0); \
-x, dy = (g.standard_normal((9, 200000), dtype=numpy.float32).astype(ml_dtypes.bfloat16) for _ in range(2)); \
-w = cupy.ones(200000, ml_dtypes.bfloat16); _, m, r = cunorm.layer_norm(x, w, w, return_stats=True); \
-cunorm.layer_norm_backward(dy, x, w, m, r); _, r = cunorm.rms_norm(x, w, return_stats=True); \
-cunorm.rms_norm_backward(dy, x, w, r); cupy.cuda.runtime.deviceSynchronize(); print('v115 race cases done')"
-        tail -3 "$out/v115-race.txt"
+        wide_race v115 200000
         step v115-sweep "$(cap 200)" python3 benchmarks/sweep_half_wide_cluster_nonportable.py \
             --json "$out/sweep-v115.json" ${V115_VARIANTS:+--variants "$V115_VARIANTS"}
         tail -10 "$out/v115-sweep.txt" ;;
