@@ -362,13 +362,13 @@ print('v114 race cases done')"
         tail -10 "$out/v115-sweep.txt" ;;
     v57)  # (its patch; v56 is on main since the fifty-third session) the channels-last passes' finalize and
         # apply launched early (programmatic dependent launch): its GPU tests and torch's graph
-        # replay of it, the NHWC 112 x 112 sweep against launch_early_off (v56 alone) and
-        # before_v56_v57 (main before both), ~2-3 min
+        # replay of it, the NHWC 112 x 112 sweep against launch_early_off (main), each
+        # twice (one reading of each lay within the run's drift), ~2-3 min
         tests_step v57-tests "$(cap 120)" -n 4 tests/test_batch_norm.py tests/test_torch_batch_norm.py -m gpu \
             -k "launched_early or early_launches or rings_match"
         BN_SWEEP_LAYOUTS=nhwc BN_SWEEP_SHAPES=128x64x112x112 BN_SWEEP_FUSED=1 step v57-sweep "$(cap 200)" \
             python3 benchmarks/sweep_bn_variants.py --json "$out/sweep-v57.json" \
-            --variants ${V57_VARIANTS:-default,launch_early_off,before_v56_v57,default_again}
+            --variants ${V57_VARIANTS:-default,launch_early_off,default_again,launch_early_off_again}
         tail -10 "$out/v57-sweep.txt" ;;
     v54)  # on main since the fifty-first session (no patch; was experiments/bn-v54-folded-vote.patch): the span and
         # channels-last stages' far vote (v53) asked at the barrier that publishes their

@@ -51,18 +51,19 @@ VARIANTS = {
     # (bn_apply_cl's stalls are the long scoreboard: results/prof-bn-47-h100.txt)
     "apply_inflight_64": (("-DCUNORM_BN_INFLIGHT_BYTES=64", "-DCUNORM_BN_STATS_INFLIGHT_BYTES=32",
                            "-DCUNORM_BN_SUMS_INFLIGHT_BYTES=32"), 256, {}),
-    # v56 (experiments/bn-v56-apply-rings.patch applied; without it these are the default):
-    # bn_apply_cl's loads through a cp.async ring of 8 slots a thread (the patch's default; 4 a
-    # stream with the residual), of 4, and the register walk of 32 bytes a trip (before v56)
+    # v56 (on main since the fifty-third session): bn_apply_cl's loads through a cp.async ring
+    # of 8 slots a thread (the default; 4 a stream with the residual), of 4, and the register
+    # walk of 32 bytes a trip (before v56)
     "apply_cl_reg_walk": (("-DCUNORM_BN_APPLY_CL_RING=0",), 256, {}),
     "apply_cl_ring_4": (("-DCUNORM_BN_APPLY_CL_RING=4",), 256, {}),
     # v56's bn_bwd_apply_cl ring (4 slots a stream) against its register walk, and both off
     "bwd_apply_cl_reg_walk": (("-DCUNORM_BN_BWD_APPLY_CL_RING=0",), 256, {}),
     "before_v56": (("-DCUNORM_BN_APPLY_CL_RING=0", "-DCUNORM_BN_BWD_APPLY_CL_RING=0"), 256, {}),
-    # v57 (experiments/bn-v57-early-launches.patch over v56's): the channels-last passes'
-    # finalize and apply kernels (forward and backward) launched early (programmatic dependent
-    # launch) off
+    # v57 (experiments/bn-v57-early-launches.patch applied; without it the setting is absent
+    # and the variant runs as default): the channels-last passes' finalize and apply kernels
+    # (forward and backward) launched early (programmatic dependent launch) off
     "launch_early_off": ((), 256, {"LAUNCH_EARLY_MIN_ELEMENTS": None}),
+    "launch_early_off_again": ((), 256, {"LAUNCH_EARLY_MIN_ELEMENTS": None}),
     # both off: the kernels and launches as on main before v56
     "before_v56_v57": (("-DCUNORM_BN_APPLY_CL_RING=0", "-DCUNORM_BN_BWD_APPLY_CL_RING=0"), 256,
                        {"LAUNCH_EARLY_MIN_ELEMENTS": None}),
@@ -243,17 +244,10 @@ VARIANTS = {
     "span_fwd_v32": ((), 256, {"STAGED_FWD_MIN_WORD": None, "STAGED_SPAN_FWD_WHOLE_WORDS": False,
                                "STAGED_SPAN_FWD_PIECES": False}),
 }
-HOST_SETTINGS = ("USE_FLAT", "FLAT_PACKS", "USE_FLAT_STATS", "FLAT_FOLD_CHUNKS", "FLAT_STATS_BLOCKS_PER_SM",
-                 "FLAT_STATS_PACKS", "FLAT_STATS_MAX_I", "FLAT_STATS_DTYPES", "USE_FLAT_SUMS", "FLAT_SUMS_PACKS",
-                 "USE_STAGED", "USE_STAGED_BWD", "STAGED_MIN_RESIDENT", "STAGED_PREFER_WIDE", "STAGED_MIN_WORD",
-                 "STAGED_BLOCKS", "STAGED_CLUSTERS", "SPECIALIZE_RESIDUAL", "CL_GRID_FITS", "USE_STAGED_CL",
-                 "USE_STAGED_CL_BWD", "STAGED_CL_MIN_RESIDENT", "STAGED_CL_SPANS", "USE_STAGED_CL_GRID",
-                 "USE_STAGED_SPAN", "USE_STAGED_SPAN_BWD", "STAGED_SPAN_FILL", "STAGED_SPAN_WIDE_BWD",
-                 "STAGED_CL_BWD_MAX_ITEMSIZE", "STAGED_SPAN_WIDE_BWD_ITEMSIZES", "STAGED_SPAN_SPLIT_FILL",
-                 "STAGED_SPAN_FWD_PIECES", "STAGED_FWD_MIN_WORD", "STAGED_SPAN_FWD_WHOLE_WORDS",
-                 "STAGED_CL_GRID_SHARES", "STAGED_CL_GRID_MAX_ROUNDS", "STAGED_CL_BLOCK", "STAGED_CL_MIN_RESIDENT",
-                 "STAGED_CL_SPAN_FIRST", "STAGED_CL_GRID_FALLBACK_ROUNDS", "NC_GRID_FITS", "NC_GRID_FITS_BWD_SUMS",
-                 "USE_TWO_PHASE", "MIN_TRIPS", "BLOCKS_PER_SM", "BLOCKS_PER_SM_CL")
+# Every host setting a variant sets, put back after the sweep and before each variant (a
+# hand-kept list missed v57's LAUNCH_EARLY_MIN_ELEMENTS, so the variants after
+# launch_early_off kept it off)
+HOST_SETTINGS = tuple(dict.fromkeys(k for _, _, settings in VARIANTS.values() for k in settings))
 
 
 def _use(options, block: int, settings: dict) -> None:
