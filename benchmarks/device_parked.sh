@@ -28,7 +28,7 @@
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
 # ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
 # GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
-# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v113 (on main since the fiftieth session, no patch: rows far from their pivot re-pivoted; its tests, the outlier probe, its sweep, ~3 min), bnpivot (no patch: BatchNorm channels with an outlier first element, the probe, ~30 s), v53 (on main since the fiftieth session, no patch: its outlier tests, the probe, the sweep against the kernels before it, the BatchNorm GPU tests, ~2 min), v54 (on main since the fifty-first session, no patch: the stages' far vote at their constants' barrier; tests and sweep, ~2 min), v55 (on main since the fifty-first session, no patch: the channels-last sums passes' block totals spread over the threads; its tests, racecheck, NHWC sweep, ~2 min), applyflight (no patch: probe_bn_bench_vs_sweep.py, then the NHWC sweep of the apply passes' 64 bytes in flight, ~2-3 min), v56 (its patch: the channels-last apply passes through cp.async rings; racecheck, the NHWC sweep with residual + ReLU, ~2-3 min; V56_TESTS=1 adds their GPU tests, V56_VARIANTS the sweep's variants), v57 (its patch over v56's: the channels-last passes' finalize and apply launched early, forward and backward; tests, graph replay, sweep, ~2-3 min), v114 (its patch: half-precision LayerNorm / RMSNorm rows past 262144 in long cluster tiles; tests, racecheck, the sweep against the split path, ~3-4 min), v115 (on main since the fifty-third session, no patch: the half-precision backward of rows of 131073-262144 in non-portable clusters of 9-16 wide blocks; tests, racecheck, the sweep against the grid rows, ~3 min), v116 (its patch: those clusters' collect loop four ranks at a time; tests, racecheck, the sweep against the whole unroll, ~3-4 min), v117 (its patch over v116's: float32 rows of 131073-262144 in non-portable clusters of v93's 16384-column blocks; tests, the sweep against the grid rows, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v113 (on main since the fiftieth session, no patch: rows far from their pivot re-pivoted; its tests, the outlier probe, its sweep, ~3 min), bnpivot (no patch: BatchNorm channels with an outlier first element, the probe, ~30 s), v53 (on main since the fiftieth session, no patch: its outlier tests, the probe, the sweep against the kernels before it, the BatchNorm GPU tests, ~2 min), v54 (on main since the fifty-first session, no patch: the stages' far vote at their constants' barrier; tests and sweep, ~2 min), v55 (on main since the fifty-first session, no patch: the channels-last sums passes' block totals spread over the threads; its tests, racecheck, NHWC sweep, ~2 min), applyflight (no patch: probe_bn_bench_vs_sweep.py, then the NHWC sweep of the apply passes' 64 bytes in flight, ~2-3 min), v56 (its patch: the channels-last apply passes through cp.async rings; racecheck, the NHWC sweep with residual + ReLU, ~2-3 min; V56_TESTS=1 adds their GPU tests, V56_VARIANTS the sweep's variants), v57 (its patch over v56's: the channels-last passes' finalize and apply launched early, forward and backward; tests, graph replay, sweep, ~2-3 min), v114 (its patch: half-precision LayerNorm / RMSNorm rows past 262144 in long cluster tiles; tests, racecheck, the sweep against the split path, ~3-4 min), v115 (on main since the fifty-third session, no patch: the half-precision backward of rows of 131073-262144 in non-portable clusters of 9-16 wide blocks; tests, racecheck, the sweep against the grid rows, ~3 min), v116 (on main since the fifty-fourth session, no patch: those clusters' collect loop four ranks at a time; tests, racecheck, the sweep against the whole unroll, ~3-4 min), v117 (on main since the fifty-fourth session, no patch: float32 rows of 131073-262144 in non-portable clusters of v93's 16384-column blocks; tests, the sweep against the grid rows, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -67,8 +67,7 @@ steps=("$@")
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
-                     [v57]=bn-v57-early-launches [v114]=v114-long-cluster-fwd
-                     [v116]=v116-push-collect-unroll [v117]=v117-f32-wide-cluster-nonportable)
+                     [v57]=bn-v57-early-launches [v114]=v114-long-cluster-fwd)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed; v46-v48 are on main
 # since the forty-eighth session, v50 (as v52, channel-major) and v112b since the forty-ninth
@@ -76,8 +75,7 @@ declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-ba
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-[[ " ${apply[*]} " == *" v117 "* ]] && apply+=(v116)
-for name in v26 v27 v29 v28 v41 v111 p8b v57 v114 v116 v117; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v111 p8b v57 v114; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -335,7 +333,7 @@ print('v114 race cases done')"
         step v114-sweep "$(cap 240)" python3 benchmarks/sweep_long_cluster_fwd.py --json "$out/sweep-v114.json" \
             ${V114_VARIANTS:+--variants "$V114_VARIANTS"}
         tail -16 "$out/v114-sweep.txt" ;;
-    v116)  # (its patch, experiments/v116-push-collect-unroll.patch) the non-portable wide
+    v116)  # (on main since the fifty-fourth session, no patch) the non-portable wide
         # clusters' collect loop four ranks at a time: their GPU tests (v100's and v115's),
         # racecheck of bf16 LayerNorm in sixteen blocks, the sweep against the whole unroll, ~3-4 min
         tests_step v116-tests "$(cap 150)" -n 4 tests/test_cluster_path.py -m gpu \
@@ -344,10 +342,10 @@ print('v114 race cases done')"
         step v116-sweep "$(cap 240)" python3 benchmarks/sweep_half_wide_cluster_nonportable.py \
             --json "$out/sweep-v116.json" --variants "${V116_VARIANTS:-clusters16,full_unroll}"
         tail -14 "$out/v116-sweep.txt" ;;
-    v117)  # (its patch over v116's, both applied) float32 rows of 131073-262144 in non-portable
+    v117)  # (on main since the fifty-fourth session, no patch) float32 rows of 131073-262144 in non-portable
         # clusters of 9-16 of v93's 16384-column blocks: their GPU tests, the sweep against
         # the grid rows, ~2 min
-        tests_step v117-tests "$(cap 120)" -n 4 tests/test_cluster_path.py -m gpu -k "float32_wide_past_eight"
+        tests_step v117-tests "$(cap 120)" -n 4 tests/test_cluster_path.py -m gpu -k "wide_blocks_past_eight and float32"
         step v117-sweep "$(cap 150)" python3 benchmarks/sweep_half_wide_cluster_nonportable.py \
             --json "$out/sweep-v117.json" --variants clusters16,f32_grid_rows
         tail -6 "$out/v117-sweep.txt" ;;
@@ -355,7 +353,7 @@ print('v114 race cases done')"
         # of 9-16 wide blocks: its GPU tests, racecheck of 9 rows of 200000, the backward
         # sweep against the grid rows, ~3 min
         tests_step v115-tests "$(cap 150)" -n 4 tests/test_cluster_path.py -m gpu \
-            -k "half_past_eight or past_eight_wide or without_nonportable or past_the_wide_clusters"
+            -k "(wide_blocks_past_eight and not float32) or past_eight_wide or without_nonportable or past_the_wide_clusters"
         wide_race v115 200000
         step v115-sweep "$(cap 200)" python3 benchmarks/sweep_half_wide_cluster_nonportable.py \
             --json "$out/sweep-v115.json" ${V115_VARIANTS:+--variants "$V115_VARIANTS"}

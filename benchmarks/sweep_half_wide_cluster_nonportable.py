@@ -1,8 +1,14 @@
-"""v115: the half-precision backward of rows of 131073-262144 in non-portable clusters of 9-16
-wide blocks (16384 columns each) against the grid rows they replace (``grid_rows``:
-_config.WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO = 0). Backward of copy (the forward is
-untouched and logged for the record); M x N = 64 Mi as the benchmark's. Each variant's dx is
-compared with the first variant's by its largest difference, and the plan's path is logged.
+"""The backward in non-portable clusters of 9-16 wide blocks. v115: half-precision rows of
+131073-262144 (16384 columns a block) against the grid rows they replace (``grid_rows``:
+_config.WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO = 0). v116: the push exchange's collect loop
+unrolled four ranks at a time in clusters past eight (``full_unroll``: every rank at once, as
+before, built with -DCUNORM_PUSH_COLLECT_UNROLL=16), which spilled bf16 LayerNorm's tile
+with three rows in its ring; float32's v100 clusters of narrow blocks change code too.
+v117: float32 rows of 131073-262144 in clusters of 9-16 of v93's 16384-column blocks against
+the grid rows (``f32_grid_rows``: _config.WIDE_CLUSTER_BWD_F32_NONPORTABLE_TO all 0).
+Backward of copy (the forward is untouched and logged for the record); M x N = 64 Mi as the
+benchmark's. Each variant's dx is compared with the first variant's by its largest
+difference, and the plan's path is logged.
 
     python benchmarks/sweep_half_wide_cluster_nonportable.py [--json out.json] [--variants a,b]
 """
@@ -10,22 +16,34 @@ from __future__ import annotations
 
 import numpy
 
-from cunorm import _bench, _config
+from cunorm import _bench, _compile, _config
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _sweep_cli import alternate, best_table, chosen  # benchmarks/ is the script's directory
+from _sweep_cli import alternate, best_table, chosen, rebuild_row_norms  # benchmarks/ is the script's directory
 
-VARIANTS = {"clusters16": _config.WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO, "grid_rows": 0}
+# (WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO, WIDE_CLUSTER_BWD_F32_NONPORTABLE_TO, NVRTC options
+# added to the defaults)
+_HALF, _F32 = _config.WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO, dict(_config.WIDE_CLUSTER_BWD_F32_NONPORTABLE_TO)
+VARIANTS = {"clusters16": (_HALF, _F32, ()), "grid_rows": (0, _F32, ()),
+            "full_unroll": (_HALF, _F32, ("-DCUNORM_PUSH_COLLECT_UNROLL=16",)),
+            "f32_grid_rows": (_HALF, {False: 0, True: 0}, ())}
 ROUNDS = 2
-FP16 = numpy.dtype(numpy.float16)
-CASES = [(op, BFLOAT16, n, BFLOAT16) for op in ("layer_norm", "rms_norm") for n in (147456, 196608, 262144)] + \
-        [("rms_norm", FP16, 262144, FP16), ("layer_norm", BFLOAT16, 262144, numpy.dtype(numpy.float32))]
+FP16, F32 = numpy.dtype(numpy.float16), numpy.dtype(numpy.float32)
+# (op, dtype, N, parameters' dtype, the variants the case is there for): a run takes the
+# cases of the variants it names besides clusters16
+_HALF_CASES = [(op, BFLOAT16, n, BFLOAT16) for op in ("layer_norm", "rms_norm") for n in (147456, 196608, 262144)] + \
+              [("rms_norm", FP16, 262144, FP16), ("layer_norm", BFLOAT16, 262144, F32)]
+CASES = [(*c, {"grid_rows", "full_unroll"}) for c in _HALF_CASES] + \
+        [(op, F32, n, F32, {"full_unroll"}) for op in ("layer_norm", "rms_norm") for n in (100000, 131072)] + \
+        [(op, F32, n, F32, {"f32_grid_rows"}) for op in ("layer_norm", "rms_norm") for n in (196608, 262144)]
+_BASE = _compile.COMPILE_OPTIONS
 
 
-def _use(to: int) -> None:
-    _config.WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO = to
-    for cache in (_row_norm.backward_plan, _row_norm.forward_plan):
-        cache.cache_clear()
+def _use(variant) -> None:
+    half_to, f32_to, options = variant
+    _config.WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO = half_to
+    _config.WIDE_CLUSTER_BWD_F32_NONPORTABLE_TO = dict(f32_to)
+    rebuild_row_norms((*_BASE, *options))  # drops every plan and kernel cache with the modules
 
 
 def _path(dtype, wdtype, n: int, rms: bool) -> str:
@@ -57,8 +75,9 @@ def _dx(op: str, dtype, wdtype, n: int, m: int = 8):
 def sweep(log=print, names=None) -> list[dict]:
     variants = chosen(VARIANTS, names)
     rows, reference = [], {}
-    for round_, name, copy in alternate(variants, ROUNDS, _use, _config.WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO, log):
-        for op, dtype, n, wdtype in CASES:
+    default = (_HALF, _F32, ())
+    for round_, name, copy in alternate(variants, ROUNDS, _use, default, log):
+        for op, dtype, n, wdtype, _ in [c for c in CASES if c[-1] & set(variants)]:
             dx = _dx(op, dtype, wdtype, n)
             key = (op, dtype.name, wdtype.name, n)
             diff = float(numpy.abs(dx - reference.setdefault(key, dx)).max())

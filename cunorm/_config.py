@@ -569,12 +569,14 @@ WIDE_CLUSTER_BWD_NARROW_TO = 65536
 # 0.735 / 0.841. 0: portable sizes only (rows past WIDE_CLUSTER_BWD_NARROW_TO: v93's blocks).
 WIDE_CLUSTER_BWD_NONPORTABLE_TO = 131072
 WIDE_CLUSTER_BWD_NONPORTABLE_SIZES = tuple(range(9, 17))
-# v115 (prediction in benchmarks/NOTES.md "v115"; not yet measured): half-precision rows past
-# eight wide blocks (131072) in non-portable clusters of 9-16 of them (16384 columns each, as
-# v100 did for float32's narrow blocks), to 16 * 16384 = 262144, instead of the grid rows
-# (bf16 262144 backward 0.59 LayerNorm / 0.63 RMSNorm of copy on the H100, record
-# 5a230afe2e50; the wide clusters of eight read 0.71 / 0.77 at 131072). Where the driver runs
-# no such cluster, the grid rows as before. 0: off (the sweep's baseline).
+# v115: half-precision rows past eight wide blocks (131072) in non-portable clusters of 9-16
+# of them (16384 columns each, as v100 did for float32's narrow blocks), to 16 * 16384 =
+# 262144, instead of the grid rows. Where the driver runs no such cluster, the grid rows as
+# before. H100, backward of copy against the grid rows, best of two rounds
+# (results/sweep-v115-53-h100.json; NOTES "Fifty-third session's device calls"): bf16 RMSNorm
+# 147456 / 196608 / 262144 0.491 / 0.603 / 0.630 -> 0.714 / 0.839 / 0.796, LayerNorm 0.452 /
+# 0.567 / 0.591 -> 0.646 / 0.606 / 0.608, fp16 RMSNorm 262144 0.613 -> 0.805, bf16 LayerNorm
+# with float32 w + b 262144 0.585 -> 0.731. 0: off (the sweep's baseline).
 WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO = 262144
 # v99: rows in the narrow blocks' ring. Three fit beside the float32 weight slots (226 KiB)
 # and take v91's pipelined loop. H200, two rounds (results/sweep-wide-cluster-narrow-v99-
@@ -584,6 +586,13 @@ WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO = 262144
 # precision in blocks of 8192 columns lost (bf16 LayerNorm 32768 / 65536 0.58 / 0.54 ->
 # 0.47-0.48, RMSNorm 65536 0.58 -> 0.48-0.55), so it keeps v68's.
 WIDE_CLUSTER_BWD_NARROW_DEPTH = 3
+# v117 (prediction in benchmarks/NOTES.md "v117"; not yet measured): float32 rows of
+# 131073-262144 in non-portable clusters of 9-16 of v93's float32 blocks of 16384 columns (x
+# staged, dy loaded in both passes; two rows in the ring; no spill with v116's collect loop,
+# NVRTC 13 sm_90) instead of the grid rows (H100 record 4c047add5d8e: float32 262144
+# backward 0.60 LayerNorm / 0.63 RMSNorm of copy; v93's blocks read 0.58 / 0.72 at 131072 in
+# clusters of eight on the H200, v100). {RMSNorm: longest row}; 0: the grid rows.
+WIDE_CLUSTER_BWD_F32_NONPORTABLE_TO = {False: 262144, True: 262144}
 # v109: half-precision RMSNorm rows with float32 parameters (torch.autocast's) to
 # WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO in blocks of 512 threads and 8192 columns (two packs
 # of 8 a thread, as the 1024-thread blocks of 16384 hold), two blocks an SM, each with two rows
@@ -647,6 +656,8 @@ def wide_cluster_bwd_configs(itemsize: int, w_itemsize: int | None = None, rms: 
         if narrow is not None and WIDE_CLUSTER_BWD_NONPORTABLE_TO else []
     if itemsize == 2:  # v115 (compiled whatever the switch says, so the sweep can turn it on)
         nonportable += [(WIDE_BWD_TILE, c) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES]
+    if itemsize == 4:  # v117 (likewise)
+        nonportable += [(WIDE_BWD_TILE_FP32, c) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES]
     tiles = wide_cluster_bwd_tiles(itemsize, w_itemsize, rms)
     half_narrow = WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS if itemsize == 2 else None
 
@@ -667,14 +678,17 @@ def wide_cluster_bwd_config(n: int, vec: int, itemsize: int, rms: bool = False, 
                             w_itemsize: int | None = None) -> ClusterConfig | None:
     """The fewest wide blocks that hold a row of ``n`` elements in ``vec``-packs, or None
     (the single wide block takes it, or eight blocks, or with ``nonportable`` sixteen
-    narrow ones (float32) or sixteen wide ones (half precision, v115), do not hold it);
+    blocks (v100's narrow float32 ones, v115's half-precision and v117's float32 wide ones),
+    do not hold it);
     ``w_itemsize``: the parameters' element size (None: x's)."""
     t = wide_cluster_bwd_tile(itemsize, n, nonportable, w_itemsize, rms)
     blocks = -(-n // t.tile) if t is not None and t.vec == vec and n >= wide_cluster_bwd_from(itemsize, rms) else 0
     narrow = t is not None and t == WIDE_CLUSTER_BWD_NARROW.get(itemsize)
     half_wide = itemsize == 2 and t == WIDE_BWD_TILE and n <= WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO  # v115
-    sizes = WIDE_CLUSTER_BWD_SIZES + (WIDE_CLUSTER_BWD_NONPORTABLE_SIZES if nonportable and (narrow or half_wide)
-                                      else ())
+    f32_wide = itemsize == 4 and t == WIDE_BWD_TILE_FP32 and \
+        n <= WIDE_CLUSTER_BWD_F32_NONPORTABLE_TO.get(rms, 0)  # v117
+    sizes = WIDE_CLUSTER_BWD_SIZES + (WIDE_CLUSTER_BWD_NONPORTABLE_SIZES
+                                      if nonportable and (narrow or half_wide or f32_wide) else ())
     return ClusterConfig(t.vec, t.packs, t.tpr, blocks) if blocks in sizes else None
 
 

@@ -25,9 +25,9 @@ import numpy
 # steps in bf16 and 10 in float32, so every ring buffer and partial slot is used again; v93:
 # 40 rows of 100000 take the wide cluster backward in clusters of 7 blocks in bf16, 2-3 rows
 # a cluster, and v94's dW / dB pass between publish and collect; float32 (v100):
-# non-portable clusters of 13 narrow blocks where the driver runs them; v115: bf16 rows of
-# 150000 in non-portable clusters of 10 wide blocks, so 12 rows of 300000 keep bf16 on the grid
-# rows' backward)
+# non-portable clusters of 13 narrow blocks where the driver runs them; v115 / v117: rows of
+# 150000 in non-portable clusters of 10 wide blocks, so 12 rows of 300000 keep both dtypes on
+# the grid rows' backward)
 ROW_CASES = [(7, 96), (5, 4096), (1100, 1024), (9, 1533), (3, 150000), (3, 65536), (140, 12000), (134, 24000),
              (70, 32768), (40, 150000), (40, 100000), (12, 300000)]
 # Rows whose weight is in x's dtype (ROW_CASES pass a float32 one): in bf16, v101's

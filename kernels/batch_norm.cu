@@ -880,6 +880,11 @@ bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res_arg, T* __restric
 // v56: bn_apply_cl's loads through a ring of this many cp.async slots a thread (half as many
 // a stream with the residual: two streams), RING - 1 packs in flight without holding them in
 // registers, as the statistics pass reads (v23); 0: the register walk of U packs a trip.
+// NVRTC 13 sm_90, bf16: 63 -> 55-60 registers, with the residual 90 -> 64. H100, NHWC (128,
+// 64, 112, 112), both v56 rings against the register walks, two readings of the rings in one
+// run (results/sweep-v57-53-h100.json): bf16 forward / backward 0.575 / 0.553 -> 0.584-0.590
+// / 0.569-0.573 of copy, float32 0.629 / 0.584 -> 0.626-0.633 / 0.578-0.584 (NOTES
+// "Fifty-third session's device calls").
 #ifndef CUNORM_BN_APPLY_CL_RING
 #if defined(CUNORM_HIP)
 #define CUNORM_BN_APPLY_CL_RING 0  // HIP's copies pass through registers: the ring would only cost LDS
@@ -1384,7 +1389,9 @@ bn_bwd_apply_nc(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
 
 // v56: bn_bwd_apply_cl's loads through a ring of this many cp.async slots a stream (x, dy and
 // with an activation the residual: 32 or 48 KB of static shared memory a block), RING - 1
-// packs of each in flight without holding them in registers; 0: the register walk.
+// packs of each in flight without holding them in registers; 0: the register walk. bf16 78
+// -> 57 registers, with ReLU and the residual's gradient 132 -> 90; measured with the
+// forward's (above).
 #ifndef CUNORM_BN_BWD_APPLY_CL_RING
 #if defined(CUNORM_HIP)
 #define CUNORM_BN_BWD_APPLY_CL_RING 0  // as CUNORM_BN_APPLY_CL_RING

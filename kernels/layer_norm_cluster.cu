@@ -833,9 +833,20 @@ struct ClusterPushSums {
 // pushed after the block barrier of its block sums of k + 2, which every thread of it reached
 // after reading its slots of k (v91's pipeline publishes k + 1 right after collecting k, with
 // no barrier between, so two sets would not do).
+// v116 (prediction in benchmarks/NOTES.md "v116"): clusters past eight blocks collect their
+// ranks' row sums four at a time. Unrolled whole, the loop's sixteen loads went up together,
+// and at the 64-register bound of a 1024-thread block the wide backward spilled in 30 of its
+// 160 non-portable instantiations (NVRTC 13, sm_90: bf16 LayerNorm with three rows in the
+// ring 8-44 bytes at 11-16 blocks, half precision with float32 parameters 4-8 bytes), none
+// at four; the same ranks in the same order, so the same bits. Clusters of eight or fewer
+// keep the whole unroll (their PTX unchanged). 16: whole (the sweep's baseline).
+#ifndef CUNORM_PUSH_COLLECT_UNROLL
+#define CUNORM_PUSH_COLLECT_UNROLL 4
+#endif
 template <int CLUSTER>
 struct ClusterPushRowSums {
   static constexpr int kSets = 3, kSlots = kSets * CLUSTER;
+  static constexpr int kCollectUnroll = CLUSTER > 8 ? CUNORM_PUSH_COLLECT_UNROLL : CLUSTER;
   float2* slots;             // [kSets][CLUSTER ranks] this block's
   unsigned long long* bars;  // [kSets] this block's
   unsigned exchange = 0;     // exchanges so far: set exchange % kSets, parity (exchange / kSets) & 1
@@ -853,7 +864,7 @@ struct ClusterPushRowSums {
     mbar_wait(bars + set, (exchange / kSets) & 1);
     ++exchange;
     float s1 = 0.0f, s2 = 0.0f;
-#pragma unroll
+#pragma unroll(kCollectUnroll)
     for (int r = 0; r < CLUSTER; ++r) {
       const float2 v = slots[set * CLUSTER + r];
       s1 += v.x;

@@ -422,16 +422,19 @@ def test_wide_cluster_backward_past_eight_blocks(rng, wide_clusters, op, dtype, 
 # v115: half-precision rows of 131073-262144 in non-portable clusters of 9-16 wide blocks of
 # 16384 columns where the driver runs them (131080: the ninth block holds one pack; 200000:
 # thirteen blocks, the last part empty); 40 rows walk each cluster through several (an H100
-# runs eight clusters of sixteen)
-HALF_NONPORTABLE_CASES = [("layer_norm", BFLOAT16, n) for n in (131080, 200000, 262144)] + \
-                         [("rms_norm", BFLOAT16, 262144), ("rms_norm", numpy.dtype(numpy.float16), 150000)]
+# runs eight clusters of sixteen). v117: float32 rows of 131073-262144 in the same clusters of
+# v93's 16384-column float32 blocks (131076: the ninth block holds one pack).
+WIDE_NONPORTABLE_CASES = [("layer_norm", BFLOAT16, n) for n in (131080, 200000, 262144)] + \
+                         [("rms_norm", BFLOAT16, 262144), ("rms_norm", numpy.dtype(numpy.float16), 150000)] + \
+                         [("layer_norm", numpy.dtype(numpy.float32), n) for n in (131076, 200000)] + \
+                         [("rms_norm", numpy.dtype(numpy.float32), 262144)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op,dtype,n", HALF_NONPORTABLE_CASES,
-                         ids=[f"{o}-{d.name}-{n}" for o, d, n in HALF_NONPORTABLE_CASES])
+@pytest.mark.parametrize("op,dtype,n", WIDE_NONPORTABLE_CASES,
+                         ids=[f"{o}-{d.name}-{n}" for o, d, n in WIDE_NONPORTABLE_CASES])
 @pytest.mark.parametrize("rows", [3, 40])
-def test_wide_cluster_backward_half_past_eight_blocks(rng, wide_clusters, op, dtype, n, rows):
+def test_wide_cluster_backward_wide_blocks_past_eight(rng, wide_clusters, op, dtype, n, rows):
     plan = _row_norm.backward_plan((rows, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, op == "rms_norm", 0, 0, 0)
     if plan.grid_rows is not None:
         pytest.skip("this GPU or driver runs no cluster of more than eight blocks of this kernel (grid rows)")
@@ -573,7 +576,11 @@ def test_wide_cluster_configs():
     # v100: non-portable clusters of narrow float32 blocks, where the host finds they run
     assert cfg(65537, 4, 4, False, True) == _config.ClusterConfig(4, 2, 1024, 9)
     assert cfg(131072, 4, 4, True, True) == _config.ClusterConfig(4, 2, 1024, 16)
-    assert cfg(131073, 4, 4, False, True) is None and cfg(65537, 8, 2, False, True).block_columns == 16384
+    assert cfg(65537, 8, 2, False, True).block_columns == 16384
+    # v117: float32 rows past them in non-portable clusters of v93's 16384-column blocks
+    assert cfg(131073, 4, 4, False, True) == cfg(131073, 4, 4, True, True) == _config.ClusterConfig(4, 4, 1024, 9)
+    assert cfg(262144, 4, 4, False, True).cluster == 16 and cfg(262148, 4, 4, False, True) is None
+    assert cfg(131073, 4, 4) is None, "portable sizes only: the grid rows"
     # v99: float32 rows to 65536 in blocks of 8192 columns, from 12288 (LayerNorm) / 16384
     # (RMSNorm) on; shorter rows take the single wide block
     assert cfg(12287, 4, 4) is None and cfg(16383, 4, 4, True) is None, "the single wide block"
@@ -593,8 +600,8 @@ def test_wide_cluster_configs():
     for itemsize, t in ((2, "bfloat16"), (4, "float32")):
         for rms in (False, True):
             for c in _config.wide_cluster_bwd_configs(itemsize):
-                assert c.cluster <= 8 or c.block_columns == {4: 8192, 2: 16384}[itemsize], \
-                    "non-portable sizes: v100's narrow float32 blocks, v115's half-precision wide ones"
+                assert c.cluster <= 8 or c.block_columns in {4: (8192, 16384), 2: (16384,)}[itemsize], \
+                    "non-portable sizes: v100's narrow float32 blocks, v115's / v117's wide ones"
                 for depth in _config.WIDE_BWD_DEPTHS:
                     assert _row_norm._wide_cluster_name(t, t, rms, depth, c) in names
 

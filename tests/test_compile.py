@@ -254,8 +254,11 @@ def test_cluster_forward_weight_slots_match_the_host(nvrtc_ready, optin):
     assert any("true" in c.split("==")[1] for c in checks) and any("false" in c.split("==")[1] for c in checks)
 
 
-def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:
-    """{name expression: static shared memory bytes} from ptxas's report of one NVRTC compile."""
+def _ptxas_reports(filename: str, names: list[str], options: list[str], pattern: str) -> dict:
+    """{name expression: int} from the first match of ``pattern`` (one group) in ptxas's
+    report of each kernel, one NVRTC compile. ptxas reports an entry's spills, then its
+    registers and shared memory: the report of a kernel runs from its "Compiling entry
+    function" line to the "bytes smem" line."""
     from cupy_backends.cuda.libs import nvrtc
 
     prog = nvrtc.createProgram(_compile.kernel_source(filename), filename, [], [])
@@ -271,12 +274,45 @@ def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:
         m = re.search(r"Compiling entry function '(\S+)'", line)
         if m:
             entry = lowered.get(m.group(1))
-        m = re.search(r"(\d+) bytes smem", line)
-        if m and entry is not None:
+        m = re.search(pattern, line)
+        if m and entry is not None and entry not in found:
             found[entry] = int(m.group(1))
+        if "bytes smem" in line:
             entry = None
-    assert set(found) == set(names), f"ptxas reported no shared memory for {set(names) - set(found)}"
+    assert set(found) == set(names), f"ptxas reported no {pattern!r} for {set(names) - set(found)}"
     return found
+
+
+def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:
+    """{name expression: static shared memory bytes} from ptxas's report of one NVRTC compile."""
+    return _ptxas_reports(filename, names, options, r"(\d+) bytes smem")
+
+
+def test_wide_cluster_backwards_past_eight_blocks_do_not_spill(nvrtc_ready):
+    """v116: the wide cluster backward in non-portable clusters of 9-16 blocks (v100's float32
+    narrow blocks, v115's half-precision and v117's float32 wide ones), at the ring depth the
+    dispatcher gives each tile on sm_90, builds without spills: its push exchange collects the
+    ranks' sums four at a time (whole, the sixteen loads spilled 30 of v115's 160, bf16
+    LayerNorm up to 44 bytes). (v117's float32 wide blocks at depth 3, which no plan takes,
+    spill 8-16 bytes.)"""
+    itemsize = {"__nv_bfloat16": 2, "__half": 2, "float": 4}
+    optin = SMEM_OPTINS[-1]
+    names = []
+    for n in _row_norm.cluster_instantiations():
+        if not n.startswith("norm_bwd_wide_cluster<"):
+            continue
+        t, w, rms, depth, cols, cluster, _ = (a.strip() for a in n[n.index("<") + 1:-1].split(","))
+        if int(cluster) <= 8:
+            continue
+        size, w_size, rms = itemsize[t], itemsize[w], rms == "true"
+        tile = next(c for c in _config.wide_cluster_bwd_tiles(size, w_size, rms) if c.tile == int(cols))
+        if int(depth) == _config.wide_bwd_depth(tile, rms, tile.tile, size, optin, True, w_size):
+            names.append(n)
+    assert len(names) >= 96
+    options = [*_compile.nvrtc_options("sm_90"), *_compile.COMPILE_OPTIONS]
+    spills = _ptxas_reports(_row_norm.CLUSTER_FILE, names, options, r"(\d+) bytes spill stores")
+    spilled = {n: b for n, b in spills.items() if b}
+    assert not spilled, f"{len(spilled)} of {len(names)} spill: {spilled}"
 
 
 def test_staged_cl_static_smem_matches_the_host(nvrtc_ready):
