@@ -28,7 +28,7 @@
 # cases, the sweep at NCHW 7 x 7 / 14 x 14 / 28 x 28 / 56 x 56 with residual + ReLU timed,
 # ~2-3 min), v33 (experiments/bn-v33-span-forward-pieces.patch: the span forward in pieces; its
 # GPU tests, the sweep at NCHW 56 x 56 / 28 x 28 / 7 x 7 against v33's build with M fixed at 1
-# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v113 (on main since the fiftieth session, no patch: rows far from their pivot re-pivoted; its tests, the outlier probe, its sweep, ~3 min), bnpivot (no patch: BatchNorm channels with an outlier first element, the probe, ~30 s), v53 (on main since the fiftieth session, no patch: its outlier tests, the probe, the sweep against the kernels before it, the BatchNorm GPU tests, ~2 min), v54 (on main since the fifty-first session, no patch: the stages' far vote at their constants' barrier; tests and sweep, ~2 min), v55 (on main since the fifty-first session, no patch: the channels-last sums passes' block totals spread over the threads; its tests, racecheck, NHWC sweep, ~2 min), applyflight (no patch: probe_bn_bench_vs_sweep.py, then the NHWC sweep of the apply passes' 64 bytes in flight, ~2-3 min), v56 (its patch: the channels-last apply passes through cp.async rings; racecheck, the NHWC sweep with residual + ReLU, ~2-3 min; V56_TESTS=1 adds their GPU tests, V56_VARIANTS the sweep's variants), v57 (its patch over v56's: the channels-last passes' finalize and apply launched early, forward and backward; tests, graph replay, sweep, ~2-3 min), v114 (its patch: half-precision LayerNorm / RMSNorm rows past 262144 in long cluster tiles; tests, racecheck, the sweep against the split path, ~3-4 min), v115 (on main since the fifty-third session, no patch: the half-precision backward of rows of 131073-262144 in non-portable clusters of 9-16 wide blocks; tests, racecheck, the sweep against the grid rows, ~3 min), v116 (on main since the fifty-fourth session, no patch: those clusters' collect loop four ranks at a time; tests, racecheck, the sweep against the whole unroll, ~3-4 min), v117 (on main since the fifty-fourth session, no patch: float32 rows of 131073-262144 in non-portable clusters of v93's 16384-column blocks; tests, the sweep against the grid rows, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
+# and v32's span_all_words, ~2 min), prof (ncu's warp stalls of six BatchNorm kernels issue 5 still misses with, ~2 min), dram (ncu: the DRAM bytes of each kernel of the passes, the L2 as the kernel before left it, ~1-2 min), v47 (on main since the forty-eighth session with v46, no patch: the grid fallback rounds' sweep and the channels-last GPU tests, ~2 min), v112 (on main since the forty-ninth session as v112b, no patch: float32 LayerNorm cluster rows in one pass, its sweep and the cluster path's GPU tests, ~2 min), v113 (on main since the fiftieth session, no patch: rows far from their pivot re-pivoted; its tests, the outlier probe, its sweep, ~3 min), bnpivot (no patch: BatchNorm channels with an outlier first element, the probe, ~30 s), v53 (on main since the fiftieth session, no patch: its outlier tests, the probe, the sweep against the kernels before it, the BatchNorm GPU tests, ~2 min), v54 (on main since the fifty-first session, no patch: the stages' far vote at their constants' barrier; tests and sweep, ~2 min), v55 (on main since the fifty-first session, no patch: the channels-last sums passes' block totals spread over the threads; its tests, racecheck, NHWC sweep, ~2 min), applyflight (no patch: probe_bn_bench_vs_sweep.py, then the NHWC sweep of the apply passes' 64 bytes in flight, ~2-3 min), v56 (its patch: the channels-last apply passes through cp.async rings; racecheck, the NHWC sweep with residual + ReLU, ~2-3 min; V56_TESTS=1 adds their GPU tests, V56_VARIANTS the sweep's variants), v57 (its patch over v56's: the channels-last passes' finalize and apply launched early, forward and backward; tests, graph replay, sweep, ~2-3 min), v114 (its patch: half-precision LayerNorm / RMSNorm rows past 262144 in long cluster tiles; tests, racecheck, the sweep against the split path, ~3-4 min), v115 (on main since the fifty-third session, no patch: the half-precision backward of rows of 131073-262144 in non-portable clusters of 9-16 wide blocks; tests, racecheck, the sweep against the grid rows, ~3 min), race117 (experiments/sanitize-case-progress.patch: racecheck of float32 and bf16 rows of 150000 in the clusters of ten alone, then the sanitizer's whole run naming each case as it starts, ~5-8 min), v116 (on main since the fifty-fourth session, no patch: those clusters' collect loop four ranks at a time; tests, racecheck, the sweep against the whole unroll, ~3-4 min), v117 (on main since the fifty-fourth session, no patch: float32 rows of 131073-262144 in non-portable clusters of v93's 16384-column blocks; tests, the sweep against the grid rows, ~2 min), v48 (on main since the forty-eighth session, no patch: the channels-last forward's sums as its copies land, its sweep and tests, ~2 min), v49 (no patch: the channel-major passes' grids against one wave, probe_bn_passes_112.py, ~1-2 min), v50 (on main since the forty-ninth session as v52, channel-major, no patch: the training forward's passes in one cooperative launch; its tests, both sanitizers over its cases, the 112 x 112 sweep, ~3-4 min; v51 lost, NOTES "BatchNorm v52"),
 # v32 (probe, no patch: the span kernels for whole-word NCHW planes,
 # STAGED_MIN_WORD 16 / 32 as sweep variants, its GPU test, ~1-2 min), v30 (on main since the forty-first session, no patch: bn_bwd_staged_span
 # walking a one-channel plane in pieces, float32 56 x 56 through it, the pieces that fill a
@@ -67,7 +67,8 @@ steps=("$@")
 declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-barrier [v26]=bn-v26-span-fwd-defaults
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
-                     [v57]=bn-v57-early-launches [v114]=v114-long-cluster-fwd)
+                     [v57]=bn-v57-early-launches [v114]=v114-long-cluster-fwd
+                     [race117]=sanitize-case-progress)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed; v46-v48 are on main
 # since the forty-eighth session, v50 (as v52, channel-major) and v112b since the forty-ninth
@@ -75,7 +76,7 @@ declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-ba
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v41 v111 p8b v57 v114; do  # in this order, whatever the order asked
+for name in v26 v27 v29 v28 v41 v111 p8b v57 v114 race117; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -110,14 +111,16 @@ cap() { local l; l=$(left); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 v25_cases="import cupy; from cunorm import _sanitize; _sanitize.staged_span_calls(cupy.random.default_rng(0)); \
 cupy.cuda.runtime.deviceSynchronize(); print('v25 sanitizer cases done')"
 
-# racecheck of 9 bf16 rows of N, LayerNorm and RMSNorm forward and backward (the wide
-# clusters past eight blocks take rows of 131073-262144), log NAME-race
+# racecheck of 9 rows of N (DTYPE, a Python expression: bf16 unless given), LayerNorm and
+# RMSNorm forward and backward (the wide clusters past eight blocks take rows of
+# 131073-262144), within LIMIT s (90 unless given), after PRELUDE (Python, none unless
+# given), log NAME-race
 wide_race() {
-    local name="$1" n="$2"
-    step "$name-race" "$(cap 90)" compute-sanitizer --tool racecheck --error-exitcode 9 python3 -c \
-"import cupy, numpy, ml_dtypes, cunorm; g = cupy.random.default_rng(0); \
-x, dy = (g.standard_normal((9, $n), dtype=numpy.float32).astype(ml_dtypes.bfloat16) for _ in range(2)); \
-w = cupy.ones($n, ml_dtypes.bfloat16); _, m, r = cunorm.layer_norm(x, w, w, return_stats=True); \
+    local name="$1" n="$2" dtype="${3:-ml_dtypes.bfloat16}" limit="${4:-90}" prelude="${5:-pass}"
+    step "$name-race" "$(cap "$limit")" compute-sanitizer --tool racecheck --error-exitcode 9 python3 -c \
+"import cupy, numpy, ml_dtypes, cunorm; $prelude; g = cupy.random.default_rng(0); \
+x, dy = (g.standard_normal((9, $n), dtype=numpy.float32).astype($dtype) for _ in range(2)); \
+w = cupy.ones($n, $dtype); _, m, r = cunorm.layer_norm(x, w, w, return_stats=True); \
 cunorm.layer_norm_backward(dy, x, w, m, r); _, r = cunorm.rms_norm(x, w, return_stats=True); \
 cunorm.rms_norm_backward(dy, x, w, r); cupy.cuda.runtime.deviceSynchronize(); print('$name race cases done')"
     tail -3 "$out/$name-race.txt"
@@ -349,6 +352,20 @@ print('v114 race cases done')"
         step v117-sweep "$(cap 150)" python3 benchmarks/sweep_half_wide_cluster_nonportable.py \
             --json "$out/sweep-v117.json" --variants clusters16,f32_grid_rows
         tail -6 "$out/v117-sweep.txt" ;;
+    race117)  # (experiments/sanitize-case-progress.patch: cunorm._sanitize prints each case as
+        # it starts, with the seconds so far) the fifty-fourth session's check lost racecheck
+        # past 380 s (and 315 s alone) once v117 sent float32 rows of 150000 through clusters
+        # of ten 16384-column blocks: racecheck of 9 such rows alone (float32, then bf16 in
+        # v115's same clusters as the control, then float32 in v93's portable clusters of
+        # seven), then the sanitizer's whole run, its log naming the case it was in; ~6-9 min
+        wide_race race117-f32 150000 numpy.float32 150
+        wide_race race117-bf16 150000 ml_dtypes.bfloat16 120
+        # v93's float32 tile (x staged, dy loaded) in a portable cluster of seven, as where the
+        # driver runs no larger one: is it the tile or the cluster's size?
+        wide_race race117-f32-portable 100000 numpy.float32 120 \
+            "from cunorm.ops import _row_norm; _row_norm.allow_nonportable_clusters = lambda ptr: False"
+        step race117-all "$(cap 330)" compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m cunorm._sanitize
+        grep -E "^case |calls done|SUMMARY" "$out/race117-all.txt" | tail -8 ;;
     v115)  # (on main since the fifty-third session, no patch) the half-precision backward of rows of 131073-262144 in non-portable clusters
         # of 9-16 wide blocks: its GPU tests, racecheck of 9 rows of 200000, the backward
         # sweep against the grid rows, ~3 min
