@@ -68,7 +68,7 @@ declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-ba
                      [v27]=bn-v27-span-fwd-lean-apply [v28]=bn-v28-span-wide-backward
                      [v29]=bn-v29-residual-l2-prefetch [v41]=bn-v41-cl-fp32-bwd-grid-only-rounds
                      [v57]=bn-v57-early-launches [v114]=v114-long-cluster-fwd
-                     [race117]=sanitize-case-progress)
+                     [race117]=sanitize-case-progress [review54]=review-54-nonportable-table)
 # v27 is made over v26, v29 over both: asking for one applies what it is made over (its steps
 # run only where asked); v41 is made over main since v38 and v39 landed; v46-v48 are on main
 # since the forty-eighth session, v50 (as v52, channel-major) and v112b since the forty-ninth
@@ -76,7 +76,10 @@ declare -A patch_of=([v111]=v111-fp8-tensor-core-sums [p8b]=p8b-wide-push-row-ba
 apply=("${steps[@]}")
 [[ " ${apply[*]} " == *" v29 "* ]] && apply+=(v27)
 [[ " ${apply[*]} " == *" v27 "* ]] && apply+=(v26)
-for name in v26 v27 v29 v28 v41 v111 p8b v57 v114 race117; do  # in this order, whatever the order asked
+# race117 measures the sources the next check will (its racecheck record merges into that
+# check's with benchmarks/merge_sanitizer_record.py where the digests match)
+[[ " ${apply[*]} " == *" race117 "* ]] && apply+=(review54)
+for name in v26 v27 v29 v28 v41 v111 p8b v57 v114 race117 review54; do  # in this order, whatever the order asked
     [[ " ${apply[*]} " == *" $name "* ]] || continue
     patch="${patch_of[$name]}"
     if git apply "benchmarks/experiments/$patch.patch" 2> "$out/apply-$patch.txt"; then
@@ -355,17 +358,25 @@ print('v114 race cases done')"
     race117)  # (experiments/sanitize-case-progress.patch: cunorm._sanitize prints each case as
         # it starts, with the seconds so far) the fifty-fourth session's check lost racecheck
         # past 380 s (and 315 s alone) once v117 sent float32 rows of 150000 through clusters
-        # of ten 16384-column blocks: racecheck of 9 such rows alone (float32, then bf16 in
-        # v115's same clusters as the control, then float32 in v93's portable clusters of
-        # seven), then the sanitizer's whole run, its log naming the case it was in; ~6-9 min
-        wide_race race117-f32 150000 numpy.float32 150
-        wide_race race117-bf16 150000 ml_dtypes.bfloat16 120
-        # v93's float32 tile (x staged, dy loaded) in a portable cluster of seven, as where the
-        # driver runs no larger one: is it the tile or the cluster's size?
-        wide_race race117-f32-portable 100000 numpy.float32 120 \
-            "from cunorm.ops import _row_norm; _row_norm.allow_nonportable_clusters = lambda ptr: False"
-        step race117-all "$(cap 330)" compute-sanitizer --tool racecheck --error-exitcode 9 python3 -m cunorm._sanitize
-        grep -E "^case |calls done|SUMMARY" "$out/race117-all.txt" | tail -8 ;;
+        # of ten 16384-column blocks: the sanitizer's whole run as the check runs it, its log
+        # naming the case it was in (review-54-nonportable-table.patch applied too: the next
+        # check's sources), then racecheck of 9 such rows alone (float32, then bf16 in v115's
+        # same clusters as the control, then float32 in v93's portable clusters of seven)
+        # in what is left; PARKED_BUDGET=585, ~10 min
+        # first the check's own racecheck run (a record with the sources' digest, mergeable
+        # into the check's), its log naming each case and its seconds
+        lim=$(cap 400)
+        step race117-all "$lim" python3 -m cunorm.gpucheck --out "$out/race117-record" --no-tests --no-bench \
+            --sanitizer racecheck --sanitizer-timeout "$((lim - 20))"
+        tail -3 "$out/race117-all.txt"
+        grep -E "^case |calls done|SUMMARY" "$out/race117-record/sanitizer-racecheck.txt" | tail -8
+        # then, in what is left, the float32 rows alone, bf16's as the control, and v93's float32
+        # tile (x staged, dy loaded) in a portable cluster of seven, as where the driver runs
+        # no larger one: is it the tile or the cluster's size?
+        wide_race race117-f32 150000 numpy.float32 120
+        wide_race race117-bf16 150000 ml_dtypes.bfloat16 60
+        wide_race race117-f32-portable 100000 numpy.float32 60 \
+            "from cunorm.ops import _row_norm; _row_norm.allow_nonportable_clusters = lambda ptr: False" ;;
     v115)  # (on main since the fifty-third session, no patch) the half-precision backward of rows of 131073-262144 in non-portable clusters
         # of 9-16 wide blocks: its GPU tests, racecheck of 9 rows of 200000, the backward
         # sweep against the grid rows, ~3 min
