@@ -6,6 +6,8 @@ before, built with -DCUNORM_PUSH_COLLECT_UNROLL=16), which spilled bf16 LayerNor
 with three rows in its ring; float32's v100 clusters of narrow blocks change code too.
 v117: float32 rows of 131073-262144 in clusters of 9-16 of v93's 16384-column blocks against
 the grid rows (``f32_grid_rows``: _config.WIDE_CLUSTER_BWD_F32_NONPORTABLE_TO all 0).
+All three landed (v115 in the fifty-third session, v116 and v117 in the fifty-fourth: NOTES
+"Fifty-fourth session's device calls"); the variants give the baselines back.
 Backward of copy (the forward is untouched and logged for the record); M x N = 64 Mi as the
 benchmark's. Each variant's dx is compared with the first variant's by its largest
 difference, and the plan's path is logged.
