@@ -165,11 +165,10 @@ def test_grid_rows_serve_the_backward_only(op):
     # clusters on sm_90 (v93), 256 KiB and over or not: bf16 70000, float32 131072; half-
     # precision rows to 262144 too where the GPU runs clusters of 9-16 of them (v115), and
     # float32 rows to 262144 in clusters of v93's blocks (v117)
+    # (the wide cluster plans are None where clusters do not serve)
     clusters = _row_norm._clusters_serve("float32", 0)
-    half_past_eight = clusters and \
-        _row_norm._wide_cluster_plan("bfloat16", "bfloat16", 2, 262144, 8, rms, 0) is not None
-    f32_past_eight = clusters and \
-        _row_norm._wide_cluster_plan("float32", "float32", 4, 262144, 4, rms, 0) is not None  # v117
+    half_past_eight = _row_norm._wide_cluster_plan("bfloat16", "bfloat16", 2, 262144, 8, rms, 0) is not None
+    f32_past_eight = _row_norm._wide_cluster_plan("float32", "float32", 4, 262144, 4, rms, 0) is not None  # v117
     for dtype, n, grid in ((BFLOAT16, 262144, not half_past_eight), (f32, 262144, not f32_past_eight),
                            (BFLOAT16, 1 << 20, True), (f32, 1 << 20, False), (BFLOAT16, 70000, False),
                            (f32, 131072, not clusters), (BFLOAT16, 131080, not half_past_eight),
