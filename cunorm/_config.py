@@ -586,12 +586,12 @@ WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO = 262144
 # precision in blocks of 8192 columns lost (bf16 LayerNorm 32768 / 65536 0.58 / 0.54 ->
 # 0.47-0.48, RMSNorm 65536 0.58 -> 0.48-0.55), so it keeps v68's.
 WIDE_CLUSTER_BWD_NARROW_DEPTH = 3
-# v117 (prediction in benchmarks/NOTES.md "v117"; not yet measured): float32 rows of
-# 131073-262144 in non-portable clusters of 9-16 of v93's float32 blocks of 16384 columns (x
-# staged, dy loaded in both passes; two rows in the ring; no spill with v116's collect loop,
-# NVRTC 13 sm_90) instead of the grid rows (H100 record 4c047add5d8e: float32 262144
-# backward 0.60 LayerNorm / 0.63 RMSNorm of copy; v93's blocks read 0.58 / 0.72 at 131072 in
-# clusters of eight on the H200, v100). {RMSNorm: longest row}; 0: the grid rows.
+# v117: float32 rows of 131073-262144 in non-portable clusters of 9-16 of v93's float32
+# blocks of 16384 columns (x staged, dy loaded in both passes; two rows in the ring; no spill
+# with v116's collect loop, NVRTC 13 sm_90) instead of the grid rows. H100, backward of copy
+# against the grid rows, best of two rounds (results/sweep-v116-v117-54-h100.json; NOTES
+# "Fifty-fourth session's device calls"): LayerNorm 196608 / 262144 0.591 / 0.605 -> 0.627 /
+# 0.659, RMSNorm 0.603 / 0.638 -> 0.661 / 0.696. {RMSNorm: longest row}; 0: the grid rows.
 WIDE_CLUSTER_BWD_F32_NONPORTABLE_TO = {False: 262144, True: 262144}
 # v109: half-precision RMSNorm rows with float32 parameters (torch.autocast's) to
 # WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO in blocks of 512 threads and 8192 columns (two packs
@@ -646,18 +646,27 @@ def wide_cluster_bwd_tile(itemsize: int, n: int, nonportable: bool = False,
     return tiles[0] if n <= _wide_cluster_narrow_to(itemsize, nonportable) else tiles[-1]
 
 
+def _nonportable_tiles(itemsize: int, rms: bool) -> dict[TileConfig, int]:
+    """{tile: the longest row it takes in non-portable clusters of 9-16 blocks} for this
+    element size: v100's narrow float32 tile, v115's half-precision and v117's float32 wide
+    ones (read when asked, so a sweep's switches count; 0: portable sizes only)."""
+    if itemsize == 2:
+        return {WIDE_BWD_TILE: WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO}
+    if itemsize == 4:
+        narrow = WIDE_CLUSTER_BWD_NARROW.get(4)
+        return {**({narrow: WIDE_CLUSTER_BWD_NONPORTABLE_TO} if narrow is not None else {}),
+                WIDE_BWD_TILE_FP32: WIDE_CLUSTER_BWD_F32_NONPORTABLE_TO.get(rms, 0)}
+    return {}
+
+
 def wide_cluster_bwd_configs(itemsize: int, w_itemsize: int | None = None, rms: bool = False) -> list[ClusterConfig]:
     """Every cluster the wide cluster backward may take for these element sizes: the
     portable sizes of each tile (v109's up to the blocks its rows to
-    WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO need), and the non-portable ones of v99's float32
-    tile."""
-    narrow = WIDE_CLUSTER_BWD_NARROW.get(itemsize)
-    nonportable = [(narrow, c) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES] \
-        if narrow is not None and WIDE_CLUSTER_BWD_NONPORTABLE_TO else []
-    if itemsize == 2:  # v115 (compiled whatever the switch says, so the sweep can turn it on)
-        nonportable += [(WIDE_BWD_TILE, c) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES]
-    if itemsize == 4:  # v117 (likewise)
-        nonportable += [(WIDE_BWD_TILE_FP32, c) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES]
+    WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS_TO need), and the non-portable ones of
+    _nonportable_tiles' (v115's and v117's whatever their switches say, so a sweep can turn
+    them on; v100's while it is on)."""
+    nonportable = [(t, c) for t, to in _nonportable_tiles(itemsize, rms).items()
+                   if to or t != WIDE_CLUSTER_BWD_NARROW.get(itemsize) for c in WIDE_CLUSTER_BWD_NONPORTABLE_SIZES]
     tiles = wide_cluster_bwd_tiles(itemsize, w_itemsize, rms)
     half_narrow = WIDE_CLUSTER_BWD_HALF_FLOAT_PARAMS if itemsize == 2 else None
 
@@ -683,12 +692,8 @@ def wide_cluster_bwd_config(n: int, vec: int, itemsize: int, rms: bool = False, 
     ``w_itemsize``: the parameters' element size (None: x's)."""
     t = wide_cluster_bwd_tile(itemsize, n, nonportable, w_itemsize, rms)
     blocks = -(-n // t.tile) if t is not None and t.vec == vec and n >= wide_cluster_bwd_from(itemsize, rms) else 0
-    narrow = t is not None and t == WIDE_CLUSTER_BWD_NARROW.get(itemsize)
-    half_wide = itemsize == 2 and t == WIDE_BWD_TILE and n <= WIDE_CLUSTER_BWD_HALF_NONPORTABLE_TO  # v115
-    f32_wide = itemsize == 4 and t == WIDE_BWD_TILE_FP32 and \
-        n <= WIDE_CLUSTER_BWD_F32_NONPORTABLE_TO.get(rms, 0)  # v117
-    sizes = WIDE_CLUSTER_BWD_SIZES + (WIDE_CLUSTER_BWD_NONPORTABLE_SIZES
-                                      if nonportable and (narrow or half_wide or f32_wide) else ())
+    past_eight = nonportable and n <= _nonportable_tiles(itemsize, rms).get(t, 0)
+    sizes = WIDE_CLUSTER_BWD_SIZES + (WIDE_CLUSTER_BWD_NONPORTABLE_SIZES if past_eight else ())
     return ClusterConfig(t.vec, t.packs, t.tpr, blocks) if blocks in sizes else None
 
 

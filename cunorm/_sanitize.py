@@ -42,17 +42,30 @@ def _dtype(name):
     return numpy.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else numpy.dtype(name)
 
 
-def run(log=print) -> int:
+def _say(message: str) -> None:
+    # flushed, so a log cut off by a timeout still says which case the tool was in
+    # ("case ..." lines: cunorm.gpucheck names the last in a timeout's reason)
+    print(message, flush=True)
+
+
+def run(log=_say) -> int:
+    import time
+
     import cupy
 
     import cunorm
 
     rng = cupy.random.default_rng(0)
-    calls = 0
+    calls, start = 0, time.monotonic()
+
+    def case(what: str) -> None:  # the seconds so far say how long the tool took a case
+        cupy.cuda.runtime.deviceSynchronize()
+        log(f"case {what} (at {time.monotonic() - start:.0f} s)")
     for name in DTYPES:
         dt = _dtype(name)
         for (m, n), w_dt in [(c, numpy.float32) for c in ROW_CASES] + \
                 [(c, dt) for c in SAME_DTYPE_WEIGHT_CASES if dt.itemsize == 2]:
+            case(f"rows {name} {m} x {n}, weight {numpy.dtype(w_dt).name}")
             x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dt)
             w = rng.standard_normal(n, dtype=numpy.float32).astype(w_dt)
             dy = rng.standard_normal((m, n), dtype=numpy.float32).astype(dt)
@@ -67,6 +80,7 @@ def run(log=print) -> int:
         cunorm.rms_norm(wide[:, 1:2049])
         calls += 2
     # the fused options: residual (h in float32), weight offset, FP8 out; fused and composed
+    case("fused options")
     for m, n in ((1100, 2048), (5, 1533)):
         x, r, dy, dh = (rng.standard_normal((m, n), dtype=numpy.float32).astype(ml_dtypes.bfloat16) for _ in range(4))
         w = rng.standard_normal(n, dtype=numpy.float32)
@@ -93,6 +107,7 @@ def run(log=print) -> int:
                                  ((11, 2, 64, 64), 1, numpy.float32), ((4, 9, 11, 24), -1, numpy.float32),
                                  *staged_cl)] + [(c, False) for c in staged_cl]
     grid_default = _batch_norm.USE_STAGED_CL_GRID
+    case("batch_norm")
     for (shape, axis, dt), grid in cases:
         # (the forward of bf16's 8-byte words in bn_fwd_staged, not the span kernel v33 sends it to)
         with batch_norm_settings(USE_STAGED_CL_GRID=grid and grid_default, STAGED_FWD_MIN_WORD=None):
@@ -103,7 +118,9 @@ def run(log=print) -> int:
         for shape, dt in (((5, 27, 29, 72), ml_dtypes.bfloat16), ((5, 27, 29, 72), numpy.float32),
                           ((24, 28, 28, 8), ml_dtypes.bfloat16)):
             calls += _batch_norm_round_trip(rng, shape, -1, dt)
+    case("batch_norm staged span")
     calls += staged_span_calls(rng)
+    case("batch_norm two-phase")
     calls += two_phase_calls(rng)
     cupy.cuda.runtime.deviceSynchronize()
     log(f"cunorm._sanitize: {calls} calls done")

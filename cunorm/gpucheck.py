@@ -173,7 +173,9 @@ def finish_sanitizer(started: StartedSanitizer | dict, timeout_s: float = SANITI
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        return {"tool": tool, "ran": False, "reason": f"timed out after {timeout_s:g} s"}
+        cases = [line[len("case "):] for line in log.read_text().splitlines() if line.startswith("case ")]
+        return {"tool": tool, "ran": False,
+                "reason": f"timed out after {timeout_s:g} s" + (f" in {cases[-1]}" if cases else "")}
     text = log.read_text()
     done = "cunorm._sanitize:" in text
     return {"tool": tool, "ran": done, "exit_code": proc.returncode, "errors": sanitizer_errors(text),

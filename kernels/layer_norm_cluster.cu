@@ -833,13 +833,15 @@ struct ClusterPushSums {
 // pushed after the block barrier of its block sums of k + 2, which every thread of it reached
 // after reading its slots of k (v91's pipeline publishes k + 1 right after collecting k, with
 // no barrier between, so two sets would not do).
-// v116 (prediction in benchmarks/NOTES.md "v116"): clusters past eight blocks collect their
-// ranks' row sums four at a time. Unrolled whole, the loop's sixteen loads went up together,
-// and at the 64-register bound of a 1024-thread block the wide backward spilled in 30 of its
-// 160 non-portable instantiations (NVRTC 13, sm_90: bf16 LayerNorm with three rows in the
-// ring 8-44 bytes at 11-16 blocks, half precision with float32 parameters 4-8 bytes), none
-// at four; the same ranks in the same order, so the same bits. Clusters of eight or fewer
-// keep the whole unroll (their PTX unchanged). 16: whole (the sweep's baseline).
+// v116: clusters past eight blocks collect their ranks' row sums four at a time. Unrolled
+// whole, the loop's sixteen loads went up together, and at the 64-register bound of a
+// 1024-thread block the wide backward spilled in 30 of its 160 non-portable instantiations
+// (NVRTC 13, sm_90: bf16 LayerNorm with three rows in the ring 8-44 bytes at 11-16 blocks,
+// half precision with float32 parameters 4-8 bytes), none at four; the same ranks in the same
+// order, so the same bits. H100, backward of copy, best of two rounds (results/sweep-v116-
+// v117-54-h100.json): bf16 LayerNorm 196608 / 262144 0.607 / 0.610 -> 0.702 / 0.732, the
+// other half-precision and float32 cases within 0.01 but 147456 LayerNorm 0.651 -> 0.634.
+// Clusters of eight or fewer keep the whole unroll (their PTX unchanged). 16: whole.
 #ifndef CUNORM_PUSH_COLLECT_UNROLL
 #define CUNORM_PUSH_COLLECT_UNROLL 4
 #endif

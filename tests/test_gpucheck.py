@@ -105,6 +105,20 @@ def test_sanitizer_timeout_ends_the_tools_whole_process_group(tmp_path, monkeypa
             os.kill(child, 0)
 
 
+def test_sanitizer_timeout_names_the_case_it_was_in(tmp_path, monkeypatch):
+    """cunorm._sanitize prints a "case ..." line as each case starts; a tool past its time
+    names the last one (the fifty-fourth session's racecheck timed out with no clue where)."""
+    import shutil
+
+    sleep = shutil.which("sleep")
+    _fake_sanitizer(tmp_path, monkeypatch, 'echo "case rows float32 7 x 96, weight float32"\n'
+                                           'echo "case rows float32 40 x 150000, weight float32"\n'
+                                           f'{sleep} 30\n')
+    r = gpucheck.run_sanitizer("racecheck", tmp_path, timeout_s=1)
+    assert r == {"tool": "racecheck", "ran": False,
+                 "reason": "timed out after 1 s in rows float32 40 x 150000, weight float32"}
+
+
 def test_sanitizers_run_beside_each_other(tmp_path, monkeypatch):
     """start_sanitizer returns at once (the tools then run beside the tests); two tools of 1.5 s
     each are done in well under their sum, each log read whole, each timeout counted from
