@@ -13,6 +13,8 @@ only; a 256 MiB read before each rep flushes L2):
   reversed   a read, then the read with its blocks in reverse order
   rev+write  a read, then a reversed read that writes as many bytes elsewhere (an apply
              pass), against the same read-and-write kernel after the flush
+  chunked rev+write  the same with each block walking a contiguous chunk of its own, forward
+             then backward (the BatchNorm channels-last statistics and apply passes' walk)
   last half  a read, then a read of the buffer's second half alone (the bytes read last)
 and each warm case's bytes from L2 as (cold - warm) / cold x S, against the L2's size.
 The read kernels are persistent grids of BLOCKS_PER_SM 1024-thread blocks an SM, 16-byte
@@ -36,17 +38,34 @@ THREADS = 1024
 
 _SOURCE = r"""
 extern "C" __global__ void read_sum(const float4* __restrict__ src, float4* __restrict__ dst, long long n16,
-                                    int reverse, float* __restrict__ sink) {
-  // block b walks chunks b, b + grid, ... of THREADS packs; reverse: chunk k read as (chunks - 1 - k)
-  const long long chunk = blockDim.x, chunks = (n16 + chunk - 1) / chunk;
+                                    int reverse, int chunked, float* __restrict__ sink) {
+  // interleaved: block b walks steps b, b + grid, ... of blockDim packs (the whole grid sweeps
+  // the buffer from its start); chunked: block b walks its own contiguous chunk of n16 / grid
+  // packs (the BatchNorm channels-last passes' walk); reverse: the same packs, last first
+  const long long step = blockDim.x;
   float acc = 0.f;
-  for (long long k = blockIdx.x; k < chunks; k += gridDim.x) {
-    const long long c = reverse ? chunks - 1 - k : k;
-    const long long i = c * chunk + threadIdx.x;
-    if (i < n16) {
-      const float4 v = src[i];
-      acc += v.x + v.y + v.z + v.w;
-      if (dst) dst[i] = v;
+  if (chunked) {
+    const long long per = (n16 + gridDim.x - 1) / gridDim.x, p0 = blockIdx.x * per;
+    const long long p1 = p0 + per < n16 ? p0 + per : n16;
+    const long long trips = p1 > p0 ? (p1 - p0 + step - 1) / step : 0;
+    for (long long k = 0; k < trips; ++k) {
+      const long long i = p0 + (reverse ? trips - 1 - k : k) * step + threadIdx.x;
+      if (i < p1) {
+        const float4 v = src[i];
+        acc += v.x + v.y + v.z + v.w;
+        if (dst) dst[i] = v;
+      }
+    }
+  } else {
+    const long long chunks = (n16 + step - 1) / step;
+    for (long long k = blockIdx.x; k < chunks; k += gridDim.x) {
+      const long long c = reverse ? chunks - 1 - k : k;
+      const long long i = c * step + threadIdx.x;
+      if (i < n16) {
+        const float4 v = src[i];
+        acc += v.x + v.y + v.z + v.w;
+        if (dst) dst[i] = v;
+      }
     }
   }
   if (acc == 12345.678f) sink[blockIdx.x] = acc;  // never true for the ones written below
@@ -70,9 +89,9 @@ def main() -> None:
     sink = cupy.zeros(grid, numpy.float32)
     flush_buf = cupy.ones(FLUSH_MIB << 18, numpy.float32)
 
-    def read(src, n16, reverse=0, dst=None):
+    def read(src, n16, reverse=0, dst=None, chunked=0):
         kern((grid,), (THREADS,), (src, dst if dst is not None else numpy.uint64(0), numpy.int64(n16),
-                                   numpy.int32(reverse), sink))
+                                   numpy.int32(reverse), numpy.int32(chunked), sink))
 
     def flush():
         read(flush_buf, flush_buf.size // 4)
@@ -103,12 +122,17 @@ def main() -> None:
             "same": timed(lambda: read(buf, n16), lambda: read(buf, n16)),
             "reversed": timed(lambda: read(buf, n16), lambda: read(buf, n16, 1)),
             "rev+write": timed(lambda: read(buf, n16), lambda: read(buf, n16, 1, out)),
+            # the BatchNorm channels-last statistics pass, then its apply
+            "chunked rev+write": timed(lambda: read(buf, n16, chunked=1), lambda: read(buf, n16, 1, out, 1)),
         }
         cold_write = timed(None, lambda: read(buf, n16, 1, out))
-        row = {"MiB": mib, "cold_us": round(cold, 2), "cold_write_us": round(cold_write, 2)}
+        cold_chunked = timed(None, lambda: read(buf, n16, 1, out, 1))
+        bases = {"rev+write": cold_write, "chunked rev+write": cold_chunked}
+        row = {"MiB": mib, "cold_us": round(cold, 2), "cold_write_us": round(cold_write, 2),
+               "cold_chunked_write_us": round(cold_chunked, 2)}
         line = f"{mib:4d} MiB: cold {cold:7.1f} us ({mib * 1.048576 / cold * 1e3:6.0f} GB/s)"
         for name, t in cases.items():
-            base = cold_write if name == "rev+write" else cold
+            base = bases.get(name, cold)
             from_l2 = max(0.0, (base - t) / base) * mib
             row[name + "_us"], row[name + "_from_l2_MiB"] = round(t, 2), round(from_l2, 1)
             line += f"; {name} {t:7.1f} us (~{from_l2:4.1f} MiB from L2)"
