@@ -15,6 +15,8 @@ only; a 256 MiB read before each rep flushes L2):
              pass), against the same read-and-write kernel after the flush
   chunked rev+write  the same with each block walking a contiguous chunk of its own, forward
              then backward (the BatchNorm channels-last statistics and apply passes' walk)
+  chunked rev+write.cs  the same with the second kernel's stores streaming (st.global.cs):
+             whether writes that do not stay in L2 leave more of the source there
   last half  a read, then a read of the buffer's second half alone (the bytes read last)
 and each warm case's bytes from L2 as (cold - warm) / cold x S, against the L2's size.
 The read kernels are persistent grids of BLOCKS_PER_SM 1024-thread blocks an SM, 16-byte
@@ -38,10 +40,12 @@ THREADS = 1024
 
 _SOURCE = r"""
 extern "C" __global__ void read_sum(const float4* __restrict__ src, float4* __restrict__ dst, long long n16,
-                                    int reverse, int chunked, float* __restrict__ sink) {
+                                    int reverse, int chunked, int streaming, float* __restrict__ sink) {
   // interleaved: block b walks steps b, b + grid, ... of blockDim packs (the whole grid sweeps
   // the buffer from its start); chunked: block b walks its own contiguous chunk of n16 / grid
-  // packs (the BatchNorm channels-last passes' walk); reverse: the same packs, last first
+  // packs (the BatchNorm channels-last passes' walk); reverse: the same packs, last first;
+  // streaming: dst stored with st.global.cs (evict first), so the writes need not push the
+  // source's lines out of L2
   const long long step = blockDim.x;
   float acc = 0.f;
   if (chunked) {
@@ -53,7 +57,10 @@ extern "C" __global__ void read_sum(const float4* __restrict__ src, float4* __re
       if (i < p1) {
         const float4 v = src[i];
         acc += v.x + v.y + v.z + v.w;
-        if (dst) dst[i] = v;
+        if (dst) {
+          if (streaming) __stcs(dst + i, v);
+          else dst[i] = v;
+        }
       }
     }
   } else {
@@ -64,7 +71,10 @@ extern "C" __global__ void read_sum(const float4* __restrict__ src, float4* __re
       if (i < n16) {
         const float4 v = src[i];
         acc += v.x + v.y + v.z + v.w;
-        if (dst) dst[i] = v;
+        if (dst) {
+          if (streaming) __stcs(dst + i, v);
+          else dst[i] = v;
+        }
       }
     }
   }
@@ -89,9 +99,9 @@ def main() -> None:
     sink = cupy.zeros(grid, numpy.float32)
     flush_buf = cupy.ones(FLUSH_MIB << 18, numpy.float32)
 
-    def read(src, n16, reverse=0, dst=None, chunked=0):
+    def read(src, n16, reverse=0, dst=None, chunked=0, streaming=0):
         kern((grid,), (THREADS,), (src, dst if dst is not None else numpy.uint64(0), numpy.int64(n16),
-                                   numpy.int32(reverse), numpy.int32(chunked), sink))
+                                   numpy.int32(reverse), numpy.int32(chunked), numpy.int32(streaming), sink))
 
     def flush():
         read(flush_buf, flush_buf.size // 4)
@@ -124,12 +134,15 @@ def main() -> None:
             "rev+write": timed(lambda: read(buf, n16), lambda: read(buf, n16, 1, out)),
             # the BatchNorm channels-last statistics pass, then its apply
             "chunked rev+write": timed(lambda: read(buf, n16, chunked=1), lambda: read(buf, n16, 1, out, 1)),
+            # and with the apply's stores streaming (st.global.cs)
+            "chunked rev+write.cs": timed(lambda: read(buf, n16, chunked=1), lambda: read(buf, n16, 1, out, 1, 1)),
         }
         cold_write = timed(None, lambda: read(buf, n16, 1, out))
         cold_chunked = timed(None, lambda: read(buf, n16, 1, out, 1))
-        bases = {"rev+write": cold_write, "chunked rev+write": cold_chunked}
+        cold_cs = timed(None, lambda: read(buf, n16, 1, out, 1, 1))
+        bases = {"rev+write": cold_write, "chunked rev+write": cold_chunked, "chunked rev+write.cs": cold_cs}
         row = {"MiB": mib, "cold_us": round(cold, 2), "cold_write_us": round(cold_write, 2),
-               "cold_chunked_write_us": round(cold_chunked, 2)}
+               "cold_chunked_write_us": round(cold_chunked, 2), "cold_chunked_write_cs_us": round(cold_cs, 2)}
         line = f"{mib:4d} MiB: cold {cold:7.1f} us ({mib * 1.048576 / cold * 1e3:6.0f} GB/s)"
         for name, t in cases.items():
             base = bases.get(name, cold)
