@@ -17,6 +17,8 @@ only; a 256 MiB read before each rep flushes L2):
              then backward (the BatchNorm channels-last statistics and apply passes' walk)
   chunked rev+write.cs  the same with the second kernel's stores streaming (st.global.cs):
              whether writes that do not stay in L2 leave more of the source there
+  chunked rev+write.cs+ldcs  and its loads streaming too (ld.global.cs): a line the apply
+             has read is dead, and should not be kept over lines it has yet to read
   last half  a read, then a read of the buffer's second half alone (the bytes read last)
 and each warm case's bytes from L2 as (cold - warm) / cold x S, against the L2's size.
 The read kernels are persistent grids of BLOCKS_PER_SM 1024-thread blocks an SM, 16-byte
@@ -44,8 +46,9 @@ extern "C" __global__ void read_sum(const float4* __restrict__ src, float4* __re
   // interleaved: block b walks steps b, b + grid, ... of blockDim packs (the whole grid sweeps
   // the buffer from its start); chunked: block b walks its own contiguous chunk of n16 / grid
   // packs (the BatchNorm channels-last passes' walk); reverse: the same packs, last first;
-  // streaming: dst stored with st.global.cs (evict first), so the writes need not push the
-  // source's lines out of L2
+  // streaming bit 1: dst stored with st.global.cs (evict first), so the writes need not push
+  // the source's lines out of L2; bit 2: src loaded with ld.global.cs, so a line read (dead to
+  // an apply pass from then on) is not kept over the source's lines still to be read
   const long long step = blockDim.x;
   float acc = 0.f;
   if (chunked) {
@@ -55,10 +58,10 @@ extern "C" __global__ void read_sum(const float4* __restrict__ src, float4* __re
     for (long long k = 0; k < trips; ++k) {
       const long long i = p0 + (reverse ? trips - 1 - k : k) * step + threadIdx.x;
       if (i < p1) {
-        const float4 v = src[i];
+        const float4 v = (streaming & 2) ? __ldcs(src + i) : src[i];
         acc += v.x + v.y + v.z + v.w;
         if (dst) {
-          if (streaming) __stcs(dst + i, v);
+          if (streaming & 1) __stcs(dst + i, v);
           else dst[i] = v;
         }
       }
@@ -69,10 +72,10 @@ extern "C" __global__ void read_sum(const float4* __restrict__ src, float4* __re
       const long long c = reverse ? chunks - 1 - k : k;
       const long long i = c * step + threadIdx.x;
       if (i < n16) {
-        const float4 v = src[i];
+        const float4 v = (streaming & 2) ? __ldcs(src + i) : src[i];
         acc += v.x + v.y + v.z + v.w;
         if (dst) {
-          if (streaming) __stcs(dst + i, v);
+          if (streaming & 1) __stcs(dst + i, v);
           else dst[i] = v;
         }
       }
@@ -136,13 +139,18 @@ def main() -> None:
             "chunked rev+write": timed(lambda: read(buf, n16, chunked=1), lambda: read(buf, n16, 1, out, 1)),
             # and with the apply's stores streaming (st.global.cs)
             "chunked rev+write.cs": timed(lambda: read(buf, n16, chunked=1), lambda: read(buf, n16, 1, out, 1, 1)),
+            # and its loads too (ld.global.cs)
+            "chunked rev+write.cs+ldcs": timed(lambda: read(buf, n16, chunked=1), lambda: read(buf, n16, 1, out, 1, 3)),
         }
         cold_write = timed(None, lambda: read(buf, n16, 1, out))
         cold_chunked = timed(None, lambda: read(buf, n16, 1, out, 1))
         cold_cs = timed(None, lambda: read(buf, n16, 1, out, 1, 1))
-        bases = {"rev+write": cold_write, "chunked rev+write": cold_chunked, "chunked rev+write.cs": cold_cs}
+        cold_cs_ld = timed(None, lambda: read(buf, n16, 1, out, 1, 3))
+        bases = {"rev+write": cold_write, "chunked rev+write": cold_chunked, "chunked rev+write.cs": cold_cs,
+                 "chunked rev+write.cs+ldcs": cold_cs_ld}
         row = {"MiB": mib, "cold_us": round(cold, 2), "cold_write_us": round(cold_write, 2),
-               "cold_chunked_write_us": round(cold_chunked, 2), "cold_chunked_write_cs_us": round(cold_cs, 2)}
+               "cold_chunked_write_us": round(cold_chunked, 2), "cold_chunked_write_cs_us": round(cold_cs, 2),
+               "cold_chunked_write_cs_ldcs_us": round(cold_cs_ld, 2)}
         line = f"{mib:4d} MiB: cold {cold:7.1f} us ({mib * 1.048576 / cold * 1e3:6.0f} GB/s)"
         for name, t in cases.items():
             base = bases.get(name, cold)
