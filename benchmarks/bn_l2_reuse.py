@@ -44,6 +44,18 @@ def _timed(fn, stream: int, flush=None) -> float:
 
 
 def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-D", dest="defines", action="append", default=[],
+                    help="NVRTC defines to build the kernels with (e.g. CUNORM_SPLIT_L2_HINTS=0), repeatable")
+    args = ap.parse_args()
+    if args.defines:
+        from cunorm import _compile
+        from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
+
+        rebuild_row_norms((*_compile.COMPILE_OPTIONS, *(f"-D{d}" for d in args.defines)))
+        print("built with " + " ".join(f"-D{d}" for d in args.defines))
     stream = cupy.cuda.get_current_stream().ptr
     junk = cupy.ones(FLUSH_BYTES // 4, numpy.float32)
     sink = cupy.empty((), numpy.float32)  # a full reduction writes a 0-d array
