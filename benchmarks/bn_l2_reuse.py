@@ -14,56 +14,18 @@ import cupy
 import numpy
 
 import cunorm
-from cunorm import _bench
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
-from bn_pass_times import launches
+from _l2_flush import build_from_args, flusher, timed  # benchmarks/ is the script's directory
 from sweep_bn_config import SHAPES
 
 FLUSH_BYTES = 128 << 20  # twice the H200's L2
 
 
-def _timed(fn, stream: int, flush=None) -> float:
-    """µs a call of fn; with flush() queued before each call's last launch (its apply pass)
-    where given."""
-    if flush is None:
-        return _bench.queued_time_ms(fn, stream) * 1e3
-    n, real, seen = launches(fn), _batch_norm.launch, [0]
-
-    def launch(*args, **kw):
-        if seen[0] % n == n - 1:
-            flush()
-        seen[0] += 1
-        real(*args, **kw)
-
-    _batch_norm.launch = launch
-    try:
-        return _bench.queued_time_ms(fn, stream) * 1e3
-    finally:
-        _batch_norm.launch = real
-
-
 def main() -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-D", dest="defines", action="append", default=[],
-                    help="NVRTC defines to build the kernels with (e.g. CUNORM_SPLIT_L2_HINTS=0), repeatable")
-    args = ap.parse_args()
-    if args.defines:
-        from cunorm import _compile
-        from _sweep_cli import rebuild_row_norms  # benchmarks/ is the script's directory
-
-        rebuild_row_norms((*_compile.COMPILE_OPTIONS, *(f"-D{d}" for d in args.defines)))
-        print("built with " + " ".join(f"-D{d}" for d in args.defines))
+    build_from_args(__doc__)
     stream = cupy.cuda.get_current_stream().ptr
-    junk = cupy.ones(FLUSH_BYTES // 4, numpy.float32)
-    sink = cupy.empty((), numpy.float32)  # a full reduction writes a 0-d array
-
-    def flush():
-        cupy.sum(junk, out=sink)
-
-    flush_us = _bench.queued_time_ms(flush, stream) * 1e3
+    flush, flush_us = flusher(FLUSH_BYTES, stream)
     print(f"flush: {FLUSH_BYTES >> 20} MiB read in {flush_us:.1f} us")
     for shape in SHAPES:
         for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
@@ -76,8 +38,8 @@ def main() -> None:
                 _, mean, rstd = cunorm.batch_norm(x, w, b, channel_axis=axis, return_stats=True)
                 fwd = lambda: cunorm.batch_norm(x, w, b, channel_axis=axis)
                 bwd = lambda: cunorm.batch_norm_backward(dy, x, w, b, mean, rstd, channel_axis=axis)
-                f0, f1 = _timed(fwd, stream), _timed(fwd, stream, flush) - flush_us
-                b0, b1 = _timed(bwd, stream), _timed(bwd, stream, flush) - flush_us
+                f0, f1 = timed(_batch_norm, fwd, stream), timed(_batch_norm, fwd, stream, flush) - flush_us
+                b0, b1 = timed(_batch_norm, bwd, stream), timed(_batch_norm, bwd, stream, flush) - flush_us
                 print(f"{dtype.name:8s} {'nhwc' if cl else 'nchw'} {str(shape):20s} forward {f0:6.1f} us, L2 flushed "
                       f"before the apply {f1:6.1f} us ({f1 / f0:.2f}); backward {b0:6.1f} us, flushed {b1:6.1f} us "
                       f"({b1 / b0:.2f})")

@@ -17,6 +17,7 @@ import cunorm
 from cunorm import _bench
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
+from _l2_flush import count_launches  # benchmarks/ is the script's directory
 from sweep_bn_config import SHAPES
 
 SETTINGS = {"default": {}, "flat sums off": {"USE_FLAT_STATS": False, "USE_FLAT_SUMS": False}}
@@ -31,18 +32,7 @@ def _use(settings: dict) -> None:
 
 def launches(fn) -> int:
     """The launches one call of fn makes (through _batch_norm.launch)."""
-    real, count = _batch_norm.launch, [0]
-
-    def counting(*args, **kw):
-        count[0] += 1
-        real(*args, **kw)
-
-    _batch_norm.launch = counting
-    try:
-        fn()
-    finally:
-        _batch_norm.launch = real
-    return count[0]
+    return count_launches(_batch_norm, fn)
 
 
 def _pass_times(fn, stream_ptr: int) -> list[float]:

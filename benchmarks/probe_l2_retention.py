@@ -41,6 +41,17 @@ BLOCKS_PER_SM = 2
 THREADS = 1024
 
 _SOURCE = r"""
+// pack i read (and copied to dst where given), with the streaming bits below
+__device__ __forceinline__ float touch(const float4* __restrict__ src, float4* __restrict__ dst, long long i,
+                                       int streaming) {
+  const float4 v = (streaming & 2) ? __ldcs(src + i) : src[i];
+  if (dst) {
+    if (streaming & 1) __stcs(dst + i, v);
+    else dst[i] = v;
+  }
+  return v.x + v.y + v.z + v.w;
+}
+
 extern "C" __global__ void read_sum(const float4* __restrict__ src, float4* __restrict__ dst, long long n16,
                                     int reverse, int chunked, int streaming, float* __restrict__ sink) {
   // interleaved: block b walks steps b, b + grid, ... of blockDim packs (the whole grid sweeps
@@ -58,12 +69,7 @@ extern "C" __global__ void read_sum(const float4* __restrict__ src, float4* __re
     for (long long k = 0; k < trips; ++k) {
       const long long i = p0 + (reverse ? trips - 1 - k : k) * step + threadIdx.x;
       if (i < p1) {
-        const float4 v = (streaming & 2) ? __ldcs(src + i) : src[i];
-        acc += v.x + v.y + v.z + v.w;
-        if (dst) {
-          if (streaming & 1) __stcs(dst + i, v);
-          else dst[i] = v;
-        }
+        acc += touch(src, dst, i, streaming);
       }
     }
   } else {
@@ -72,12 +78,7 @@ extern "C" __global__ void read_sum(const float4* __restrict__ src, float4* __re
       const long long c = reverse ? chunks - 1 - k : k;
       const long long i = c * step + threadIdx.x;
       if (i < n16) {
-        const float4 v = (streaming & 2) ? __ldcs(src + i) : src[i];
-        acc += v.x + v.y + v.z + v.w;
-        if (dst) {
-          if (streaming & 1) __stcs(dst + i, v);
-          else dst[i] = v;
-        }
+        acc += touch(src, dst, i, streaming);
       }
     }
   }
