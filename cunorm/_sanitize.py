@@ -27,14 +27,25 @@ import numpy
 # a cluster, and v94's dW / dB pass between publish and collect; float32 (v100):
 # non-portable clusters of 13 narrow blocks where the driver runs them; v115 / v117: rows of
 # 150000 in non-portable clusters of 10 wide blocks, so 12 rows of 300000 keep both dtypes on
-# the grid rows' backward)
+# the grid rows' backward). WALK rows: see CLUSTER_WALK_ROWS.
+WALK = None
 ROW_CASES = [(7, 96), (5, 4096), (1100, 1024), (9, 1533), (3, 150000), (3, 65536), (140, 12000), (134, 24000),
-             (70, 32768), (40, 150000), (40, 100000), (12, 300000)]
+             (70, 32768), (WALK, 150000), (WALK, 100000), (12, 300000)]
 # Rows whose weight is in x's dtype (ROW_CASES pass a float32 one): in bf16, v101's
 # half-precision weight slots beside the wide clusters' ring of three (2 blocks at 32768, 7
 # at 100000), and v105's RMSNorm weight slots in the cluster forward (65536: 256-thread
 # blocks; float32 rows take them in ROW_CASES' 32768, 65536 and 100000)
-SAME_DTYPE_WEIGHT_CASES = [(70, 32768), (40, 100000), (3, 65536)]
+SAME_DTYPE_WEIGHT_CASES = [(70, 32768), (WALK, 100000), (3, 65536)]
+# The WALK cases' rows: 40, so that each of the ~13-18 clusters an H100 runs at once takes
+# 2-3 rows (and the grid rows' ring, where no cluster serves, turns over). Racecheck spent 312
+# of its 403 s on these rows in the fifty-fifth session's H100 check (79-100 s a float32 case),
+# past the 380 s it has beside the tests, so under it (``run(cluster_cap=2)``, gpucheck's
+# racecheck) the planners run at most two clusters and the rows are two clusters' walk past
+# every ring slot: ROWS_A_CAPPED_CLUSTER each (one past the deepest ring, three rows:
+# _config.WIDE_BWD_DEPTHS, WIDE_CLUSTER_BWD_NARROW_DEPTH) and one more, for a fifth of the rows
+# the shared memory hazards racecheck looks for are all within a cluster
+CLUSTER_WALK_ROWS = 40
+ROWS_A_CAPPED_CLUSTER = 4
 DTYPES = ("float32", "bfloat16")
 
 
@@ -48,7 +59,9 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
-def run(log=_say) -> int:
+def run(log=_say, cluster_cap: int | None = None) -> int:
+    """Every case once; ``cluster_cap``: the WALK row cases in at most that many clusters
+    (racecheck's shorter run). Returns the calls made."""
     import time
 
     import cupy
@@ -65,14 +78,19 @@ def run(log=_say) -> int:
         dt = _dtype(name)
         for (m, n), w_dt in [(c, numpy.float32) for c in ROW_CASES] + \
                 [(c, dt) for c in SAME_DTYPE_WEIGHT_CASES if dt.itemsize == 2]:
-            case(f"rows {name} {m} x {n}, weight {numpy.dtype(w_dt).name}")
+            walk = m is WALK
+            if walk:
+                m = CLUSTER_WALK_ROWS if cluster_cap is None else cluster_cap * ROWS_A_CAPPED_CLUSTER + 1
+            case(f"rows {name} {m} x {n}, weight {numpy.dtype(w_dt).name}"
+                 + (f", at most {cluster_cap} clusters" if walk and cluster_cap is not None else ""))
             x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dt)
             w = rng.standard_normal(n, dtype=numpy.float32).astype(w_dt)
             dy = rng.standard_normal((m, n), dtype=numpy.float32).astype(dt)
-            y, mean, rstd = cunorm.layer_norm(x, w, w, return_stats=True)
-            cunorm.layer_norm_backward(dy, x, w, mean, rstd)
-            y, rstd = cunorm.rms_norm(x, w, return_stats=True)
-            cunorm.rms_norm_backward(dy, x, w, rstd)
+            with clusters_at_most(cluster_cap if walk else None):
+                y, mean, rstd = cunorm.layer_norm(x, w, w, return_stats=True)
+                cunorm.layer_norm_backward(dy, x, w, mean, rstd)
+                y, rstd = cunorm.rms_norm(x, w, return_stats=True)
+                cunorm.rms_norm_backward(dy, x, w, rstd)
             calls += 4
         # strided rows (a slice of a wider array) and a misaligned start
         wide = rng.standard_normal((64, 2050), dtype=numpy.float32).astype(dt)
@@ -207,5 +225,43 @@ def batch_norm_settings(**settings):
         _batch_norm.plan.cache_clear()
 
 
+@contextlib.contextmanager
+def clusters_at_most(cap: int | None):
+    """The row planners' count of clusters that run at once (``_launch.max_active_clusters``)
+    held to ``cap`` inside the block, their plans cleared on both sides; None: as they are."""
+    if cap is None:
+        yield
+        return
+    from .ops import _row_norm
+
+    real = _row_norm.max_active_clusters
+
+    def capped(*args, **kwargs):
+        active = real(*args, **kwargs)
+        return min(active, cap) if active else active
+
+    try:
+        _row_norm.max_active_clusters = capped
+        _row_norm.forward_plan.cache_clear()
+        _row_norm.backward_plan.cache_clear()
+        yield
+    finally:
+        _row_norm.max_active_clusters = real
+        _row_norm.forward_plan.cache_clear()
+        _row_norm.backward_plan.cache_clear()
+
+
+def main(argv=None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="every kernel family and dispatch path once, for compute-sanitizer")
+    ap.add_argument("--clusters", type=int, default=None,
+                    help="the cluster-walk row cases in at most this many clusters (racecheck)")
+    args = ap.parse_args(argv)
+    if args.clusters is not None and args.clusters < 1:
+        ap.error("--clusters must be at least 1")
+    run(cluster_cap=args.clusters)
+
+
 if __name__ == "__main__":
-    run()
+    main()

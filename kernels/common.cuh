@@ -227,6 +227,65 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 }
 #endif
 
+// ---- L2 eviction priorities for a pass whose data is dead once read (BatchNorm v58) -----------
+// A policy for copies and loads whose lines may leave L2 first (createpolicy, sm_80+), and a
+// 16-byte pack stored with .cs (evict first in L1 and L2): the BatchNorm channels-last apply
+// passes read the tail of every chunk first, which the statistics (sums) pass before them read
+// last and may have left in L2; their own loads (dead once read) and stores (not read by this
+// call) should not push those lines out. On HIP: plain copies and stores.
+__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
+  unsigned long long policy = 0;
+#if !defined(CUNORM_HIP)
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+#endif
+  return policy;
+}
+
+__device__ __forceinline__ void copy16_async_hinted(void* smem, const void* gmem, unsigned long long policy) {
+#if defined(CUNORM_HIP)
+  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
+#else
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(shared_address(smem)),
+               "l"(gmem), "l"(policy)
+               : "memory");
+#endif
+}
+
+// A 16-byte pack loaded with .cs (evict first in L1 and L2; v118: the split forward's apply
+// pass, whose x is dead once read); other packs as load_raw. On HIP: a plain load.
+template <int VEC, typename T>
+__device__ __forceinline__ Pack<T, VEC> load_raw_streaming(const T* p) {
+  if constexpr (sizeof(Pack<T, VEC>) == 16) {
+#if defined(CUNORM_HIP)
+    return *reinterpret_cast<const Pack<T, VEC>*>(p);
+#else
+    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
+    Pack<T, VEC> pk;
+    *reinterpret_cast<uint4*>(&pk) = v;
+    return pk;
+#endif
+  } else {
+    return *reinterpret_cast<const Pack<T, VEC>*>(p);
+  }
+}
+
+// store_pack of a 16-byte pack (whole) with .cs; other packs as store_pack.
+template <typename T, typename A, int VEC>
+__device__ __forceinline__ void store_pack_streaming(T* p, const A (&in)[VEC]) {
+  if constexpr (sizeof(Pack<T, VEC>) == 16) {
+    const Pack<T, VEC> pk = convert_pack<T>(in);
+    const uint4 v = *reinterpret_cast<const uint4*>(&pk);
+#if defined(CUNORM_HIP)
+    *reinterpret_cast<uint4*>(p) = v;
+#else
+    __stcs(reinterpret_cast<uint4*>(p), v);
+#endif
+  } else {
+    store_pack<T>(p, in);
+  }
+}
+
+
 // ---- asynchronous copies global -> shared (cp.async; plain copies on HIP) --------------------
 // A thread's copies land in shared memory without passing through its registers; it waits
 // for its own with copies_wait (a barrier then shows them to the block).

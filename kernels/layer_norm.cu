@@ -26,6 +26,17 @@ constexpr int kTileStatWords = 3;
 #ifndef CUNORM_SPLIT_L2_ORDER
 #define CUNORM_SPLIT_L2_ORDER 1
 #endif
+// v118: the apply pass (last to first, above) loads x and stores y with .cs (evict first), so
+// that the tiles the statistics pass read last, which the apply reads first, are not pushed
+// out of L2 by the apply's own dead loads and its stores before it reaches them (an LRU L2
+// otherwise keeps about half of what it could: every line the apply touches is the newest).
+// BatchNorm v58 does the same for its channels-last apply passes. Measured in
+// benchmarks/NOTES.md, "v118". 2: loads and stores; 1: loads alone (the streaming stores
+// hold the float32 apply's weight and bias loads behind them: NVRTC 13 sm_90, 40 -> 63
+// registers, six blocks an SM to four); 0: plain loads and stores.
+#ifndef CUNORM_SPLIT_L2_HINTS
+#define CUNORM_SPLIT_L2_HINTS 2
+#endif
 // v34 (prepared, measured by sweep_fwd_variant.py, off): the shared-memory forward's mean pass
 // for half-precision x sums a pack's values raw and subtracts VEC * pivot once a pack (9
 // instructions a pack of 8 where x - pivot summed takes 16). A pack's sum of 8 half values is
@@ -266,7 +277,9 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
     const int limit = tile_limit(N, c0, kTile, row_ok);
     const T* xrow = x + xmap.offset(safe_row);
     A v[PACKS][VEC];
-    load_tile<VEC, PACKS, TPR>(xrow + c0, limit, lane, v);
+    constexpr bool kStream = MODE == kChunkApply && CUNORM_SPLIT_L2_HINTS >= 1 && CUNORM_SPLIT_L2_ORDER;
+    constexpr bool kStreamStores = kStream && CUNORM_SPLIT_L2_HINTS >= 2;
+    load_tile<VEC, PACKS, TPR, false, kStream>(xrow + c0, limit, lane, v);
 
     // v becomes x - pivot, then x - pivot - mu (the centred value), in place; with the
     // one-pass statistics the output subtracts mu instead (mu_done false).
@@ -343,7 +356,8 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
       load_param<VEC>(bias, c0 + col, A(0), bv);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) out[k] = (mu_done ? v[p][k] : v[p][k] - mu) * r * wv[k] + bv[k];
-      store_pack<T>(ytile + col, out);
+      if constexpr (kStreamStores) store_pack_streaming<T>(ytile + col, out);
+      else store_pack<T>(ytile + col, out);
     }
   }
 }

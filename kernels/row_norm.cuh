@@ -34,13 +34,14 @@ __device__ __forceinline__ int tile_limit(i64 N, i64 c0, i64 tile, bool row_ok) 
 }
 
 // Loads this thread's part of a tile into registers, zeros outside the row (WORDS: bf16
-// packs widened a 32-bit word at a time, common.cuh widen).
-template <int VEC, int PACKS, int TPR, bool WORDS = false, typename A, typename T>
+// packs widened a 32-bit word at a time, common.cuh widen; STREAM: loaded with .cs, v118).
+template <int VEC, int PACKS, int TPR, bool WORDS = false, bool STREAM = false, typename A, typename T>
 __device__ __forceinline__ void load_tile(const T* tile, int limit, int lane, A (&v)[PACKS][VEC]) {
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     if (pack_col<VEC, TPR>(p, lane) < limit) {
-      load_pack<A, T, VEC, WORDS>(tile + pack_col<VEC, TPR>(p, lane), v[p]);
+      if constexpr (STREAM) widen<WORDS>(load_raw_streaming<VEC>(tile + pack_col<VEC, TPR>(p, lane)), v[p]);
+      else load_pack<A, T, VEC, WORDS>(tile + pack_col<VEC, TPR>(p, lane), v[p]);
     } else {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) v[p][k] = A(0);

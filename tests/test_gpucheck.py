@@ -7,6 +7,7 @@ import json
 import pathlib
 import sys
 
+import numpy
 import pytest
 
 from cunorm import gpucheck
@@ -234,3 +235,66 @@ def test_a_tool_run_alone_replaces_its_entry_of_the_same_sources_only():
         merged(first, {**second, "source_digest": "e"}, "alone")
     with pytest.raises(SystemExit, match="no sanitizer"):
         merged(first, {**second, "sanitizer": []}, "alone")
+
+
+def test_racecheck_alone_walks_its_cluster_rows_in_two_clusters(tmp_path, monkeypatch):
+    """racecheck runs cunorm._sanitize with --clusters 2 (its cluster-walk rows in two
+    clusters: 403 s on an H100 with the whole grids, past its 380 s beside the tests);
+    memcheck keeps the whole grids."""
+    _fake_sanitizer(tmp_path, monkeypatch, 'echo "args: $*"\necho "========= ERROR SUMMARY: 0 errors"\n')
+    for tool in ("memcheck", "racecheck"):
+        gpucheck.run_sanitizer(tool, tmp_path)
+    memcheck, racecheck = ((tmp_path / f"sanitizer-{t}.txt").read_text() for t in ("memcheck", "racecheck"))
+    assert "cunorm._sanitize --clusters 2" in racecheck
+    assert "--clusters" not in memcheck and memcheck.rstrip().split("\n")[0].endswith("cunorm._sanitize")
+
+
+def test_sanitize_cluster_cap_holds_the_planners_count_and_restores_it(monkeypatch):
+    from cunorm import _sanitize
+    from cunorm.ops import _row_norm
+
+    monkeypatch.setattr(_row_norm, "max_active_clusters", lambda *a, **k: 13)
+    with _sanitize.clusters_at_most(2):
+        assert _row_norm.max_active_clusters(0, 1024, 0, 10) == 2
+    assert _row_norm.max_active_clusters(0, 1024, 0, 10) == 13
+    with _sanitize.clusters_at_most(None):
+        assert _row_norm.max_active_clusters(0, 1024, 0, 10) == 13
+    monkeypatch.setattr(_row_norm, "max_active_clusters", lambda *a, **k: None)  # the driver's query failed
+    with _sanitize.clusters_at_most(2):
+        assert _row_norm.max_active_clusters(0, 1024, 0, 10) is None
+    with pytest.raises(SystemExit):
+        _sanitize.main(["--clusters", "0"])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", [150000, 100000])
+def test_gpu_sanitize_cluster_walk_rows_in_two_clusters(rng, dtype, n):
+    """Under racecheck's cap the cluster-walk rows' backward takes two clusters that each walk
+    four rows or more (every slot of a ring of three turned over), with dx as the whole
+    grid's bit for bit (each row's dx is one cluster's alone) and dW within float32 rounding."""
+    import cupy
+    import ml_dtypes
+
+    import cunorm
+    from cunorm import _sanitize
+    from cunorm.ops import _row_norm
+
+    if int(cupy.cuda.Device().compute_capability) < 90:
+        pytest.skip("thread block clusters need sm_90")
+    dt = numpy.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else numpy.dtype(dtype)
+    m = 2 * _sanitize.ROWS_A_CAPPED_CLUSTER + 1
+    x, dy = (cupy.asarray(rng.standard_normal((m, n)).astype(dt)) for _ in range(2))
+    w = cupy.asarray(rng.standard_normal(n).astype(numpy.float32))
+    _, mean, rstd = cunorm.layer_norm(x, w, w, return_stats=True)
+    whole = cunorm.layer_norm_backward(dy, x, w, mean, rstd)
+    with _sanitize.clusters_at_most(2):
+        plan = _row_norm.backward_plan((m, n), (n, 1), (n, 1), dt, numpy.dtype(numpy.float32), dt, 1, False,
+                                       cupy.cuda.Device().id, 0, 0)
+        capped = cunorm.layer_norm_backward(dy, x, w, mean, rstd)
+    if plan.grid_rows is not None or plan.split is not None or plan.column_blocks or plan.blocks <= plan.groups:
+        pytest.skip("no cluster backward at this size on this device (the grid rows take it)")
+    assert plan.groups == 2 and m // plan.groups >= _sanitize.ROWS_A_CAPPED_CLUSTER
+    assert cupy.array_equal(whole[0].view(cupy.uint8), capped[0].view(cupy.uint8))
+    for a, b in zip(whole[1:], capped[1:]):
+        cupy.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
