@@ -73,3 +73,15 @@ def build_from_args(doc: str) -> None:
 
         rebuild_row_norms((*_compile.COMPILE_OPTIONS, *(f"-D{d}" for d in args.defines)))
         print("built with " + " ".join(f"-D{d}" for d in args.defines))
+
+
+def start(doc: str, nbytes: int):
+    """A script's start: the kernels built as the command line asks (build_from_args), then
+    (stream, flush, its µs) for an ``nbytes`` read on the current stream, its time printed."""
+    import cupy
+
+    build_from_args(doc)
+    stream = cupy.cuda.get_current_stream().ptr
+    flush, flush_us = flusher(nbytes, stream)
+    print(f"flush: {nbytes >> 20} MiB read in {flush_us:.1f} us")
+    return stream, flush, flush_us

@@ -16,17 +16,14 @@ import numpy
 import cunorm
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
-from _l2_flush import build_from_args, flusher, timed  # benchmarks/ is the script's directory
+from _l2_flush import start, timed  # benchmarks/ is the script's directory
 from sweep_bn_config import SHAPES
 
 FLUSH_BYTES = 128 << 20  # twice the H200's L2
 
 
 def main() -> None:
-    build_from_args(__doc__)
-    stream = cupy.cuda.get_current_stream().ptr
-    flush, flush_us = flusher(FLUSH_BYTES, stream)
-    print(f"flush: {FLUSH_BYTES >> 20} MiB read in {flush_us:.1f} us")
+    stream, flush, flush_us = start(__doc__, FLUSH_BYTES)
     for shape in SHAPES:
         for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
             for cl in (False, True):

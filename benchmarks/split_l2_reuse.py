@@ -14,7 +14,7 @@ import numpy
 
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
-from _l2_flush import build_from_args, count_launches, flusher, timed  # benchmarks/ is the script's directory
+from _l2_flush import count_launches, start, timed  # benchmarks/ is the script's directory
 
 FLUSH_BYTES = 256 << 20
 ROW_LENGTHS = (524288, 1 << 20)
@@ -25,10 +25,7 @@ SPLIT_LAUNCHES = 3  # tile statistics, finalize, apply
 def main() -> None:
     import cunorm
 
-    build_from_args(__doc__)
-    stream = cupy.cuda.get_current_stream().ptr
-    flush, flush_us = flusher(FLUSH_BYTES, stream)
-    print(f"flush: {FLUSH_BYTES >> 20} MiB read in {flush_us:.1f} us")
+    stream, flush, flush_us = start(__doc__, FLUSH_BYTES)
     for n in ROW_LENGTHS:
         for dtype in (BFLOAT16, numpy.dtype(numpy.float32)):
             x = cupy.asarray(numpy.random.default_rng(0).standard_normal((ELEMENTS // n, n), numpy.float32)).astype(dtype)
