@@ -67,10 +67,6 @@ VARIANTS = {
     # both off: the kernels and launches as on main before v56
     "before_v56_v57": (("-DCUNORM_BN_APPLY_CL_RING=0", "-DCUNORM_BN_BWD_APPLY_CL_RING=0"), 256,
                        {"LAUNCH_EARLY_MIN_ELEMENTS": None}),
-    # v58 (experiments/bn-v58-apply-l2-hints.patch): the channels-last apply passes' evict-first
-    # copies and streaming stores off (their copies and stores as before v58), twice
-    "apply_l2_hints_off": (("-DCUNORM_BN_APPLY_L2_HINTS=0",), 256, {}),
-    "apply_l2_hints_off_again": (("-DCUNORM_BN_APPLY_L2_HINTS=0",), 256, {}),
     "passes": ((), 256, {"USE_STAGED": False, "USE_STAGED_BWD": False}),
     "staged_block_256": ((), 256, {"STAGED_BLOCKS": (256, 256)}),
     "staged_block_512": ((), 256, {"STAGED_BLOCKS": (512, 512)}),

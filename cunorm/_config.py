@@ -319,6 +319,8 @@ def fwd_cluster_for_wide_params(itemsize: int, w_itemsize: int, n: int) -> bool:
 def cluster_fwd_param_slots_serve(cfg: ClusterConfig, itemsize: int, w_itemsize: int, rms: bool) -> bool:
     if CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL:
         return True
+    if CLUSTER_FWD_F32_NONPORTABLE_SLOTS and not rms and itemsize == 4 and cfg.cluster > 8:
+        return True  # v119
     if CLUSTER_FWD_WIDE_PARAM_SLOTS and not rms and itemsize == 2 and w_itemsize == 4 and cfg.tpb == 256:
         return True  # v106
     return rms and (itemsize == 4 or (cfg.tpb == 256 and w_itemsize == 2))
@@ -339,6 +341,36 @@ def cluster_fwd_smem(cfg: ClusterConfig, itemsize: int, w_itemsize: int, rms: bo
     """Dynamic shared memory of a cluster forward block: its staged rows and parameter slots."""
     return cluster_fwd_stage_bytes(cfg, itemsize, rms) + \
         cluster_fwd_param_bytes(cfg, itemsize, w_itemsize, rms, smem_optin)
+
+
+# v119: float32 LayerNorm rows past the portable 1024 x 8 tile's first half (131073-262144
+# elements) in non-portable clusters of sixteen 512-thread blocks, where the driver runs them:
+# a block stages a 64 KiB row slice and keeps its w and b slices in slots after it (128 KiB;
+# the kernels' ClusterFwdParamSlots, CUNORM_CLUSTER_FWD_F32_NONPORTABLE_SLOTS), where the
+# portable tile stages 128 KiB and loads w + b from the L2 every row (float32 LayerNorm 262144
+# forward 0.79 of copy in check f0ecddfb2bd3 against RMSNorm's 0.90 with its weight in slots).
+# Measured in benchmarks/NOTES.md, "v119". False: the portable tile; SLOTS False with the
+# kernels built -DCUNORM_CLUSTER_FWD_F32_NONPORTABLE_SLOTS=0: the non-portable tile without
+# slots (a sweep's control).
+CLUSTER_FWD_NONPORTABLE = True
+CLUSTER_FWD_F32_NONPORTABLE_SLOTS = True
+CLUSTER_FWD_NONPORTABLE_SHAPE = (512, 16)
+
+
+def nonportable_cluster_fwd_config(n: int, vec: int, itemsize: int, rms: bool) -> ClusterConfig | None:
+    """v119's tile for this row, or None where it does not serve (the caller then checks that
+    the driver runs one such cluster before taking it)."""
+    if not CLUSTER_FWD_NONPORTABLE or rms or itemsize != 4 or vec == 1:
+        return None
+    portable = cluster_config(n, vec)
+    tile = _cluster_tiles(vec, CLUSTER_VALUES, (CLUSTER_FWD_NONPORTABLE_SHAPE,))[0]
+    if portable is None or portable.tpb < 1024 or n > tile.capacity or n <= tile.capacity // 2:
+        return None
+    return tile
+
+
+def all_nonportable_cluster_fwd_configs(vec: int) -> list[ClusterConfig]:
+    return _cluster_tiles(vec, CLUSTER_VALUES, (CLUSTER_FWD_NONPORTABLE_SHAPE,))
 
 
 def cluster_config(n: int, vec: int) -> ClusterConfig | None:

@@ -266,24 +266,19 @@ struct NcRingCursor {
 // copied RING - 1 packs ahead into this thread's own slots (no other thread reads them, so
 // no block barrier; a slot is refilled one pack after the pack that read it). A pack with no
 // element of the tensor is not copied (its slot is stale: f masks by the slot).
-// EVICT_FIRST (v58): the copies' lines may leave L2 first (a pass that reads them once).
-template <int RING, int NS, int VEC, bool EVICT_FIRST = false, typename T, typename Cur, typename F>
+template <int RING, int NS, int VEC, typename T, typename Cur, typename F>
 __device__ __forceinline__ void walk_ring(int K, Cur cur, const T* const* src, ClRing<RING, NS, T, VEC>& ring,
                                           F&& f) {
   static_assert(RING >= 2 && (RING & (RING - 1)) == 0 && sizeof(Pack<T, VEC>) == 16, "ring of 16-byte packs");
   const int t = threadIdx.x;
-  const unsigned long long policy = EVICT_FIRST ? l2_evict_first_policy() : 0;
   Cur ahead = cur;  // the next pack to copy
   const auto issue = [&](int k) {
     if (k < K) {
       const Slot sl = ahead.slot();
       if (sl.any()) {
 #pragma unroll
-        for (int s = 0; s < NS; ++s) {
-          if (!src[s]) continue;
-          if constexpr (EVICT_FIRST) copy16_async_hinted(&ring.slot[k & (RING - 1)][s][t], src[s] + sl.off, policy);
-          else copy16_async(&ring.slot[k & (RING - 1)][s][t], src[s] + sl.off, true);
-        }
+        for (int s = 0; s < NS; ++s)
+          if (src[s]) copy16_async(&ring.slot[k & (RING - 1)][s][t], src[s] + sl.off, true);
       }
       ahead.next();
     }
@@ -305,14 +300,14 @@ __device__ __forceinline__ void walk_ring(int K, Cur cur, const T* const* src, C
 }
 
 // walk_cl's positions through the ring (a thread's row ty of 1 << rshift, so apart), last
-// first when REVERSE; EVICT_FIRST as walk_ring's.
-template <int RING, int NS, int VEC, bool REVERSE = false, bool EVICT_FIRST = false, typename T, typename F>
+// first when REVERSE.
+template <int RING, int NS, int VEC, bool REVERSE = false, typename T, typename F>
 __device__ __forceinline__ void walk_cl_ring(i64 p0, i64 p1, int ty, int rshift, i64 so, i64 c, const T* const* src,
                                              ClRing<RING, NS, T, VEC>& ring, F&& f) {
   const i64 first = p0 + ty, R = i64(1) << rshift;
   const int K = first < p1 ? int((p1 - 1 - first) >> rshift) + 1 : 0;
   const i64 start = REVERSE ? first + i64(K > 0 ? K - 1 : 0) * R : first;
-  walk_ring<RING, NS, VEC, EVICT_FIRST>(K, ClCursor<VEC>{start * so + c, (REVERSE ? -R : R) * so}, src, ring, f);
+  walk_ring(K, ClCursor<VEC>{start * so + c, (REVERSE ? -R : R) * so}, src, ring, f);
 }
 
 // walk_nc's packs (not reversed) through the ring; src[s] point at the channel's base.
@@ -899,25 +894,6 @@ bn_apply_nc(const T* __restrict__ x, const T* __restrict__ res_arg, T* __restric
 #endif
 constexpr int kApplyClRing = CUNORM_BN_APPLY_CL_RING;
 
-// v58: the channels-last apply passes (bn_apply_cl, bn_bwd_apply_cl) copy x, dy and the
-// residual through their rings with an evict-first L2 policy and store y, dx and the
-// residual's gradient with .cs, so that the tail of each chunk the statistics (sums) pass
-// read last, which each apply block reads first (its chunk, walked back), stays in L2 until
-// then, rather than being pushed out by the apply's own dead lines (BatchNorm v2 walked them
-// back for that; ncu and bn_l2_reuse.py found the apply reading x again from DRAM whole at
-// 112 x 112). Measured in benchmarks/NOTES.md, "BatchNorm v58". 0: plain copies and stores.
-#ifndef CUNORM_BN_APPLY_L2_HINTS
-#define CUNORM_BN_APPLY_L2_HINTS 0
-#endif
-constexpr bool kApplyL2Hints = CUNORM_BN_APPLY_L2_HINTS != 0;
-
-// An apply pass's store of a pack (v58: streaming where kApplyL2Hints).
-template <typename T, typename A, int VEC>
-__device__ __forceinline__ void store_applied(T* p, const A (&in)[VEC]) {
-  if constexpr (kApplyL2Hints) store_pack_streaming<T>(p, in);
-  else store_pack<T>(p, in);
-}
-
 template <typename T, typename W, int VEC, int ACT, bool RES>
 __global__ void __launch_bounds__(kBnBlock)
 bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res_arg, T* __restrict__ y, i64 so, i64 C, i64 O,
@@ -941,16 +917,16 @@ bn_apply_cl(const T* __restrict__ x, const T* __restrict__ res_arg, T* __restric
     unpack_or_zero(res, r, rv);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) out[k] = act_forward(tag(), ch[k].z(xv[k], rv[k]), param);
-    store_applied<T>(y + off, out);
+    store_pack<T>(y + off, out);
   };
   if constexpr (kApplyClRing > 1 && ring_packs<T, VEC>()) {
     constexpr int NS = RES ? 2 : 1, SLOTS = RES ? kApplyClRing / 2 : kApplyClRing, RING = SLOTS > 1 ? SLOTS : 2;
     __shared__ ClRing<RING, NS, T, VEC> ring;
     const T* const src[2] = {x, res};
-    walk_cl_ring<RING, NS, VEC, true, kApplyL2Hints>(p0, p1, t.ty, t.rshift, so, t.c, src, ring,
-                                                     [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
-                                                       apply(v[0], v[NS - 1], sl.off);
-                                                     });
+    walk_cl_ring<RING, NS, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, src, ring,
+                                      [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
+                                        apply(v[0], v[NS - 1], sl.off);
+                                      });
   } else {
     walk_cl<U, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
       Pack<T, VEC> v[U], r[U];
@@ -1461,18 +1437,18 @@ bn_bwd_apply_cl(const T* __restrict__ dy, const T* __restrict__ x, const T* __re
       dz[k] = element_dz<ACT>(tag, ch[k], xv[k], gv[k], rv[k], param);
       out[k] = kFold ? fmaf(cg[k].a, gv[k], -fmaf(cg[k].d, xv[k], fold[k])) : cg[k].dx(dz[k], xv[k] - ch[k].mean);
     }
-    store_applied<T>(dx + off, out);
-    if (dres) store_applied<T>(dres + off, dz);
+    store_pack<T>(dx + off, out);
+    if (dres) store_pack<T>(dres + off, dz);
   };
   if constexpr (kBwdApplyClRing > 1 && ring_packs<T, VEC>()) {
     // x, dy and (with an activation) the residual: a null stream is not copied
     constexpr int NS = ACT != 0 ? 3 : 2, RING = kBwdApplyClRing;
     __shared__ ClRing<RING, NS, T, VEC> ring;
     const T* const src[3] = {x, dy, with_res ? res : nullptr};
-    walk_cl_ring<RING, NS, VEC, true, kApplyL2Hints>(p0, p1, t.ty, t.rshift, so, t.c, src, ring,
-                                                     [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
-                                                       apply(v[0], v[1], v[NS - 1], sl.off);
-                                                     });
+    walk_cl_ring<RING, NS, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, src, ring,
+                                      [&](const Pack<T, VEC> (&v)[NS], const Slot& sl) {
+                                        apply(v[0], v[1], v[NS - 1], sl.off);
+                                      });
   } else {
     walk_cl<U, VEC, true>(p0, p1, t.ty, t.rshift, so, t.c, [&](const Slot (&sl)[U]) {
       Pack<T, VEC> v[U], g[U], r[U];

@@ -169,8 +169,18 @@ __device__ __forceinline__ void load_pack(const T* p, A (&out)[VEC]) {
 }
 
 // The raw pack (held in its own width until used: half the registers of converted bf16).
-template <int VEC, typename T>
+// STREAM: a 16-byte pack loaded with .cs (evict first in L1 and L2) for a pass whose data is
+// dead once read (v118, the split forward's apply); other packs, and HIP, load plainly.
+template <int VEC, bool STREAM = false, typename T>
 __device__ __forceinline__ Pack<T, VEC> load_raw(const T* p) {
+#if !defined(CUNORM_HIP)
+  if constexpr (STREAM && sizeof(Pack<T, VEC>) == 16) {
+    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
+    Pack<T, VEC> pk;
+    *reinterpret_cast<uint4*>(&pk) = v;
+    return pk;
+  }
+#endif
   return *reinterpret_cast<const Pack<T, VEC>*>(p);
 }
 
@@ -198,23 +208,27 @@ __device__ __forceinline__ void store_pack(T* p, const A (&in)[VEC]) {
 #ifndef CUNORM_STORE16
 #define CUNORM_STORE16 1
 #endif
+// STREAM: with .cs (evict first in L1 and L2: output this call will not read again, v118).
+template <bool STREAM = false>
 __device__ __forceinline__ void store16_global(void* p, uint4 v) {
 #if defined(CUNORM_HIP)
   *static_cast<uint4*>(p) = v;
 #else  // the memory clobber keeps other accesses on their side (without it: the same speed, v47)
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
+  if constexpr (STREAM) __stcs(static_cast<uint4*>(p), v);
+  else asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                    : "memory");
 #endif
 }
 
-// store_pack to global memory in whole 16-byte chunks where the pack is made of them.
-template <typename T, typename A, int VEC>
+// store_pack to global memory in whole 16-byte chunks where the pack is made of them
+// (STREAM as store16_global's).
+template <typename T, bool STREAM = false, typename A, int VEC>
 __device__ __forceinline__ void store_pack_whole(T* p, const A (&in)[VEC]) {
   if constexpr (CUNORM_STORE16 && sizeof(Pack<T, VEC>) % 16 == 0) {  // Pack's alignment is 16 here
     const Pack<T, VEC> pk = convert_pack<T>(in);
 #pragma unroll
     for (int c = 0; c < int(sizeof(pk)) / 16; ++c)
-      store16_global(reinterpret_cast<uint4*>(p) + c, reinterpret_cast<const uint4*>(&pk)[c]);
+      store16_global<STREAM>(reinterpret_cast<uint4*>(p) + c, reinterpret_cast<const uint4*>(&pk)[c]);
   } else {
     store_pack<T>(p, in);
   }
@@ -226,65 +240,6 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 #endif
-
-// ---- L2 eviction priorities for a pass whose data is dead once read (BatchNorm v58) -----------
-// A policy for copies and loads whose lines may leave L2 first (createpolicy, sm_80+), and a
-// 16-byte pack stored with .cs (evict first in L1 and L2): the BatchNorm channels-last apply
-// passes read the tail of every chunk first, which the statistics (sums) pass before them read
-// last and may have left in L2; their own loads (dead once read) and stores (not read by this
-// call) should not push those lines out. On HIP: plain copies and stores.
-__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
-  unsigned long long policy = 0;
-#if !defined(CUNORM_HIP)
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-#endif
-  return policy;
-}
-
-__device__ __forceinline__ void copy16_async_hinted(void* smem, const void* gmem, unsigned long long policy) {
-#if defined(CUNORM_HIP)
-  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
-#else
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(shared_address(smem)),
-               "l"(gmem), "l"(policy)
-               : "memory");
-#endif
-}
-
-// A 16-byte pack loaded with .cs (evict first in L1 and L2; v118: the split forward's apply
-// pass, whose x is dead once read); other packs as load_raw. On HIP: a plain load.
-template <int VEC, typename T>
-__device__ __forceinline__ Pack<T, VEC> load_raw_streaming(const T* p) {
-  if constexpr (sizeof(Pack<T, VEC>) == 16) {
-#if defined(CUNORM_HIP)
-    return *reinterpret_cast<const Pack<T, VEC>*>(p);
-#else
-    const uint4 v = __ldcs(reinterpret_cast<const uint4*>(p));
-    Pack<T, VEC> pk;
-    *reinterpret_cast<uint4*>(&pk) = v;
-    return pk;
-#endif
-  } else {
-    return *reinterpret_cast<const Pack<T, VEC>*>(p);
-  }
-}
-
-// store_pack of a 16-byte pack (whole) with .cs; other packs as store_pack.
-template <typename T, typename A, int VEC>
-__device__ __forceinline__ void store_pack_streaming(T* p, const A (&in)[VEC]) {
-  if constexpr (sizeof(Pack<T, VEC>) == 16) {
-    const Pack<T, VEC> pk = convert_pack<T>(in);
-    const uint4 v = *reinterpret_cast<const uint4*>(&pk);
-#if defined(CUNORM_HIP)
-    *reinterpret_cast<uint4*>(p) = v;
-#else
-    __stcs(reinterpret_cast<uint4*>(p), v);
-#endif
-  } else {
-    store_pack<T>(p, in);
-  }
-}
-
 
 // ---- asynchronous copies global -> shared (cp.async; plain copies on HIP) --------------------
 // A thread's copies land in shared memory without passing through its registers; it waits

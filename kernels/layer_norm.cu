@@ -28,12 +28,13 @@ constexpr int kTileStatWords = 3;
 #endif
 // v118: the apply pass (last to first, above) loads x and stores y with .cs (evict first), so
 // that the tiles the statistics pass read last, which the apply reads first, are not pushed
-// out of L2 by the apply's own dead loads and its stores before it reaches them (an LRU L2
-// otherwise keeps about half of what it could: every line the apply touches is the newest).
-// BatchNorm v58 does the same for its channels-last apply passes. Measured in
-// benchmarks/NOTES.md, "v118". 2: loads and stores; 1: loads alone (the streaming stores
-// hold the float32 apply's weight and bias loads behind them: NVRTC 13 sm_90, 40 -> 63
-// registers, six blocks an SM to four); 0: plain loads and stores.
+// out of L2 by the apply's own dead loads and its stores before it reaches them: on an H100
+// it then finds ~17-19 MB of x in L2 rather than ~9-11 (split_l2_reuse.py), forward at 1M
+// bf16 LayerNorm 0.572 -> 0.596 of copy, float32 0.577 -> 0.618 (sweep_split_l2_hints.py;
+// benchmarks/NOTES.md, "Fifty-sixth session's device calls"). 2: loads and stores; 1: loads
+// alone (lost to both: 0.563 / 0.596); 0: plain. The streaming stores hold the float32
+// apply's weight and bias loads behind them (NVRTC 13 sm_90: 40 -> 63 registers, six blocks
+// an SM to four), and it still wins.
 #ifndef CUNORM_SPLIT_L2_HINTS
 #define CUNORM_SPLIT_L2_HINTS 2
 #endif
@@ -356,7 +357,7 @@ norm_fwd(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restrict__ y,
       load_param<VEC>(bias, c0 + col, A(0), bv);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) out[k] = (mu_done ? v[p][k] : v[p][k] - mu) * r * wv[k] + bv[k];
-      if constexpr (kStreamStores) store_pack_streaming<T>(ytile + col, out);
+      if constexpr (kStreamStores) store_pack_whole<T, true>(ytile + col, out);
       else store_pack<T>(ytile + col, out);
     }
   }

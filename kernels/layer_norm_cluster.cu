@@ -279,7 +279,16 @@ struct ClusterFwdStage {
                                (RMS || CUNORM_CLUSTER_FWD_ONE_PASS);
   static constexpr int buffers = pipe ? rows + 2 : rows;
 };
-template <typename T, typename W, int VEC, int PACKS, int TPB, bool RMS>
+// v119: float32 LayerNorm rows of 131073-262144 in non-portable clusters of sixteen 512-thread
+// blocks (the host's _config.CLUSTER_FWD_NONPORTABLE) keep w and b in slots after their staged
+// row (64 KiB of row, 128 KiB of slots), where the portable tile of eight 1024-thread blocks
+// stages 128 KiB of row and has no room for them: it loads w + b from the L2 every row.
+// Measured in benchmarks/NOTES.md, "v119". 0: the non-portable tile loads them as the
+// portable one does.
+#ifndef CUNORM_CLUSTER_FWD_F32_NONPORTABLE_SLOTS
+#define CUNORM_CLUSTER_FWD_F32_NONPORTABLE_SLOTS 1
+#endif
+template <typename T, typename W, int VEC, int PACKS, int TPB, bool RMS, int CLUSTER>
 struct ClusterFwdParamSlots {
   typedef typename OwnSlot<W, VEC>::type Slot;
   static constexpr int kSlice = TPB * PACKS * VEC;
@@ -288,7 +297,8 @@ struct ClusterFwdParamSlots {
   static constexpr bool kServes =
       CUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL ||
       (CUNORM_CLUSTER_FWD_WIDE_PARAM_SLOTS && !RMS && sizeof(T) == 2 && sizeof(W) == 4 && TPB == 256) ||
-      (RMS && (sizeof(T) == 4 || (TPB == 256 && sizeof(W) == 2)));
+      (RMS && (sizeof(T) == 4 || (TPB == 256 && sizeof(W) == 2))) ||
+      (CUNORM_CLUSTER_FWD_F32_NONPORTABLE_SLOTS && !RMS && sizeof(T) == 4 && CLUSTER > 8);  // v119
   static constexpr bool value = CUNORM_CLUSTER_FWD_PARAM_SLOTS && kServes &&
                                 WeightSlotsFit<kRowBytes, (RMS ? 1 : 2) * kParamBytes>::value;
 };
@@ -301,7 +311,7 @@ struct ClusterFwdParamSlots {
 template <typename T, typename W, int VEC, int PACKS, int TPB, int CLUSTER, bool RMS>
 struct ClusterFwdPush {
   static constexpr bool kLost =
-      RMS && sizeof(T) == 2 && CLUSTER == 8 && ClusterFwdParamSlots<T, W, VEC, PACKS, TPB, RMS>::value;
+      RMS && sizeof(T) == 2 && CLUSTER == 8 && ClusterFwdParamSlots<T, W, VEC, PACKS, TPB, RMS, CLUSTER>::value;
   static constexpr bool value = CUNORM_CLUSTER_FWD_PUSH == 2 || (CUNORM_CLUSTER_FWD_PUSH == 1 && !kLost);
 };
 
@@ -359,7 +369,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   // [ClusterFwdStage::buffers][this block's slice] packs
   extern __shared__ __align__(16) unsigned char stage_smem[];
   Pack<T, VEC>* const staged = reinterpret_cast<Pack<T, VEC>*>(stage_smem);
-  typedef ClusterFwdParamSlots<T, W, VEC, PACKS, TPB, RMS> ParamSlots;
+  typedef ClusterFwdParamSlots<T, W, VEC, PACKS, TPB, RMS, CLUSTER> ParamSlots;
   typedef typename ParamSlots::Slot Slot;
   Slot* const wslots = reinterpret_cast<Slot*>(stage_smem + ParamSlots::kRowBytes);
   Slot* const bslots = reinterpret_cast<Slot*>(stage_smem + ParamSlots::kRowBytes + ParamSlots::kParamBytes);

@@ -40,8 +40,7 @@ __device__ __forceinline__ void load_tile(const T* tile, int limit, int lane, A 
 #pragma unroll
   for (int p = 0; p < PACKS; ++p) {
     if (pack_col<VEC, TPR>(p, lane) < limit) {
-      if constexpr (STREAM) widen<WORDS>(load_raw_streaming<VEC>(tile + pack_col<VEC, TPR>(p, lane)), v[p]);
-      else load_pack<A, T, VEC, WORDS>(tile + pack_col<VEC, TPR>(p, lane), v[p]);
+      widen<WORDS>(load_raw<VEC, STREAM>(tile + pack_col<VEC, TPR>(p, lane)), v[p]);
     } else {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) v[p][k] = A(0);

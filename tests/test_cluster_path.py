@@ -29,6 +29,17 @@ def _skip_before_sm90():
         pytest.skip(f"thread-block clusters need sm_90 or later; this GPU is sm_{cc}")
 
 
+def _forward_tile(n: int, dtype, rms: bool) -> _config.ClusterConfig | None:
+    """The cluster tile a forward of rows of n should take: v119's sixteen 512-thread blocks
+    for float32 LayerNorm past 131072 where the driver runs them, else the portable tile."""
+    dtype = numpy.dtype(dtype)
+    vec = 16 // dtype.itemsize
+    wide = _config.nonportable_cluster_fwd_config(n, vec, dtype.itemsize, rms)
+    if wide is not None and _row_norm._nonportable_forward_runs(dtype.name, dtype.name, wide, rms, 0):
+        return wide
+    return _config.cluster_config(n, vec)
+
+
 @pytest.fixture
 def clusters(monkeypatch):
     _skip_before_sm90()
@@ -55,7 +66,7 @@ def test_cluster_path(rng, clusters, op, dtype, n):
     """Forward and backward against the reference; each plan asserted to hold the cluster
     kernel where the row is past the full-row tile and within a cluster tile."""
     rows, vec, rms = 3, 16 // dtype.itemsize, op == "rms_norm"
-    cfg = _config.cluster_config(n, vec)
+    cfg = _forward_tile(n, dtype, rms)
     if _config.row_config(n, vec, _config.FWD) is None and cfg is not None:
         plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, dtype, 1, rms, 1e-5, 0, 0, 0)
         assert plan.tiles == 1 and plan.block == cfg.tpb and plan.grid == rows * cfg.cluster, "the cluster forward"
@@ -105,7 +116,7 @@ STAGED_FWD_CASES = [(BFLOAT16, n) for n in (40000, 65536, 131072, 262144)] + \
 @pytest.mark.parametrize("dtype,n", STAGED_FWD_CASES, ids=[f"{d.name}-{n}" for d, n in STAGED_FWD_CASES])
 def test_cluster_forward_staged_rows(rng, clusters, op, dtype, n):
     rows = 300
-    cfg = _config.cluster_config(n, 16 // dtype.itemsize)
+    cfg = _forward_tile(n, dtype, op == "rms_norm")
     plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, dtype, 1, op == "rms_norm", 1e-5, 0, 0, 0)
     assert plan.tiles == 1 and plan.block == cfg.tpb, "the cluster forward"
     assert plan.smem == _config.cluster_fwd_smem(cfg, dtype.itemsize, dtype.itemsize, op == "rms_norm",
@@ -160,7 +171,7 @@ def test_cluster_forward_float32_one_pass_falls_back(rng, clusters, n):
         hx[6::8, 0] = 600.0
     f32 = numpy.dtype(numpy.float32)
     plan = _row_norm.forward_plan((rows, n), (n, 1), f32, f32, 1, False, 1e-5, 0, 0, 0)
-    cfg = _config.cluster_config(n, 4)
+    cfg = _forward_tile(n, f32, False)
     assert plan.tiles == 1 and plan.block == cfg.tpb, "the cluster forward"
     check_layer_norm_rows(rng, hx)
 
@@ -234,6 +245,43 @@ def test_cluster_forward_without_weight_slots(rng, clusters, dtype, n):
         plan = _row_norm.forward_plan((300, n), (n, 1), dtype, numpy.dtype(numpy.float32), 1, True, 1e-5, 0, 0, 0)
         assert plan.smem == _config.cluster_fwd_stage_bytes(cfg, dtype.itemsize, True)
         check("rms_norm", rng, (300, n), dtype, param_dtype=numpy.float32)
+
+
+# v119: float32 LayerNorm rows of 131073-262144 in non-portable clusters of sixteen 512-thread
+# blocks with w + b in slots where the driver runs them; 131076 leaves most of the last block's
+# slots past the row, 200000 part of it; 300 rows make each persistent cluster walk several
+V119_CASES = [131076, 200000, 262144]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 7, 300])
+@pytest.mark.parametrize("n", V119_CASES)
+def test_cluster_forward_float32_sixteen_blocks_with_slots(rng, clusters, n, rows):
+    f32 = numpy.dtype(numpy.float32)
+    plan = _row_norm.forward_plan((rows, n), (n, 1), f32, f32, 1, False, 1e-5, 0, 0, 0)
+    tile = _config.nonportable_cluster_fwd_config(n, 4, 4, False)
+    main = _row_norm.function_ptr(_row_norm.CLUSTER_FILE, _row_norm._cluster_name(
+        "norm_fwd_cluster", "float32", "float32", tile, False), 0)
+    if not _row_norm._nonportable_forward_runs("float32", "float32", tile, False, 0):
+        pytest.skip("the driver runs no cluster of sixteen of these blocks here")
+    assert plan.kernels == (main,) and plan.block == 512 and plan.grid % 16 == 0
+    assert plan.smem == 65536 + 2 * 16384 * 4, "the row slice, then w and b in slots"
+    check("layer_norm", rng, (rows, n), f32)
+    if rows == 7:
+        check("layer_norm", rng, (rows, n), f32, weight=False)  # slots of ones
+        check("layer_norm", rng, (rows, n), f32, bias=False)  # slots of zeros
+        check("layer_norm", rng, (rows, n), f32, view="row_stride")
+
+
+@pytest.mark.gpu
+def test_cluster_forward_float32_without_nonportable_clusters(rng, clusters, monkeypatch):
+    """Where the driver refuses clusters past eight blocks, the portable 1024 x 8 tile (v119's
+    fallback) serves the same rows."""
+    monkeypatch.setattr(_row_norm, "allow_nonportable_clusters", lambda ptr: False)
+    f32 = numpy.dtype(numpy.float32)
+    plan = _row_norm.forward_plan((40, 200000), (200000, 1), f32, f32, 1, False, 1e-5, 0, 0, 0)
+    assert plan.block == 1024 and plan.grid % 8 == 0
+    check("layer_norm", rng, (40, 200000), f32)
 
 
 # v106: half-precision rows of 16385 and up with float32 parameters take the cluster forward

@@ -239,14 +239,16 @@ def test_cluster_forward_weight_slots_match_the_host(nvrtc_ready, optin):
     """v105: the cluster forward stages RMSNorm's weight after its rows where
     ClusterFwdParamSlots (kernels/layer_norm_cluster.cu) says so, and the host sizes the
     dynamic shared memory by _config.cluster_fwd_param_bytes; NVRTC checks the two agree for
-    every cluster tile, dtype pair and op, compiled with each GPU's opt-in."""
+    every cluster tile (v119's non-portable ones too), dtype pair and op, compiled with each
+    GPU's opt-in."""
     checks = []
     for itemsize, ctype in ((2, "__nv_bfloat16"), (2, "__half"), (4, "float")):
-        for cfg in _config.all_cluster_configs(16 // itemsize):
+        vec = 16 // itemsize
+        for cfg in _config.all_cluster_configs(vec) + _config.all_nonportable_cluster_fwd_configs(vec):
             for w_itemsize, wtype in ((itemsize, ctype), (4, "float")):
                 for rms in (False, True):
                     host = _config.cluster_fwd_param_bytes(cfg, itemsize, w_itemsize, rms, optin) > 0
-                    flags = f"{ctype}, {wtype}, {cfg.vec}, {cfg.packs}, {cfg.tpb}, {str(rms).lower()}"
+                    flags = f"{ctype}, {wtype}, {cfg.vec}, {cfg.packs}, {cfg.tpb}, {str(rms).lower()}, {cfg.cluster}"
                     checks.append(f"static_assert(ClusterFwdParamSlots<{flags}>::value == "
                                   f"{str(host).lower()}, \"{flags}\");")
     _static_asserts_hold(checks, "ClusterFwdParamSlots and _config.cluster_fwd_param_bytes disagree",

@@ -165,3 +165,27 @@ def test_wide_backward_rows_and_depths():
         assert _row_norm._wide_name("bfloat16", "float32", True, depth, long_rms) in names
         assert _row_norm._wide_name("bfloat16", "float32", False, depth, long_rms) not in names, "LayerNorm: 16384"
         assert _row_norm._wide_name("float32", "float32", True, depth, long_rms) not in names
+
+
+def test_float32_layer_norm_forward_past_131072_takes_sixteen_blocks():
+    """v119's tile: float32 LayerNorm rows of 131073-262144 (the portable 1024 x 8 tile's
+    second half) in 16 blocks of 512 threads, with w + b in slots after the 64 KiB row slice;
+    not RMSNorm (its weight already has slots), not half precision, not scalar packs."""
+    wide = _config.nonportable_cluster_fwd_config
+    tile = _config.ClusterConfig(4, 8, 512, 16)
+    assert [wide(n, 4, 4, False) for n in (131072, 131076, 200000, 262144, 262148)] == [None, tile, tile, tile, None]
+    assert wide(200000, 4, 4, True) is None and wide(200000, 8, 2, False) is None and wide(200001, 1, 4, False) is None
+    h200_optin = 232448
+    assert _config.cluster_fwd_param_bytes(tile, 4, 4, False, h200_optin) == 2 * 16384 * 4, "w and b in float slots"
+    assert _config.cluster_fwd_smem(tile, 4, 4, False, h200_optin) == 65536 + 131072
+    portable = _config.cluster_config(262144, 4)
+    assert portable.cluster == 8 and _config.cluster_fwd_param_bytes(portable, 4, 4, False, h200_optin) == 0
+
+
+def test_float32_layer_norm_sixteen_block_tile_off(monkeypatch):
+    monkeypatch.setattr(_config, "CLUSTER_FWD_NONPORTABLE", False)
+    assert _config.nonportable_cluster_fwd_config(200000, 4, 4, False) is None
+    monkeypatch.setattr(_config, "CLUSTER_FWD_NONPORTABLE", True)
+    monkeypatch.setattr(_config, "CLUSTER_FWD_F32_NONPORTABLE_SLOTS", False)
+    tile = _config.nonportable_cluster_fwd_config(200000, 4, 4, False)
+    assert _config.cluster_fwd_param_bytes(tile, 4, 4, False, 232448) == 0, "the sweep's control: no slots"

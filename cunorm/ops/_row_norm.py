@@ -156,6 +156,9 @@ def cluster_instantiations() -> list[str]:
             for cfg in configs:
                 for rms in (False, True):
                     names.append(_cluster_name(kernel, t, w, cfg, rms))
+        if _itemsize(t) == 4:  # v119's non-portable LayerNorm tile
+            names += [_cluster_name("norm_fwd_cluster", t, w, cfg, False)
+                      for cfg in _config.all_nonportable_cluster_fwd_configs(vec)]
         itemsize = _itemsize(t)
         for cfg in _config.all_cluster_staged_bwd_configs(vec, itemsize):
             names += [_staged_cluster_name(t, w, cfg, rms) for rms in (False, True)]
@@ -283,6 +286,9 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
         return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),), 0
     ccfg = _config.cluster_config(n, vec) if _clusters_serve(t, device) else None
     if ccfg is not None:
+        wide = _config.nonportable_cluster_fwd_config(n, vec, itemsize, rms)
+        if wide is not None and _nonportable_forward_runs(t, wn, wide, rms, device):  # v119
+            return _cluster_forward_kernel(t, wn, wide, rms, device)
         return _cluster_forward_kernel(t, wn, ccfg, rms, device)
     grid = _grid_rows.grid_plan(False, t, wn, itemsize, n, vec, rms, device)
     if grid is not None:
@@ -291,6 +297,17 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_STATS), device),
                  function_ptr(KERNEL_FILE, f"norm_fwd_finalize<{_acc_name(t)}, {_b(rms)}>", device),
                  function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY), device)), 0
+
+
+def _nonportable_forward_runs(t: str, wn: str, cfg: _config.ClusterConfig, rms: bool, device: int) -> bool:
+    """Whether the driver allows and runs at least one cluster of this non-portable cluster
+    forward (v119; allowing it on the kernel first)."""
+    main = function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, cfg, rms), device)
+    smem = _config.cluster_fwd_smem(cfg, _itemsize(t), _itemsize(wn), rms, smem_limits(device)[0])
+    if not allow_nonportable_clusters(main):
+        return False
+    allow_smem(main, smem)
+    return (max_active_clusters(main, cfg.block, smem, cfg.cluster) or 0) >= 1
 
 
 def _cluster_forward_kernel(t: str, wn: str, ccfg: _config.ClusterConfig, rms: bool, device: int):
