@@ -396,8 +396,9 @@ print('v114 race cases done')"
         # 131073-262144 in v119's non-portable clusters of sixteen 512-thread blocks with their
         # parameters in slots: its GPU tests (the sixteen-block cases, the fallback, the
         # pipelined walk's mid-walk fallback), racecheck of 9 bf16 rows of 200000, then the
-        # sweep (sixteen / half_no_slots / v119_only / rms32_staged, two rounds), ~6-7 min
-        tests_step v120-tests "$(cap 150)" -n 4 -m gpu -k "sixteen or without_nonportable or pipelined_walk" \
+        # sweep (fit / sixteen / half_no_slots / rms32_unstaged / v119_only, two rounds), ~3-4 min
+        tests_step v120-tests "$(cap 150)" -n 4 -m gpu \
+            -k "sixteen or without_nonportable or pipelined_walk or weight_slots or staged_rows" \
             tests/test_cluster_path.py
         wide_race v120 200000 ml_dtypes.bfloat16 90
         step v120-sweep "$(cap 330)" python3 benchmarks/sweep_cluster_fwd_nonportable.py \
