@@ -64,12 +64,11 @@ python3 -c "import cunorm.gpucheck as g; print('digest', g.source_digest()[:12])
 # of a check whose first ran CHECK_SANITIZERS=memcheck, e.g.
 #     CHECK_PATCHES="..." CHECK_SANITIZERS=racecheck CHECK_TOOLS_ONLY=1 OUT=$OUT/r bash benchmarks/device_check.sh
 # then benchmarks/merge_sanitizer_record.py joins $OUT/r/c/gpu-latest.json into the first record
-only=()
-[ -n "${CHECK_TOOLS_ONLY:-}" ] && only=(--no-tests --no-bench)
+only=() tools_s=420
+[ -n "${CHECK_TOOLS_ONLY:-}" ] && only=(--no-tests --no-bench) tools_s=570
 timeout $((590 - (SECONDS - start))) python3 -m cunorm.gpucheck --out "$out/c" "${only[@]}" \
     --sanitizer "${CHECK_SANITIZERS:-memcheck,racecheck}" \
-    --sanitizer-timeout "${CHECK_SANITIZER_TIMEOUT:-$([ -n "${CHECK_TOOLS_ONLY:-}" ] && echo 570 || echo 420)}" \
-    > "$out/c.log" 2>&1
+    --sanitizer-timeout "${CHECK_SANITIZER_TIMEOUT:-$tools_s}" > "$out/c.log" 2>&1
 echo "check rc $? ($((SECONDS - start)) s)"
 grep -E "passed|failed" "$out/c.log" | tail -3
 tail -45 "$out/c.log"

@@ -18,6 +18,7 @@ CLUSTER_FWD_NONPORTABLE_SIZES; float32 keeps sixteen there unless this flag wide
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import numpy
@@ -39,8 +40,6 @@ def _fit_float32_too() -> None:
         tile = original(n, vec, itemsize, rms)
         if tile is None or itemsize != 4:
             return tile
-        import dataclasses
-
         return dataclasses.replace(tile, cluster=-(-n // tile.block_columns))
 
     _config.nonportable_cluster_fwd_config = fitted
