@@ -432,12 +432,12 @@ print('v114 race cases done')"
         # cluster forward's, racecheck of 9 float32 rows of 200000 (forward and backward), the
         # sweep against the same tile without slots and the portable 1024 x 8 tile, ~3 min
         tests_step v119-tests "$(cap 150)" -n 4 -m gpu -k float32 tests/test_cluster_path.py::test_cluster_path \
-            tests/test_cluster_path.py::test_cluster_forward_float32_sixteen_blocks_with_slots \
-            tests/test_cluster_path.py::test_cluster_forward_float32_without_nonportable_clusters \
+            tests/test_cluster_path.py::test_cluster_forward_sixteen_blocks_with_slots \
+            tests/test_cluster_path.py::test_cluster_forward_without_nonportable_clusters \
             tests/test_cluster_path.py::test_cluster_forward_staged_rows \
             tests/test_cluster_path.py::test_cluster_forward_float32_one_pass_falls_back
         wide_race v119 200000 numpy.float32 120
-        step v119-sweep "$(cap 200)" python3 benchmarks/sweep_f32_cluster_fwd_nonportable.py \
+        step v119-sweep "$(cap 200)" python3 benchmarks/sweep_cluster_fwd_nonportable.py \
             --json "$out/sweep-v119.json" ${V119_VARIANTS:+--variants "$V119_VARIANTS"}
         tail -8 "$out/v119-sweep.txt" ;;
     v118)  # (on main since the fifty-sixth session, no patch) the split forward's apply pass

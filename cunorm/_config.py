@@ -259,7 +259,8 @@ CLUSTER_FWD_STAGE_ROWS: int | None = None
 def cluster_fwd_stage_rows(cfg: ClusterConfig, itemsize: int, rms: bool) -> int:
     if CLUSTER_FWD_STAGE_ROWS is not None:
         return CLUSTER_FWD_STAGE_ROWS
-    return 1 if itemsize == 2 or (not rms and cfg.tpb >= 512) else 0
+    nonportable_rms = CLUSTER_FWD_F32_RMS_NONPORTABLE_STAGE and cfg.cluster > 8  # v120
+    return 1 if itemsize == 2 or (not rms and cfg.tpb >= 512) or nonportable_rms else 0
 
 
 # v90: half-precision cluster forwards whose rows are staged keep two more rows in shared
@@ -307,6 +308,11 @@ CLUSTER_FWD_PARAM_SLOTS_SERVE_ALL = False
 # shared-memory forward stays. None: the shared-memory forward throughout.
 FWD_CLUSTER_WIDE_PARAMS_FROM: int | None = 16385
 CLUSTER_FWD_WIDE_PARAM_SLOTS = True  # kernels' -DCUNORM_CLUSTER_FWD_WIDE_PARAM_SLOTS
+# v121: LayerNorm's portable clusters of eight keep w + b in slots for float32 rows and for
+# half-precision rows with float32 w + b in 512-thread blocks (kernels/layer_norm_cluster.cu
+# CUNORM_CLUSTER_FWD_EIGHT_PARAM_SLOTS, where the measurements are: float32 65536 / 131072
+# 0.878 / 0.859 -> 0.905 / 0.914 of copy on an H100). False: v120's tiles.
+CLUSTER_FWD_EIGHT_PARAM_SLOTS = True
 
 
 def fwd_cluster_for_wide_params(itemsize: int, w_itemsize: int, n: int) -> bool:
@@ -321,8 +327,13 @@ def cluster_fwd_param_slots_serve(cfg: ClusterConfig, itemsize: int, w_itemsize:
         return True
     if CLUSTER_FWD_F32_NONPORTABLE_SLOTS and not rms and itemsize == 4 and cfg.cluster > 8:
         return True  # v119
+    if CLUSTER_FWD_HALF_NONPORTABLE_SLOTS and itemsize == 2 and cfg.cluster > 8:
+        return True  # v120
     if CLUSTER_FWD_WIDE_PARAM_SLOTS and not rms and itemsize == 2 and w_itemsize == 4 and cfg.tpb == 256:
         return True  # v106
+    if CLUSTER_FWD_EIGHT_PARAM_SLOTS and not rms and cfg.cluster == 8 and \
+            (itemsize == 4 or (w_itemsize == 4 and cfg.tpb == 512)):
+        return True  # v121
     return rms and (itemsize == 4 or (cfg.tpb == 256 and w_itemsize == 2))
 
 
@@ -355,22 +366,55 @@ def cluster_fwd_smem(cfg: ClusterConfig, itemsize: int, w_itemsize: int, rms: bo
 CLUSTER_FWD_NONPORTABLE = True
 CLUSTER_FWD_F32_NONPORTABLE_SLOTS = True
 CLUSTER_FWD_NONPORTABLE_SHAPE = (512, 16)
+# v120: the same blocks for half-precision LayerNorm and RMSNorm rows of 131073-262144, whose
+# portable 1024 x 8 tile stages v90's three rows (192 KiB) and so has no room for parameter
+# slots; in these blocks the three rows take 96 KiB and w (+ b) fit after them, in x's type
+# or as floats (torch.autocast's parameters: 224 KiB in all). Two sweeps on an H100 (NOTES
+# "v120 outcome"), forward of copy at 262144 against the portable tile: bf16 LayerNorm 0.822
+# -> 0.896, RMSNorm 0.877 -> 0.886, with float32 w + b 0.765 -> 0.884, fp16 LayerNorm 0.853
+# -> 0.902; float32 RMSNorm (F32_RMS: its weight has slots on either tile) 0.894 -> 0.941.
+# HALF False: the portable tile; HALF_SLOTS False with the kernels built
+# -DCUNORM_CLUSTER_FWD_HALF_NONPORTABLE_SLOTS=0: these blocks loading their parameters every
+# row (bf16 LayerNorm 262144 0.857, with float32 w + b 0.797).
+CLUSTER_FWD_NONPORTABLE_HALF = True
+CLUSTER_FWD_HALF_NONPORTABLE_SLOTS = True
+CLUSTER_FWD_NONPORTABLE_F32_RMS = True
+# v120: float32 RMSNorm there stages its next row beside the weight's slots, as v119's LayerNorm
+# (kernels' CUNORM_CLUSTER_FWD_F32_RMS_NONPORTABLE_STAGE; the first sweep, H100: 196608 /
+# 262144 0.936 / 0.939 -> 0.950 / 0.950 of copy, the portable tile 0.867 / 0.901).
+CLUSTER_FWD_F32_RMS_NONPORTABLE_STAGE = True
+# v120: half-precision rows in the fewest of these blocks that hold them (9-16) rather than
+# sixteen: a row of 147456 filled 9 of sixteen blocks, the other seven SMs of each cluster
+# idle. The second sweep (H100, forward of copy, sixteen -> fit): bf16 LayerNorm 147456
+# 0.611 -> 0.709, RMSNorm 0.756 -> 0.831, LayerNorm with float32 parameters 0.566 -> 0.674,
+# level at 196608 / 262144; float32 lost it (LayerNorm 147456 0.927 -> 0.761, RMSNorm 0.938
+# -> 0.770, 196608 -0.005-0.008; NOTES "v120 outcome"), so float32 keeps sixteen. False:
+# sixteen blocks for half precision too.
+CLUSTER_FWD_NONPORTABLE_FIT = True
+CLUSTER_FWD_NONPORTABLE_SIZES = tuple(range(9, 17))
 
 
 def nonportable_cluster_fwd_config(n: int, vec: int, itemsize: int, rms: bool) -> ClusterConfig | None:
-    """v119's tile for this row, or None where it does not serve (the caller then checks that
-    the driver runs one such cluster before taking it)."""
-    if not CLUSTER_FWD_NONPORTABLE or rms or itemsize != 4 or vec == 1:
+    """v119's (v120's) tile for this row, or None where it does not serve (the caller then
+    checks that the driver runs one such cluster before taking it)."""
+    if not CLUSTER_FWD_NONPORTABLE or vec == 1:
+        return None
+    serves = {4: CLUSTER_FWD_NONPORTABLE_F32_RMS if rms else True, 2: CLUSTER_FWD_NONPORTABLE_HALF}
+    if not serves.get(itemsize, False):
         return None
     portable = cluster_config(n, vec)
     tile = _cluster_tiles(vec, CLUSTER_VALUES, (CLUSTER_FWD_NONPORTABLE_SHAPE,))[0]
     if portable is None or portable.tpb < 1024 or n > tile.capacity or n <= tile.capacity // 2:
         return None
+    if CLUSTER_FWD_NONPORTABLE_FIT and itemsize == 2:
+        return dataclasses.replace(tile, cluster=-(-n // tile.block_columns))
     return tile
 
 
-def all_nonportable_cluster_fwd_configs(vec: int) -> list[ClusterConfig]:
-    return _cluster_tiles(vec, CLUSTER_VALUES, (CLUSTER_FWD_NONPORTABLE_SHAPE,))
+def all_nonportable_cluster_fwd_configs(vec: int, itemsize: int) -> list[ClusterConfig]:
+    tpb, sixteen = CLUSTER_FWD_NONPORTABLE_SHAPE
+    sizes = CLUSTER_FWD_NONPORTABLE_SIZES if itemsize == 2 else (sixteen,)
+    return _cluster_tiles(vec, CLUSTER_VALUES, [(tpb, c) for c in sizes])
 
 
 def cluster_config(n: int, vec: int) -> ClusterConfig | None:

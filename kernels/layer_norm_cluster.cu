@@ -256,6 +256,16 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 #ifndef CUNORM_CLUSTER_FWD_WIDE_PARAM_SLOTS
 #define CUNORM_CLUSTER_FWD_WIDE_PARAM_SLOTS 1
 #endif
+// v121: LayerNorm's portable clusters of eight keep w + b in slots for float32 rows (32769-
+// 131072: 256- and 512-thread blocks; the 1024-thread tile has no room) and for half-precision
+// rows with float32 w + b in 512-thread blocks (65537-131072). H100, the every-tile build of
+// benchmarks/sweep_cluster_fwd_param_slots.py against v105's tiles (results/parked-57c),
+// forward of copy: float32 LayerNorm 65536 / 131072 0.878 / 0.859 -> 0.905 / 0.914 (clusters
+// of four, 32768: 0.914 / 0.910, left out), bf16 LayerNorm with float32 w + b 131072 0.810 ->
+// 0.830; bf16 w + b lost there (0.864 -> 0.818 at 65536), as in v105's sweep. 0: v120's tiles.
+#ifndef CUNORM_CLUSTER_FWD_EIGHT_PARAM_SLOTS
+#define CUNORM_CLUSTER_FWD_EIGHT_PARAM_SLOTS 1
+#endif
 
 // v107: float32 RMSNorm blocks of at least this many threads store whole 16-byte packs, as
 // every other cluster forward does. The plain store compiles to four 4-byte STG.E a pack (32
@@ -270,10 +280,18 @@ __device__ __forceinline__ void for_slice_packs(const Pack<T, VEC> (&raw)[PACKS]
 #define CUNORM_CLUSTER_FWD_F32_RMS_STORE16_FROM 0
 #endif
 
-template <typename T, int TPB, bool RMS>
+// v120: float32 RMSNorm in non-portable clusters (past eight blocks) stages its next row as
+// float32 LayerNorm does, beside its weight's slots (64 KiB of row, 64 KiB of slots a block).
+// 0: no row staged there, as on the portable tiles.
+#ifndef CUNORM_CLUSTER_FWD_F32_RMS_NONPORTABLE_STAGE
+#define CUNORM_CLUSTER_FWD_F32_RMS_NONPORTABLE_STAGE 1
+#endif
+template <typename T, int TPB, bool RMS, int CLUSTER>
 struct ClusterFwdStage {
   static constexpr int rows = CUNORM_CLUSTER_FWD_STAGE >= 0 ? CUNORM_CLUSTER_FWD_STAGE
-                              : sizeof(T) == 2 ? 1 : (!RMS && TPB >= 512) ? 1 : 0;
+                              : sizeof(T) == 2 ? 1
+                              : (!RMS && TPB >= 512) || (CUNORM_CLUSTER_FWD_F32_RMS_NONPORTABLE_STAGE && CLUSTER > 8) ? 1
+                              : 0;
   // v90's rows (half precision, rows staged; LayerNorm with its one-pass statistics)
   static constexpr bool pipe = CUNORM_CLUSTER_FWD_PIPE && sizeof(T) == 2 && rows > 0 &&
                                (RMS || CUNORM_CLUSTER_FWD_ONE_PASS);
@@ -288,17 +306,28 @@ struct ClusterFwdStage {
 #ifndef CUNORM_CLUSTER_FWD_F32_NONPORTABLE_SLOTS
 #define CUNORM_CLUSTER_FWD_F32_NONPORTABLE_SLOTS 1
 #endif
+// v120: half-precision rows there too (host: _config.CLUSTER_FWD_NONPORTABLE_HALF), whose
+// portable tile's three staged rows (v90, 192 KiB) leave no room for slots; in sixteen blocks
+// the rows take 96 KiB and w (+ b) fit after them (H100, forward of copy at 262144: bf16
+// LayerNorm 0.82 -> 0.90, with float32 w + b 0.77 -> 0.88; benchmarks/NOTES.md, "v120
+// outcome"). 0: these blocks load their parameters every row.
+#ifndef CUNORM_CLUSTER_FWD_HALF_NONPORTABLE_SLOTS
+#define CUNORM_CLUSTER_FWD_HALF_NONPORTABLE_SLOTS 1
+#endif
 template <typename T, typename W, int VEC, int PACKS, int TPB, bool RMS, int CLUSTER>
 struct ClusterFwdParamSlots {
   typedef typename OwnSlot<W, VEC>::type Slot;
   static constexpr int kSlice = TPB * PACKS * VEC;
-  static constexpr int kRowBytes = ClusterFwdStage<T, TPB, RMS>::buffers * kSlice * int(sizeof(T));
+  static constexpr int kRowBytes = ClusterFwdStage<T, TPB, RMS, CLUSTER>::buffers * kSlice * int(sizeof(T));
   static constexpr int kParamBytes = kSlice * OwnSlot<W, VEC>::kValueBytes;  // one parameter's
   static constexpr bool kServes =
       CUNORM_CLUSTER_FWD_PARAM_SLOTS_ALL ||
       (CUNORM_CLUSTER_FWD_WIDE_PARAM_SLOTS && !RMS && sizeof(T) == 2 && sizeof(W) == 4 && TPB == 256) ||
       (RMS && (sizeof(T) == 4 || (TPB == 256 && sizeof(W) == 2))) ||
-      (CUNORM_CLUSTER_FWD_F32_NONPORTABLE_SLOTS && !RMS && sizeof(T) == 4 && CLUSTER > 8);  // v119
+      (CUNORM_CLUSTER_FWD_F32_NONPORTABLE_SLOTS && !RMS && sizeof(T) == 4 && CLUSTER > 8) ||  // v119
+      (CUNORM_CLUSTER_FWD_HALF_NONPORTABLE_SLOTS && sizeof(T) == 2 && CLUSTER > 8) ||  // v120
+      (CUNORM_CLUSTER_FWD_EIGHT_PARAM_SLOTS && !RMS && CLUSTER == 8 &&
+       (sizeof(T) == 4 || (sizeof(W) == 4 && TPB == 512)));  // v121
   static constexpr bool value = CUNORM_CLUSTER_FWD_PARAM_SLOTS && kServes &&
                                 WeightSlotsFit<kRowBytes, (RMS ? 1 : 2) * kParamBytes>::value;
 };
@@ -359,12 +388,12 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
   };
   auto xbcast = [&] { return bcast[exchange & 1]; };  // the next exchange's broadcast words
   static_assert(sizeof(Pack<T, VEC>) == 16, "cluster tiles are 16-byte packs (scalar packs take the split path)");
-  constexpr int kStage = ClusterFwdStage<T, TPB, RMS>::rows, kSet = PACKS * TPB;
+  constexpr int kStage = ClusterFwdStage<T, TPB, RMS, CLUSTER>::rows, kSet = PACKS * TPB;
   constexpr bool kOnePass = !RMS && CUNORM_CLUSTER_FWD_ONE_PASS &&
                             (sizeof(T) == 2 ||
                              (CUNORM_CLUSTER_FWD_ONE_PASS_F32 && TPB >= CUNORM_CLUSTER_FWD_ONE_PASS_F32_MIN_TPB));
   constexpr int kTrust = sizeof(T) == 2 ? kOnePassTrust : kOnePassTrustF32;
-  constexpr bool kPipe = ClusterFwdStage<T, TPB, RMS>::pipe;
+  constexpr bool kPipe = ClusterFwdStage<T, TPB, RMS, CLUSTER>::pipe;
   constexpr bool kPivot = !RMS && (!kOnePass || CUNORM_CLUSTER_FWD_PIVOT);  // else pivots stay 0
   // [ClusterFwdStage::buffers][this block's slice] packs
   extern __shared__ __align__(16) unsigned char stage_smem[];
@@ -490,7 +519,7 @@ norm_fwd_cluster(const T* __restrict__ x, CUNORM_ROWMAP_PARAMS(xm), T* __restric
     // alternate. A slot is rewritten two exchanges after it was published, once every block
     // has passed the wait of the exchange between, which each block reaches only after its
     // own reads of the slot. Rows past M are neither staged nor published.
-    constexpr int kBufs = ClusterFwdStage<T, TPB, RMS>::buffers, K = RMS ? 1 : 2;
+    constexpr int kBufs = ClusterFwdStage<T, TPB, RMS, CLUSTER>::buffers, K = RMS ? 1 : 2;
     A pv[kBufs] = {};  // the pivots of rows j .. j + kBufs - 1 (LayerNorm; plain loads)
     // this block's sums of the row in buffer b: RMSNorm's sum of squares; LayerNorm's sums of
     // d = x - pivot and d^2 (the one-pass statistics), every thread holding the totals

@@ -14,6 +14,8 @@ from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
 from norm_cases import check, check_layer_norm_rows
 
+F32, F16 = numpy.dtype(numpy.float32), numpy.dtype(numpy.float16)
+
 
 def _clear():
     _row_norm._forward_kernels.cache_clear()
@@ -30,8 +32,8 @@ def _skip_before_sm90():
 
 
 def _forward_tile(n: int, dtype, rms: bool) -> _config.ClusterConfig | None:
-    """The cluster tile a forward of rows of n should take: v119's sixteen 512-thread blocks
-    for float32 LayerNorm past 131072 where the driver runs them, else the portable tile."""
+    """The cluster tile a forward of rows of n should take: v119's / v120's sixteen 512-thread
+    blocks past 131072 where they serve and the driver runs them, else the portable tile."""
     dtype = numpy.dtype(dtype)
     vec = 16 // dtype.itemsize
     wide = _config.nonportable_cluster_fwd_config(n, vec, dtype.itemsize, rms)
@@ -178,24 +180,26 @@ def test_cluster_forward_float32_one_pass_falls_back(rng, clusters, n):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [BFLOAT16, numpy.dtype(numpy.float16)], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("rows", [1, 7, 257])
-def test_cluster_forward_pipelined_walk_falls_back_mid_walk(rng, clusters, dtype, rows):
+@pytest.mark.parametrize("rows,n", [(1, 65536), (7, 65536), (257, 65536), (7, 200000), (40, 200000)])
+def test_cluster_forward_pipelined_walk_falls_back_mid_walk(rng, clusters, dtype, rows, n):
     """v90: each half-precision cluster publishes its next row's sums before it collects the
     current row's, so a row that needs the two-pass statistics runs its extra exchange
     between the two; 257 rows of 65536 make every cluster walk several rows with such rows
     among them (every other one at +50, every eleventh constant; every fifth has an outlier
     first element, two passes before v97), and 1 / 7 rows leave most clusters without a row
-    or with one."""
+    or with one; rows of 200000 walk v120's clusters of sixteen with w + b in slots."""
     import cupy
 
     import cunorm
     from cunorm import reference
     from tolerances import assert_close, tol
 
-    n = 65536
-    cfg = _config.cluster_config(n, 8)
+    cfg = _forward_tile(n, dtype, False)
     plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, dtype, 1, False, 1e-5, 0, 0, 0)
-    assert plan.smem == 3 * cfg.block_columns * dtype.itemsize, "v90's ring: written, summed, staged"
+    assert plan.block == cfg.tpb and _config.cluster_fwd_stage_bytes(cfg, dtype.itemsize, False) == \
+        3 * cfg.block_columns * dtype.itemsize, "v90's ring: written, summed, staged"
+    assert plan.smem == _config.cluster_fwd_smem(cfg, dtype.itemsize, dtype.itemsize, False,
+                                                 _row_norm.smem_limits(0)[0])
     hx = rng.standard_normal((rows, n)).astype(numpy.float32)
     hx[::5, 0] = 1000.0 if dtype == BFLOAT16 else 600.0
     hx[3::11] = 3.0
@@ -219,7 +223,7 @@ PARAM_SLOT_CASES = [(numpy.dtype(numpy.float32), n) for n in (20000, 32768, 6553
 @pytest.mark.parametrize("rows", [1, 7, 300])
 @pytest.mark.parametrize("dtype,n", PARAM_SLOT_CASES, ids=[f"{d.name}-{n}" for d, n in PARAM_SLOT_CASES])
 def test_cluster_forward_weight_slots(rng, clusters, dtype, n, rows):
-    cfg = _config.cluster_config(n, 16 // dtype.itemsize)
+    cfg = _forward_tile(n, dtype, True)
     optin = _row_norm.smem_limits(0)[0]
     slots = _config.cluster_fwd_param_bytes(cfg, dtype.itemsize, dtype.itemsize, True, optin)
     assert slots == cfg.block_columns * dtype.itemsize, "the weight's slots, in its own type"
@@ -232,10 +236,10 @@ def test_cluster_forward_weight_slots(rng, clusters, dtype, n, rows):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype,n", [(BFLOAT16, 65536), (numpy.dtype(numpy.float32), 65536)], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("dtype,n", [(BFLOAT16, 65536), (numpy.dtype(numpy.float32), 32768)], ids=["bf16", "fp32"])
 def test_cluster_forward_without_weight_slots(rng, clusters, dtype, n):
-    """The tiles v105 leaves loading their parameters: LayerNorm's, and half-precision RMSNorm's
-    with a float32 weight."""
+    """The tiles v105 leaves loading their parameters: LayerNorm's (float32 in clusters of
+    four since v121), and half-precision RMSNorm's with a float32 weight."""
     optin = _row_norm.smem_limits(0)[0]
     cfg = _config.cluster_config(n, 16 // dtype.itemsize)
     plan = _row_norm.forward_plan((300, n), (n, 1), dtype, dtype, 1, False, 1e-5, 0, 0, 0)
@@ -247,41 +251,77 @@ def test_cluster_forward_without_weight_slots(rng, clusters, dtype, n):
         check("rms_norm", rng, (300, n), dtype, param_dtype=numpy.float32)
 
 
-# v119: float32 LayerNorm rows of 131073-262144 in non-portable clusters of sixteen 512-thread
-# blocks with w + b in slots where the driver runs them; 131076 leaves most of the last block's
-# slots past the row, 200000 part of it; 300 rows make each persistent cluster walk several
-V119_CASES = [131076, 200000, 262144]
+# v121: LayerNorm's portable clusters of eight keep w + b in slots, float32 (256-thread blocks
+# holding no staged row at 40000 and 65536, 512-thread blocks after their staged row at 100000
+# and 131072) and bf16 rows with float32 w + b in 512-thread blocks; 40000 and 100000 leave
+# part of the last block's slots past the row, 300 rows make each persistent cluster walk
+# several
+EIGHT_SLOT_CASES = [(F32, F32, n) for n in (40000, 65536, 100000, 131072)] + [(BFLOAT16, F32, 100000)]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 7, 300])
-@pytest.mark.parametrize("n", V119_CASES)
-def test_cluster_forward_float32_sixteen_blocks_with_slots(rng, clusters, n, rows):
-    f32 = numpy.dtype(numpy.float32)
-    plan = _row_norm.forward_plan((rows, n), (n, 1), f32, f32, 1, False, 1e-5, 0, 0, 0)
-    tile = _config.nonportable_cluster_fwd_config(n, 4, 4, False)
-    main = _row_norm.function_ptr(_row_norm.CLUSTER_FILE, _row_norm._cluster_name(
-        "norm_fwd_cluster", "float32", "float32", tile, False), 0)
-    if not _row_norm._nonportable_forward_runs("float32", "float32", tile, False, 0):
-        pytest.skip("the driver runs no cluster of sixteen of these blocks here")
-    assert plan.kernels == (main,) and plan.block == 512 and plan.grid % 16 == 0
-    assert plan.smem == 65536 + 2 * 16384 * 4, "the row slice, then w and b in slots"
-    check("layer_norm", rng, (rows, n), f32)
-    if rows == 7:
-        check("layer_norm", rng, (rows, n), f32, weight=False)  # slots of ones
-        check("layer_norm", rng, (rows, n), f32, bias=False)  # slots of zeros
-        check("layer_norm", rng, (rows, n), f32, view="row_stride")
+@pytest.mark.parametrize("dtype,param_dtype,n", EIGHT_SLOT_CASES,
+                         ids=[f"{d.name}-{p.name}-{n}" for d, p, n in EIGHT_SLOT_CASES])
+def test_cluster_forward_layer_norm_eight_blocks_with_slots(rng, clusters, dtype, param_dtype, n, rows):
+    cfg = _config.cluster_config(n, 16 // dtype.itemsize)
+    assert cfg.cluster == 8
+    plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, param_dtype, 1, False, 1e-5, 0, 0, 0)
+    assert plan.block == cfg.tpb and plan.grid % 8 == 0 and plan.grid <= rows * 8, "persistent clusters"
+    assert plan.smem == _config.cluster_fwd_stage_bytes(cfg, dtype.itemsize, False) + 2 * cfg.block_columns * 4
+    check("layer_norm", rng, (rows, n), dtype, param_dtype=param_dtype)
+    if rows == 7 and param_dtype == dtype:
+        check("layer_norm", rng, (rows, n), dtype, weight=False)  # slots of ones
+        check("layer_norm", rng, (rows, n), dtype, bias=False)  # slots of zeros
+
+
+# v119, v120: rows of 131073-262144 in non-portable clusters of sixteen 512-thread blocks with
+# their parameters in slots where the driver runs them (float32 LayerNorm: w + b after its
+# staged row; half precision: w (+ b) after v90's three rows, in x's type or as floats;
+# float32 RMSNorm: its weight after its staged row); half precision in the fewest blocks that
+# hold the row (v120: 9 at 131080, whose last block holds 8 columns, 13 at 200000, part of the
+# last block's slots past the row), float32 in sixteen; 300 rows make each persistent cluster
+# walk several
+SIXTEEN_CASES = [(F32, "layer_norm", F32), (F32, "rms_norm", F32), (BFLOAT16, "layer_norm", BFLOAT16),
+                 (BFLOAT16, "rms_norm", BFLOAT16), (BFLOAT16, "layer_norm", F32), (F16, "layer_norm", F16),
+                 (F16, "rms_norm", F32)]
+SIXTEEN_SHAPES = [(7, 131080), (1, 200000), (300, 200000), (7, 262144)]
 
 
 @pytest.mark.gpu
-def test_cluster_forward_float32_without_nonportable_clusters(rng, clusters, monkeypatch):
+@pytest.mark.parametrize("rows,n", SIXTEEN_SHAPES, ids=[f"{m}x{n}" for m, n in SIXTEEN_SHAPES])
+@pytest.mark.parametrize("dtype,op,param_dtype", SIXTEEN_CASES,
+                         ids=[f"{d.name}-{op}-{p.name}" for d, op, p in SIXTEEN_CASES])
+def test_cluster_forward_sixteen_blocks_with_slots(rng, clusters, dtype, op, param_dtype, rows, n):
+    rms = op == "rms_norm"
+    tile = _config.nonportable_cluster_fwd_config(n, 16 // dtype.itemsize, dtype.itemsize, rms)
+    main = _row_norm.function_ptr(_row_norm.CLUSTER_FILE, _row_norm._cluster_name(
+        "norm_fwd_cluster", dtype.name, param_dtype.name, tile, rms), 0)
+    if not _row_norm._nonportable_forward_runs(dtype.name, param_dtype.name, tile, rms, 0):
+        pytest.skip("the driver runs no cluster of sixteen of these blocks here")
+    plan = _row_norm.forward_plan((rows, n), (n, 1), dtype, param_dtype, 1, rms, 1e-5, 0, 0, 0)
+    assert plan.kernels == (main,) and plan.block == 512 and plan.grid % tile.cluster == 0
+    assert tile.cluster == (-(-n // 16384) if dtype.itemsize == 2 else 16)
+    staged = {4: 16384 * 4, 2: 3 * 16384 * 2}[dtype.itemsize]
+    slots = (1 if rms else 2) * 16384 * param_dtype.itemsize
+    assert plan.smem == staged + slots, "the staged rows, then the parameters' slots"
+    check(op, rng, (rows, n), dtype, param_dtype=param_dtype)
+    if rows == 7 and param_dtype == dtype:
+        check(op, rng, (rows, n), dtype, weight=False)  # slots of ones
+        if not rms:
+            check(op, rng, (rows, n), dtype, bias=False)  # slots of zeros
+        check(op, rng, (rows, n), dtype, view="row_stride")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [F32, BFLOAT16], ids=["fp32", "bf16"])
+def test_cluster_forward_without_nonportable_clusters(rng, clusters, monkeypatch, dtype):
     """Where the driver refuses clusters past eight blocks, the portable 1024 x 8 tile (v119's
-    fallback) serves the same rows."""
+    and v120's fallback) serves the same rows."""
     monkeypatch.setattr(_row_norm, "allow_nonportable_clusters", lambda ptr: False)
-    f32 = numpy.dtype(numpy.float32)
-    plan = _row_norm.forward_plan((40, 200000), (200000, 1), f32, f32, 1, False, 1e-5, 0, 0, 0)
+    plan = _row_norm.forward_plan((40, 200000), (200000, 1), dtype, dtype, 1, False, 1e-5, 0, 0, 0)
     assert plan.block == 1024 and plan.grid % 8 == 0
-    check("layer_norm", rng, (40, 200000), f32)
+    check("layer_norm", rng, (40, 200000), dtype)
 
 
 # v106: half-precision rows of 16385 and up with float32 parameters take the cluster forward
@@ -692,9 +732,11 @@ def test_cluster_fwd_param_bytes(monkeypatch):
     assert slots(half[256], 2, 2, True, optin) == 8192 * 2
     assert slots(half[256], 2, 4, True, optin) == 0, "a float32 weight: half the blocks an SM"
     assert slots(half[256], 2, 4, False, optin) == 2 * 8192 * 4, "v106: LayerNorm's float32 w + b"
-    assert slots(half[512], 2, 4, False, optin) == 0
+    assert slots(half[512], 2, 4, False, optin) == 2 * 16384 * 4, "v121: LayerNorm's float32 w + b"
     assert slots(half[512], 2, 2, True, optin) == 0, "512-thread blocks: one an SM"
-    assert all(slots(c, s, s, False, optin) == 0 for s, tiles in ((4, f32), (2, half)) for c in tiles.values())
+    assert all(slots(c, 2, 2, False, optin) == 0 for c in half.values())
+    assert [slots(f32[t], 4, 4, False, optin) for t in (256, 512, 1024)] == [2 * 8192 * 4, 2 * 16384 * 4, 0], \
+        "v121: float32 LayerNorm's clusters of eight where w + b fit"
     assert _config.fwd_cluster_for_wide_params(2, 4, 16385) and not _config.fwd_cluster_for_wide_params(2, 4, 16384)
     assert not _config.fwd_cluster_for_wide_params(2, 2, 32768) and not _config.fwd_cluster_for_wide_params(4, 4, 32768)
     assert _config.cluster_fwd_smem(half[256], 2, 2, True, optin) == 3 * 16384 + 16384

@@ -244,7 +244,7 @@ def test_cluster_forward_weight_slots_match_the_host(nvrtc_ready, optin):
     checks = []
     for itemsize, ctype in ((2, "__nv_bfloat16"), (2, "__half"), (4, "float")):
         vec = 16 // itemsize
-        for cfg in _config.all_cluster_configs(vec) + _config.all_nonportable_cluster_fwd_configs(vec):
+        for cfg in _config.all_cluster_configs(vec) + _config.all_nonportable_cluster_fwd_configs(vec, itemsize):
             for w_itemsize, wtype in ((itemsize, ctype), (4, "float")):
                 for rms in (False, True):
                     host = _config.cluster_fwd_param_bytes(cfg, itemsize, w_itemsize, rms, optin) > 0

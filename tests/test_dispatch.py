@@ -2,6 +2,8 @@
 the fast-path cache key's alignment class."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy
 import pytest
 
@@ -169,17 +171,74 @@ def test_wide_backward_rows_and_depths():
 
 def test_float32_layer_norm_forward_past_131072_takes_sixteen_blocks():
     """v119's tile: float32 LayerNorm rows of 131073-262144 (the portable 1024 x 8 tile's
-    second half) in 16 blocks of 512 threads, with w + b in slots after the 64 KiB row slice;
-    not RMSNorm (its weight already has slots), not half precision, not scalar packs."""
+    second half) in sixteen blocks of 512 threads, with w + b in slots after the 64 KiB row
+    slice (float32 lost v120's fewer blocks for shorter rows); not scalar packs."""
     wide = _config.nonportable_cluster_fwd_config
     tile = _config.ClusterConfig(4, 8, 512, 16)
-    assert [wide(n, 4, 4, False) for n in (131072, 131076, 200000, 262144, 262148)] == [None, tile, tile, tile, None]
-    assert wide(200000, 4, 4, True) is None and wide(200000, 8, 2, False) is None and wide(200001, 1, 4, False) is None
+    assert [wide(n, 4, 4, False) for n in (131072, 131076, 147456, 262144, 262148)] == [None, tile, tile, tile, None]
+    assert wide(200001, 1, 4, False) is None and wide(200000, 2, 8, False) is None, "scalar packs; float64"
     h200_optin = 232448
     assert _config.cluster_fwd_param_bytes(tile, 4, 4, False, h200_optin) == 2 * 16384 * 4, "w and b in float slots"
     assert _config.cluster_fwd_smem(tile, 4, 4, False, h200_optin) == 65536 + 131072
     portable = _config.cluster_config(262144, 4)
     assert portable.cluster == 8 and _config.cluster_fwd_param_bytes(portable, 4, 4, False, h200_optin) == 0
+
+
+def test_half_and_float32_rms_forward_past_131072_take_sixteen_blocks():
+    """v120's tiles: half-precision LayerNorm and RMSNorm rows of 131073-262144 in the fewest of
+    the same blocks that hold them (9-16), v90's three staged rows (96 KiB) then w (+ b) in x's
+    type or as floats; float32 RMSNorm in sixteen with its next row staged and its weight in
+    slots."""
+    wide = _config.nonportable_cluster_fwd_config
+    half, f32 = _config.ClusterConfig(8, 4, 512, 16), _config.ClusterConfig(4, 8, 512, 16)
+    for rms in (False, True):
+        assert [wide(n, 8, 2, rms) for n in (131072, 131080, 196608, 262144, 262152)] == \
+            [None, dataclasses.replace(half, cluster=9), dataclasses.replace(half, cluster=12), half, None]
+    assert wide(200000, 4, 4, True) == f32 and wide(147456, 4, 4, True) == f32
+    h200_optin, rows = 232448, 3 * 16384 * 2
+    smem = _config.cluster_fwd_smem
+    assert [smem(half, 2, w, rms, h200_optin) for w in (2, 4) for rms in (False, True)] == \
+        [rows + 2 * 32768, rows + 32768, rows + 2 * 65536, rows + 65536]
+    assert smem(f32, 4, 4, True, h200_optin) == 65536 + 65536, "its staged row, then the weight's slots"
+    assert _config.cluster_fwd_param_bytes(_config.cluster_config(262144, 8), 2, 2, False, h200_optin) == 0, \
+        "the portable tile's three rows leave no room"
+
+
+def test_layer_norm_clusters_of_eight_keep_parameters_in_slots(monkeypatch):
+    """v121: float32 LayerNorm's portable clusters of eight (32769-131072) and half-precision
+    LayerNorm's 512-thread ones with float32 w + b keep w + b in slots; not clusters of four,
+    not bf16 w + b, not the 1024-thread tile (no room), not RMSNorm's half-precision tiles."""
+    optin = 232448
+    slots = _config.cluster_fwd_param_bytes
+    f32 = {n: _config.cluster_config(n, 4) for n in (32768, 65536, 131072, 262144)}
+    assert [slots(f32[n], 4, 4, False, optin) for n in f32] == [0, 2 * 8192 * 4, 2 * 16384 * 4, 0]
+    half = _config.cluster_config(131072, 8)
+    assert half.tpb == 512 and slots(half, 2, 4, False, optin) == 2 * 16384 * 4 and slots(half, 2, 2, False, optin) == 0
+    assert slots(half, 2, 4, True, optin) == 0, "RMSNorm's half-precision 512-thread tile keeps loading"
+    monkeypatch.setattr(_config, "CLUSTER_FWD_EIGHT_PARAM_SLOTS", False)
+    assert slots(f32[65536], 4, 4, False, optin) == 0 and slots(half, 2, 4, False, optin) == 0
+
+
+def test_half_and_float32_rms_sixteen_block_tiles_off(monkeypatch):
+    monkeypatch.setattr(_config, "CLUSTER_FWD_NONPORTABLE_HALF", False)
+    monkeypatch.setattr(_config, "CLUSTER_FWD_NONPORTABLE_F32_RMS", False)
+    wide = _config.nonportable_cluster_fwd_config
+    assert wide(200000, 8, 2, False) is None and wide(200000, 8, 2, True) is None and wide(200000, 4, 4, True) is None
+    assert wide(200000, 4, 4, False) is not None, "v119's float32 LayerNorm keeps its tile"
+    monkeypatch.setattr(_config, "CLUSTER_FWD_NONPORTABLE_HALF", True)
+    monkeypatch.setattr(_config, "CLUSTER_FWD_HALF_NONPORTABLE_SLOTS", False)
+    tile = wide(200000, 8, 2, False)
+    assert _config.cluster_fwd_param_bytes(tile, 2, 2, False, 232448) == 0, "the sweep's control: no slots"
+
+
+def test_nonportable_forward_fit_and_rms_stage_off(monkeypatch):
+    """The first sweep's forms: always sixteen blocks; float32 RMSNorm without a staged row."""
+    monkeypatch.setattr(_config, "CLUSTER_FWD_NONPORTABLE_FIT", False)
+    assert _config.nonportable_cluster_fwd_config(147456, 8, 2, False).cluster == 16
+    monkeypatch.setattr(_config, "CLUSTER_FWD_F32_RMS_NONPORTABLE_STAGE", False)
+    tile = _config.nonportable_cluster_fwd_config(200000, 4, 4, True)
+    assert _config.cluster_fwd_smem(tile, 4, 4, True, 232448) == 65536, "the weight's slots alone"
+    assert _config.cluster_fwd_stage_rows(tile, 4, False) == 1, "LayerNorm's row stays staged"
 
 
 def test_float32_layer_norm_sixteen_block_tile_off(monkeypatch):

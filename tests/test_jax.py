@@ -157,6 +157,98 @@ def test_bad_arguments_name_the_argument(cpu, call, error, name):
         call()
 
 
+# ---- derivatives of the gradient (the kernel calls' forward-mode rules, ``_jvp``) ----------
+
+def _jnp_norm(x, w, b, eps, nd, rms):
+    """LayerNorm / RMSNorm in x's own dtype (the float64 reference for these tests)."""
+    axes = tuple(range(x.ndim - nd, x.ndim))
+    if rms:
+        y = x * jax.lax.rsqrt((x * x).mean(axes, keepdims=True) + eps)
+    else:
+        c = x - x.mean(axes, keepdims=True)
+        y = c * jax.lax.rsqrt((c * c).mean(axes, keepdims=True) + eps)
+    y = y if w is None else y * w
+    return y if b is None else y + b
+
+
+def _ours(x, w, b, eps, nd, rms):
+    if rms:
+        return cj.rms_norm(x, w, eps, normalized_ndim=nd)
+    return cj.layer_norm(x, w, b, eps, normalized_ndim=nd)
+
+
+SECOND_ORDER = {
+    # a gradient penalty: the gradient of |d loss / d x|^2 (reverse over reverse)
+    "grad_of_grad": lambda loss, x, w, b: jax.grad(
+        lambda x, w: (jax.grad(loss, (0, 1))(x, w, b)[0] ** 2).sum(), (0, 1))(x, w),
+    # Hessian-vector product (forward over reverse)
+    "hvp": lambda loss, x, w, b: jax.jvp(jax.grad(loss, (0, 1)), (x, w, b), (0.3 * x, w, b))[1],
+    "hessian": lambda loss, x, w, b: jax.hessian(loss, (0, 1))(x, w, b),
+    "jit_vmap_hessian": lambda loss, x, w, b: jax.jit(jax.vmap(jax.hessian(loss), (0, None, None)))(
+        jnp.stack([x, -2 * x]), w, b),
+    "jacrev_of_jacrev": lambda loss, x, w, b: jax.jacrev(jax.jacrev(loss))(x, w, b),
+}
+# (shape, normalized_ndim, weight, bias); RMSNorm takes no bias
+SECOND_ORDER_CASES = [((3, 8), 1, True, True), ((2, 3, 4), 2, True, False), ((5, 7), 1, False, False)]
+
+
+def _second_order(transform, op, shape, nd, has_w, has_b, dtype, key=0):
+    """Our norm's second derivatives against jax.numpy's norm in the same dtype."""
+    rms = op == "rms_norm"
+    k = jax.random.split(jax.random.key(key), 3)
+    x = jax.random.normal(k[0], shape, dtype)
+    pshape = shape[len(shape) - nd:]
+    w = 1 + 0.5 * jax.random.normal(k[1], pshape, dtype) if has_w else None
+    b = 0.5 * jax.random.normal(k[2], pshape, dtype) if has_b and not rms else None
+    eps = 1e-5
+
+    def loss(norm):  # not quadratic in y, so its second derivatives reach the norm's own
+        return lambda x, w, b: (jnp.sin(norm(x, w, b, eps, nd, rms)) * x).sum()
+
+    if w is None and transform in ("grad_of_grad", "hvp"):
+        pytest.skip("w is the second argument of this transform")
+    got = SECOND_ORDER[transform](loss(_ours), x, w, b)
+    want = SECOND_ORDER[transform](loss(_jnp_norm), x, w, b)
+    return jax.tree.leaves(got), jax.tree.leaves(want)
+
+
+@pytest.mark.parametrize("case", SECOND_ORDER_CASES, ids=["2d", "nd2_no_bias", "no_params"])
+@pytest.mark.parametrize("transform", list(SECOND_ORDER))
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_cpu_second_derivatives_match_jax_numpy(cpu, op, transform, case):
+    with jax.enable_x64(True):
+        got, want = _second_order(transform, op, *case, jnp.float64)
+    assert len(got) == len(want) > 0
+    for i, (a, r) in enumerate(zip(got, want)):
+        assert_close(f"{op} {transform} [{i}]", numpy.asarray(a), numpy.asarray(r), 1e-10, 1e-10)
+
+
+def test_cpu_forward_mode_of_the_norm_itself_is_jaxs_custom_vjp_error(cpu):
+    # the first derivative is a custom_vjp (the backward kernels); JAX refuses forward mode
+    # on one with its own message, which names the cause
+    x = jnp.ones((2, 8))
+    with pytest.raises(TypeError, match="custom_vjp"):
+        jax.jvp(cj.layer_norm, (x,), (x,))
+
+
+def test_cpu_eager_calls_outside_transformations_skip_the_forward_mode_rule(cpu, monkeypatch):
+    # the custom_jvp's dispatch doubled an eager forward's host time; concrete arrays cannot
+    # be differentiated later, so they call the kernels directly
+    from cunorm.jax import _jvp
+
+    wrapped = []
+    real = jax.custom_jvp
+    monkeypatch.setattr(_jvp.jax, "custom_jvp", lambda f, **kw: wrapped.append(f) or real(f, **kw))
+    calls = []
+    kernels = lambda a, k: calls.append(type(a).__name__) or a * k  # noqa: E731
+    op = _jvp.with_jnp_tangents(kernels, lambda a, k: a * k, 1, 1)
+    assert wrapped == [kernels]
+    x = jnp.ones(3)
+    op(x, 2.0)
+    assert len(calls) == 1 and "Tracer" not in calls[0]
+    assert float(jax.grad(lambda a: op(a, 2.0).sum())(x)[0]) == 2.0  # traced: the custom_jvp
+
+
 # ---- GPU ----------------------------------------------------------------------------------
 
 @pytest.mark.gpu
@@ -208,6 +300,21 @@ def test_gpu_training_loop_matches_jax_numpy():
             p_ours = jax.tree.map(lambda p, g: p - 0.01 * g, p_ours, g1)
             p_theirs = jax.tree.map(lambda p, g: p - 0.01 * g, p_theirs, g2)
         assert losses[-1] < losses[0], "the loop should learn"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [jnp.float64, jnp.float32], ids=["fp64", "fp32"])
+@pytest.mark.parametrize("transform", ["grad_of_grad", "hvp", "jit_vmap_hessian"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_gpu_second_derivatives_match_jax_numpy(op, transform, dtype):
+    """The kernels' values under the jax.numpy tangents, on the GPU: rows of 499 (one tile)
+    for the Hessians, 7 x 1533 otherwise."""
+    with jax.default_device(gpu_or_skip()), jax.enable_x64(dtype == jnp.float64):
+        shape = (3, 499) if transform == "jit_vmap_hessian" else (7, 1533)
+        got, want = _second_order(transform, op, shape, 1, True, True, dtype)
+    rtol = 1e-9 if dtype == jnp.float64 else 2e-3
+    for i, (a, r) in enumerate(zip(got, want)):
+        assert_close(f"{op} {transform} [{i}]", numpy.asarray(a), numpy.asarray(r), rtol, rtol)
 
 
 def test_bfloat16_dtype_is_ml_dtypes():

@@ -146,6 +146,165 @@ def test_cpu_compile_fullgraph_forward_and_backward():
     assert x.grad is not None and model[1].weight.grad is not None
 
 
+def _norm_pair(op, x, w, b):
+    """cunorm's and torch's call of ``op`` on the same tensors (b only for LayerNorm)."""
+    n = x.shape[-1:]
+    if op == "layer_norm":
+        return ct.layer_norm(x, n, w, b), F.layer_norm(x, n, w, b)
+    return ct.rms_norm(x, n, w), F.rms_norm(x, n, w)
+
+
+@pytest.mark.parametrize("mode", ["real", "fake", "symbolic"])
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_cpu_make_fx_traces_the_custom_ops(op, mode):
+    # make_fx records the custom ops, forward and backward; before, the eager shortcut ran
+    # NumPy on the traced tensors (fake / symbolic: an error; real: y baked into the graph as
+    # a constant, so the graph gave the traced call's y for any input)
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def loss_and_grads(x, w, b):
+        y = _norm_pair(op, x, w, b)[0]
+        return (y,) + torch.autograd.grad(y.square().sum(), (x, w), create_graph=False)
+
+    x, w, b = torch.randn(5, 7), torch.randn(7), torch.randn(7)
+    graph = make_fx(loss_and_grads, tracing_mode=mode)(x.requires_grad_(), w.requires_grad_(), b)
+    ops = {str(n.target) for n in graph.graph.nodes if n.op == "call_function"}
+    assert f"cunorm.{op}_fwd.default" in ops and f"cunorm.{op}_bwd.default" in ops, ops
+    x2, w2, b2 = torch.randn(5, 7, requires_grad=True), torch.randn(7, requires_grad=True), torch.randn(7)
+    y2, dx2, dw2 = graph(x2, w2, b2)
+    y_ref = _norm_pair(op, x2, w2, b2)[1]
+    dx_ref, dw_ref = torch.autograd.grad(y_ref.square().sum(), (x2, w2))
+    for got, want in ((y2, y_ref), (dx2, dx_ref), (dw2, dw_ref)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_cpu_meta_and_fake_tensors_take_the_fake_kernels(op):
+    # shape inference on meta tensors (a model built under torch.device("meta")) and under
+    # FakeTensorMode, as torch's own norms allow; gradients keep the parameters' shapes
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with torch.device("meta"):
+        model = ct.replace_norms(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8),
+                                                     torch.nn.RMSNorm(8)))
+        x = torch.empty(3, 4, 8, requires_grad=True)
+    y = model(x)
+    assert y.device.type == "meta" and y.shape == (3, 4, 8)
+    y.sum().backward()
+    assert model[1].weight.grad.shape == (8,) and model[2].weight.grad.shape == (8,) and x.grad.shape == x.shape
+    with FakeTensorMode() as fake:
+        xf, wf, bf = (fake.from_tensor(t) for t in (torch.randn(6, 8, dtype=torch.bfloat16), torch.randn(8),
+                                                     torch.randn(8)))
+        ours, theirs = _norm_pair(op, xf, wf, bf)
+        assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+        # fake CUDA tensors (no GPU needed): before, the CUDA launch path took them
+        xc = torch.empty(6, 8, dtype=torch.bfloat16, device="cuda")
+        wc, bc = torch.empty(8, device="cuda"), torch.empty(8, device="cuda")
+        ours = _norm_pair(op, xc, wc, bc)[0]
+        assert ours.device.type == "cuda" and ours.shape == xc.shape and ours.dtype == torch.bfloat16
+
+
+def _func_transforms(x, w, W):
+    """torch.func transforms of f(x, w) -> y, each a function of f giving one tensor."""
+    func = torch.func
+    return {
+        "grad_x": lambda f: func.grad(lambda t: f(t, w).square().sum())(x),
+        "grad_w": lambda f: func.grad(lambda v: f(x, v).square().sum())(w),
+        "vjp": lambda f: func.vjp(lambda t: f(t, w), x)[1](x.cos())[0],
+        "vmap": lambda f: func.vmap(lambda t: f(t, w))(x),
+        "vmap_in_dim_1": lambda f: func.vmap(lambda t: f(t, w), in_dims=1)(x.t().contiguous()),
+        "vmap_per_sample_weight": lambda f: func.vmap(f)(x, W),
+        "per_sample_grads": lambda f: func.vmap(func.grad(lambda v, t: f(t, v).square().sum()),
+                                                in_dims=(None, 0))(w, x),
+        "jacrev": lambda f: func.jacrev(lambda t: f(t, w))(x[0]),
+        "jacfwd": lambda f: func.jacfwd(lambda t: f(t, w))(x[0]),
+        "jvp": lambda f: func.jvp(lambda t: f(t, w), (x,), (x.sin(),))[1],
+        "hessian": lambda f: func.hessian(lambda t: f(t, w).square().sum())(x[0]),
+    }
+
+
+_TRANSFORMS = list(_func_transforms(*(torch.zeros(1, 1),) * 3))
+
+
+@pytest.mark.parametrize("transform", _TRANSFORMS)
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_cpu_torch_func_transforms_match_torch(op, transform):
+    # torch.func's transforms over cunorm's norms give torch's own values (float64): the
+    # setup_context Function with a vmap rule and a backward / jvp in torch ops (cunorm.torch._func)
+    torch.manual_seed(0)
+    x, w, b = torch.randn(5, 9, dtype=torch.float64), torch.randn(9, dtype=torch.float64), torch.randn(9, dtype=torch.float64)
+    W = torch.randn(5, 9, dtype=torch.float64)
+    t = _func_transforms(x, w, W)[transform]
+    if op == "layer_norm":
+        ours, theirs = (lambda a, v: ct.layer_norm(a, (9,), v, b)), (lambda a, v: F.layer_norm(a, (9,), v, b))
+    else:
+        ours, theirs = (lambda a, v: ct.rms_norm(a, (9,), v)), (lambda a, v: F.rms_norm(a, (9,), v))
+    torch.testing.assert_close(t(ours), t(theirs), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+def test_cpu_torch_func_vmap_is_the_batched_call(dtype):
+    # vmap's rule makes one call of the whole batch: the same bits as the call itself, half
+    # precision with float32 parameters too; grad under vmap in the parameters' dtype
+    x = torch.randn(4, 3, 16).to(dtype)
+    w, b = torch.randn(16), torch.randn(16)
+    torch.testing.assert_close(torch.func.vmap(lambda t: ct.layer_norm(t, (16,), w, b))(x),
+                               ct.layer_norm(x, (16,), w, b), rtol=0, atol=0)
+    torch.testing.assert_close(torch.func.vmap(lambda t: ct.rms_norm(t, (16,), w), in_dims=1)(x),
+                               ct.rms_norm(x.transpose(0, 1), (16,), w), rtol=0, atol=0)
+    dw = torch.func.vmap(torch.func.grad(lambda v, t: ct.rms_norm(t, (16,), v).float().sum()), in_dims=(None, 0))(w, x)
+    assert dw.shape == (4, 16) and dw.dtype == torch.float32
+    want = torch.stack([torch.autograd.grad(ct.rms_norm(x[i], (16,), w.requires_grad_()).float().sum(), w)[0]
+                        for i in range(4)])
+    torch.testing.assert_close(dw, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_cpu_double_backward_matches_torch(op):
+    # a gradient penalty differentiates the gradient (create_graph): the eager backward then
+    # runs in torch ops; before, its kernel gradients carried no graph, so the penalty's
+    # gradients for x and w came back None and a layer before the norm got a wrong one
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    w, b = (torch.randn(8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    lin = torch.nn.Linear(8, 8).double()
+    results = []
+    for f in (ct, F):
+        y = f.layer_norm(lin(x), (8,), w, b) if op == "layer_norm" else f.rms_norm(lin(x), (8,), w)
+        g, = torch.autograd.grad(y.square().sum(), x, create_graph=True)
+        results.append(torch.autograd.grad((g.norm() - 1).square(), (x, w, lin.weight)))
+    for ours, theirs in zip(*results):
+        torch.testing.assert_close(ours, theirs, rtol=1e-9, atol=1e-10)
+    args = (x, w, b) if op == "layer_norm" else (x, w)
+    assert torch.autograd.gradgradcheck(lambda *a: getattr(ct, op)(a[0], (8,), *a[1:]), args)
+
+
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_cpu_batched_backward_matches_torch(op):
+    # is_grads_batched and jacobian(vectorize=True) run the backward on legacy vmap's batched
+    # dy: the eager backward then takes torch ops (the kernels' NumPy views raised)
+    torch.manual_seed(0)
+    x = torch.randn(3, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(5, 3, 8, dtype=torch.float64)
+    ours, theirs = (lambda a: getattr(ct, op)(a, (8,), w)), (lambda a: getattr(F, op)(a, (8,), w))
+    for got, want in zip(torch.autograd.grad(ours(x), (x, w), v, is_grads_batched=True),
+                         torch.autograd.grad(theirs(x), (x, w), v, is_grads_batched=True)):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(torch.autograd.functional.jacobian(ours, x, vectorize=True),
+                               torch.autograd.functional.jacobian(theirs, x, vectorize=True), rtol=1e-9, atol=1e-10)
+
+
+def test_cpu_parameter_input_takes_the_custom_ops():
+    # a Parameter (a Tensor subclass) as the input goes through the ops and still matches
+    x = torch.nn.Parameter(torch.randn(4, 8, dtype=torch.float64))
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    for op in ("layer_norm", "rms_norm"):
+        ours, theirs = _norm_pair(op, x, w, None)
+        torch.testing.assert_close(ours, theirs)
+        torch.testing.assert_close(torch.autograd.grad(ours.sum(), (x, w)), torch.autograd.grad(theirs.sum(), (x, w)))
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64],
                          ids=["fp16", "bf16", "fp32", "fp64"])
 def test_cpu_rms_norm_default_eps_is_torchs(dtype):
@@ -250,6 +409,30 @@ def test_gpu_gradcheck_float64():
     b = torch.randn(37, dtype=torch.float64, device="cuda", requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, c, d: ct.layer_norm(a, (37,), c, d), (x, w, b))
     assert torch.autograd.gradcheck(lambda a, c: ct.rms_norm(a, (37,), c), (x, w))
+    # create_graph: the backward in torch ops, differentiable again
+    assert torch.autograd.gradgradcheck(lambda a, c, d: ct.layer_norm(a, (37,), c, d), (x, w, b))
+    assert torch.autograd.gradgradcheck(lambda a, c: ct.rms_norm(a, (37,), c), (x, w))
+
+
+@gpu
+@pytest.mark.parametrize("transform", _TRANSFORMS)
+def test_gpu_torch_func_transforms_match_torch(transform):
+    # the kernels under torch.func (the forward on plain tensors, vmap's one batched call)
+    # against torch's own norms, float64 on CUDA; and make_fx's fake tracing of a CUDA call
+    _cuda_or_skip()
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    torch.manual_seed(0)
+    x, w, b, W = (torch.randn(*s, dtype=torch.float64, device="cuda") for s in ((5, 1533), (1533,), (1533,), (5, 1533)))
+    t = _func_transforms(x, w, W)[transform]
+    torch.testing.assert_close(t(lambda a, v: ct.layer_norm(a, (1533,), v, b)),
+                               t(lambda a, v: F.layer_norm(a, (1533,), v, b)), rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(t(lambda a, v: ct.rms_norm(a, (1533,), v)), t(lambda a, v: F.rms_norm(a, (1533,), v)),
+                               rtol=1e-9, atol=1e-9)
+    # w an argument of the traced function: fake tracing refuses a real tensor captured in a
+    # closure, torch's own F.rms_norm alike (the fifty-ninth session's check failed on that)
+    graph = make_fx(lambda a, v: ct.rms_norm(a, (1533,), v), tracing_mode="fake")(x, w)
+    torch.testing.assert_close(graph(x + 1, w), ct.rms_norm(x + 1, (1533,), w), rtol=0, atol=0)
 
 
 @gpu

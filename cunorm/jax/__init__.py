@@ -22,7 +22,7 @@ import numpy
 
 from .. import _checks
 from ..ops import _row_norm
-from . import _callbacks, _fused
+from . import _callbacks, _fused, _jvp
 from ._args import as_array
 from ._batch_norm import batch_norm
 
@@ -91,7 +91,7 @@ def _apply(x, weight, bias, eps: float, nd: int, rms: bool):
     return _norm(x, weight, bias, eps, nd, rms)
 
 
-def _forward(x, weight, bias, eps, nd, rms):
+def _forward_kernels(x, weight, bias, eps, nd, rms):
     """(y, stats): stats = (rstd,) for RMSNorm, (mean, rstd) for LayerNorm, one per row."""
     lead = x.shape[: x.ndim - nd]
     acc = _acc(x.dtype)
@@ -104,7 +104,7 @@ def _forward(x, weight, bias, eps, nd, rms):
     return outs[0], tuple(outs[1:-1])
 
 
-def _backward(dy, x, weight, stats, nd, rms, has_bias):
+def _backward_kernels(dy, x, weight, stats, nd, rms, has_bias):
     norm_shape = x.shape[x.ndim - nd:]
     gdt = numpy.dtype(x.dtype if weight is None else weight.dtype)
     scratch = _callbacks.scratch_bytes_backward(tuple(x.shape), numpy.dtype(x.dtype), gdt, nd, rms,
@@ -120,6 +120,11 @@ def _backward(dy, x, weight, stats, nd, rms, has_bias):
     dw = next(grads) if weight is not None else None
     db = next(grads) if has_bias else None
     return dx, dw, db
+
+
+# the kernel calls with forward-mode rules in jax.numpy, for derivatives of the gradient
+_forward = _jvp.with_jnp_tangents(_forward_kernels, _jvp.forward, 3, 3)
+_backward = _jvp.with_jnp_tangents(_backward_kernels, _jvp.backward, 4, 3)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))

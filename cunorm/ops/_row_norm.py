@@ -156,9 +156,8 @@ def cluster_instantiations() -> list[str]:
             for cfg in configs:
                 for rms in (False, True):
                     names.append(_cluster_name(kernel, t, w, cfg, rms))
-        if _itemsize(t) == 4:  # v119's non-portable LayerNorm tile
-            names += [_cluster_name("norm_fwd_cluster", t, w, cfg, False)
-                      for cfg in _config.all_nonportable_cluster_fwd_configs(vec)]
+        names += [_cluster_name("norm_fwd_cluster", t, w, cfg, rms)  # v119's, v120's non-portable tile
+                  for cfg in _config.all_nonportable_cluster_fwd_configs(vec, _itemsize(t)) for rms in (False, True)]
         itemsize = _itemsize(t)
         for cfg in _config.all_cluster_staged_bwd_configs(vec, itemsize):
             names += [_staged_cluster_name(t, w, cfg, rms) for rms in (False, True)]
@@ -274,9 +273,9 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     finalize, apply) on the split path."""
     itemsize, w_itemsize = _itemsize(t), _itemsize(wn)
     if _config.fwd_cluster_for_wide_params(itemsize, w_itemsize, n) and _clusters_serve(t, device):
-        ccfg = _config.cluster_config(n, vec)
-        if ccfg is not None:  # v106
-            return _cluster_forward_kernel(t, wn, ccfg, rms, device)
+        cluster = _cluster_forward(t, wn, n, vec, rms, device)
+        if cluster is not None:  # v106
+            return cluster
     scfg = smem_row_config(n, vec, itemsize)
     if scfg is not None:
         return scfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd_smem", t, wn, scfg, rms), device),), \
@@ -284,12 +283,9 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
     cfg = _config.row_config(n, vec, _config.FWD)
     if cfg is not None:
         return cfg, (function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, FULL_ROW), device),), 0
-    ccfg = _config.cluster_config(n, vec) if _clusters_serve(t, device) else None
-    if ccfg is not None:
-        wide = _config.nonportable_cluster_fwd_config(n, vec, itemsize, rms)
-        if wide is not None and _nonportable_forward_runs(t, wn, wide, rms, device):  # v119
-            return _cluster_forward_kernel(t, wn, wide, rms, device)
-        return _cluster_forward_kernel(t, wn, ccfg, rms, device)
+    cluster = _cluster_forward(t, wn, n, vec, rms, device) if _clusters_serve(t, device) else None
+    if cluster is not None:
+        return cluster
     grid = _grid_rows.grid_plan(False, t, wn, itemsize, n, vec, rms, device)
     if grid is not None:
         return grid, (grid.kernel,), grid.smem
@@ -299,9 +295,21 @@ def _forward_kernels(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
                  function_ptr(KERNEL_FILE, _tile_name("norm_fwd", t, wn, cfg, rms, CHUNK_APPLY), device)), 0
 
 
+def _cluster_forward(t: str, wn: str, n: int, vec: int, rms: bool, device: int):
+    """_forward_kernels' answer for a row a cluster tile holds (None past them): v119's and
+    v120's sixteen blocks where they serve and the driver runs them, else the portable tile."""
+    ccfg = _config.cluster_config(n, vec)
+    if ccfg is None:
+        return None
+    wide = _config.nonportable_cluster_fwd_config(n, vec, _itemsize(t), rms)
+    if wide is not None and _nonportable_forward_runs(t, wn, wide, rms, device):
+        ccfg = wide
+    return _cluster_forward_kernel(t, wn, ccfg, rms, device)
+
+
 def _nonportable_forward_runs(t: str, wn: str, cfg: _config.ClusterConfig, rms: bool, device: int) -> bool:
     """Whether the driver allows and runs at least one cluster of this non-portable cluster
-    forward (v119; allowing it on the kernel first)."""
+    forward (v119, v120; allowing it on the kernel first)."""
     main = function_ptr(CLUSTER_FILE, _cluster_name("norm_fwd_cluster", t, wn, cfg, rms), device)
     smem = _config.cluster_fwd_smem(cfg, _itemsize(t), _itemsize(wn), rms, smem_limits(device)[0])
     if not allow_nonportable_clusters(main):
