@@ -14,20 +14,25 @@ from jax_devices import gpu_or_skip  # noqa: E402
 from tolerances import assert_close, reduction_tol, tol  # noqa: E402
 
 
-def _jnp_layer_norm(x, w, b, eps=1e-5):
-    xf = x.astype(jnp.float32)
-    mean = xf.mean(-1, keepdims=True)
-    var = ((xf - mean) ** 2).mean(-1, keepdims=True)
-    y = (xf - mean) * jax.lax.rsqrt(var + eps)
+def _jnp_norm(x, w, b, eps, nd, rms):
+    """LayerNorm / RMSNorm over the last nd axes in x's own dtype (float64: the reference of
+    the second-derivative tests)."""
+    axes = tuple(range(x.ndim - nd, x.ndim))
+    if rms:
+        y = x * jax.lax.rsqrt((x * x).mean(axes, keepdims=True) + eps)
+    else:
+        c = x - x.mean(axes, keepdims=True)
+        y = c * jax.lax.rsqrt((c * c).mean(axes, keepdims=True) + eps)
     y = y if w is None else y * w
-    y = y if b is None else y + b
-    return y.astype(x.dtype)
+    return y if b is None else y + b
+
+
+def _jnp_layer_norm(x, w, b, eps=1e-5):
+    return _jnp_norm(x.astype(jnp.float32), w, b, eps, 1, False).astype(x.dtype)
 
 
 def _jnp_rms_norm(x, w, eps):
-    xf = x.astype(jnp.float32)
-    y = xf * jax.lax.rsqrt((xf * xf).mean(-1, keepdims=True) + eps)
-    return (y if w is None else y * w).astype(x.dtype)
+    return _jnp_norm(x.astype(jnp.float32), w, None, eps, 1, True).astype(x.dtype)
 
 
 def _ops(eps_rms):
@@ -158,18 +163,6 @@ def test_bad_arguments_name_the_argument(cpu, call, error, name):
 
 
 # ---- derivatives of the gradient (the kernel calls' forward-mode rules, ``_jvp``) ----------
-
-def _jnp_norm(x, w, b, eps, nd, rms):
-    """LayerNorm / RMSNorm in x's own dtype (the float64 reference for these tests)."""
-    axes = tuple(range(x.ndim - nd, x.ndim))
-    if rms:
-        y = x * jax.lax.rsqrt((x * x).mean(axes, keepdims=True) + eps)
-    else:
-        c = x - x.mean(axes, keepdims=True)
-        y = c * jax.lax.rsqrt((c * c).mean(axes, keepdims=True) + eps)
-    y = y if w is None else y * w
-    return y if b is None else y + b
-
 
 def _ours(x, w, b, eps, nd, rms):
     if rms:
