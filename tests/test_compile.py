@@ -14,9 +14,20 @@ from cunorm import _compile, _config
 from cunorm.ops import _batch_norm, _fused, _row_norm
 
 # CUNORM_COMPILE_ARCHS (comma-separated) narrows them: .ci/run compiles sm_80 with the newest
-# NVRTC and sm_90 with NVRTC 13.0 (the H200 machine's), rather than each arch with both.
+# NVRTC and sm_90 with NVRTC 13.0 (the H100 / H200 machine's), rather than each arch with both.
 ARCHS = os.environ.get("CUNORM_COMPILE_ARCHS", "sm_80,sm_90").split(",")
 CHUNKS = 6  # compile in slices so a failure names a smaller set
+
+# CUNORM_COMPILE_OPT: "fast" (the default) compiles every instantiation with NVRTC's
+# -Ofc=max: the front end, NVVM and ptxas all run, so template, arch and resource errors
+# show, without the optimizations that take most of the time (28 fused names: 3.3 s against
+# 58-82 s; the whole sm_80 set took 57 minutes of this 2-core machine in full). "full"
+# compiles as CuPy does on the device: .ci/run does that for sm_90 with NVRTC 13.0, the
+# device's. The register and shared-memory tests below always compile in full.
+COMPILE_OPT = os.environ.get("CUNORM_COMPILE_OPT", "fast")
+if COMPILE_OPT not in ("fast", "full"):
+    raise ValueError(f"CUNORM_COMPILE_OPT must be 'fast' or 'full', not {COMPILE_OPT!r}")
+sm90 = pytest.mark.skipif("sm_90" not in ARCHS, reason="CUNORM_COMPILE_ARCHS leaves out sm_90")
 
 
 def _nvrtc_missing_reason():
@@ -39,38 +50,51 @@ def nvrtc_ready():
         pytest.skip(reason)
 
 
+@pytest.fixture
+def every_instantiation(nvrtc_ready, monkeypatch):
+    """compile_check at CUNORM_COMPILE_OPT's level, for the tests that compile every
+    instantiation."""
+    if COMPILE_OPT == "fast":
+        monkeypatch.setattr(_compile, "COMPILE_OPTIONS", (*_compile.COMPILE_OPTIONS, "-Ofc=max"))
+    return _compile.compile_check
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("chunk", range(CHUNKS))
-def test_all_row_norm_instantiations_compile(nvrtc_ready, arch, chunk):
+def test_all_row_norm_instantiations_compile(every_instantiation, arch, chunk):
     names = _row_norm.instantiations()
-    _compile.compile_check(_row_norm.KERNEL_FILE, names[chunk::CHUNKS], arch)
-
-
-@pytest.mark.parametrize("arch", ARCHS)
-def test_all_batch_norm_instantiations_compile(nvrtc_ready, arch):
-    _compile.compile_check(_batch_norm.KERNEL_FILE, _batch_norm.instantiations(), arch)
+    every_instantiation(_row_norm.KERNEL_FILE, names[chunk::CHUNKS], arch)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("chunk", range(CHUNKS))
-def test_all_fused_instantiations_compile(nvrtc_ready, arch, chunk):
+def test_all_batch_norm_instantiations_compile(every_instantiation, arch, chunk):
+    # chunked too: whole, the 1410 names were one worker's last 18 minutes in full
+    names = _batch_norm.instantiations()
+    every_instantiation(_batch_norm.KERNEL_FILE, names[chunk::CHUNKS], arch)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_all_fused_instantiations_compile(every_instantiation, arch, chunk):
     names = _fused.fused_instantiations()
-    _compile.compile_check(_fused.FUSED_FILE, names[chunk::CHUNKS], arch)
+    every_instantiation(_fused.FUSED_FILE, names[chunk::CHUNKS], arch)
 
 
-def test_all_cluster_instantiations_compile(nvrtc_ready):
+@sm90
+def test_all_cluster_instantiations_compile(every_instantiation):
     # thread-block clusters exist from sm_90 on: the dispatcher uses them only there
-    _compile.compile_check(_row_norm.CLUSTER_FILE, _row_norm.cluster_instantiations(), "sm_90")
+    every_instantiation(_row_norm.CLUSTER_FILE, _row_norm.cluster_instantiations(), "sm_90")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("chunk", range(2))
-def test_all_grid_row_instantiations_compile(nvrtc_ready, arch, chunk):
+def test_all_grid_row_instantiations_compile(every_instantiation, arch, chunk):
     # the grid-row kernels (cp.async, acquire loads: sm_80 on), each shape the plans may take
     from cunorm.ops import _grid_rows
 
     names = _grid_rows.instantiations(_row_norm.TYPE_PAIRS)
-    _compile.compile_check(_grid_rows.GRID_FILE, names[chunk::2], arch)
+    every_instantiation(_grid_rows.GRID_FILE, names[chunk::2], arch)
 
 
 def test_grid_row_instantiations_cover_their_shapes():
@@ -121,6 +145,12 @@ def test_hip_compile_error_is_reported(hipcc_ready):
 def test_compile_error_is_reported(nvrtc_ready):
     with pytest.raises(RuntimeError, match="norm_fwd"):
         _compile.compile_check(_row_norm.KERNEL_FILE, ["norm_fwd<int, int, 3, 1, 1, false, 0>"], "sm_90")
+
+
+def test_compile_error_is_reported_at_the_chosen_level(every_instantiation):
+    # the every-instantiation tests' compile (-Ofc=max where fast) still fails on bad code
+    with pytest.raises(RuntimeError, match="norm_fwd"):
+        every_instantiation(_row_norm.KERNEL_FILE, ["norm_fwd<int, int, 3, 1, 1, false, 0>"], ARCHS[0])
 
 
 def test_header_is_inlined_into_the_source():
@@ -290,6 +320,7 @@ def _static_smem(filename: str, names: list[str], options: list[str]) -> dict:
     return _ptxas_reports(filename, names, options, r"(\d+) bytes smem")
 
 
+@sm90
 def test_wide_cluster_backwards_past_eight_blocks_do_not_spill(nvrtc_ready):
     """v116: the wide cluster backward in non-portable clusters of 9-16 blocks (v100's float32
     narrow blocks, v115's half-precision and v117's float32 wide ones), at the ring depth the
@@ -317,6 +348,7 @@ def test_wide_cluster_backwards_past_eight_blocks_do_not_spill(nvrtc_ready):
     assert not spilled, f"{len(spilled)} of {len(names)} spill: {spilled}"
 
 
+@sm90
 def test_staged_cl_static_smem_matches_the_host(nvrtc_ready):
     """BatchNorm v21: the planner fits bn_fwd_staged_cl's and bn_bwd_staged_cl's stages beside
     the static shared memory _batch_norm.staged_cl_static_smem says they hold; ptxas agrees
@@ -335,6 +367,7 @@ def test_staged_cl_static_smem_matches_the_host(nvrtc_ready):
     assert static == cases
 
 
+@sm90
 def test_staged_span_static_smem_matches_the_host(nvrtc_ready):
     """BatchNorm v25: the planner fits bn_fwd_staged_span's and bn_bwd_staged_span's stages
     beside the static shared memory _batch_norm.staged_span_static_smem says they hold; ptxas
@@ -353,6 +386,7 @@ def test_staged_span_static_smem_matches_the_host(nvrtc_ready):
     assert static == cases
 
 
+@sm90
 def test_wide_cluster_shared_memory_fits_sm90(nvrtc_ready):
     """The wide cluster backward's static buffers (block sums, staged statistics, exchange
     slots) beside the ring and weight slots the host sizes (_config.wide_bwd_smem) fit an
@@ -382,6 +416,7 @@ def test_wide_cluster_shared_memory_fits_sm90(nvrtc_ready):
         assert static[name] + dynamic <= budget, f"{name}: {static[name]} + {dynamic} bytes past {budget}"
 
 
+@sm90
 @pytest.mark.parametrize("optin", SMEM_OPTINS)
 def test_staged_backward_shared_memory_fits_each_gpu(nvrtc_ready, optin):
     """v77: the staged backwards' weight slots (static) sit beside the ring the host sizes
