@@ -295,6 +295,84 @@ def test_cpu_batched_backward_matches_torch(op):
                                torch.autograd.functional.jacobian(theirs, x, vectorize=True), rtol=1e-9, atol=1e-10)
 
 
+
+def _forward_ad_tangent(f, primals, tangents):
+    """f's output tangent through torch.autograd.forward_ad dual tensors (None: none came out)."""
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():
+        duals = [p if t is None else fwAD.make_dual(p, t) for p, t in zip(primals, tangents)]
+        return fwAD.unpack_dual(f(*duals)).tangent
+
+
+FORWARD_MODE = {
+    "forward_ad": lambda f, p, t: _forward_ad_tangent(f, p, t),
+    "func_jvp": lambda f, p, t: torch.func.jvp(f, tuple(p), tuple(t))[1],
+    "jacfwd_x": lambda f, p, t: torch.func.jacfwd(lambda a: f(a, *p[1:]))(p[0]),
+}
+
+
+@pytest.mark.parametrize("tangents", ["x", "w", "x_w_b"])
+@pytest.mark.parametrize("mode", list(FORWARD_MODE))
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+def test_cpu_forward_mode_matches_torch(op, mode, tangents):
+    # dual tensors took the eager shortcut, outside autograd: unpack_dual gave None for y's
+    # tangent. Now _func's Function (its jvp) where a tangent is present
+    torch.manual_seed(0)
+    x, tx = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
+    w, tw, b, tb = (torch.randn(8, dtype=torch.float64) for _ in range(4))
+    given = {"x": (tx, None, None), "w": (None, tw, None), "x_w_b": (tx, tw, tb)}[tangents]
+    if mode == "jacfwd_x" and tangents != "x":
+        pytest.skip("jacfwd here differentiates x alone")
+    if op == "rms_norm":
+        ours, theirs = (lambda a, v, _: ct.rms_norm(a, (8,), v)), (lambda a, v, _: F.rms_norm(a, (8,), v))
+    else:
+        ours, theirs = (lambda a, v, c: ct.layer_norm(a, (8,), v, c)), (lambda a, v, c: F.layer_norm(a, (8,), v, c))
+    # torch.func.jvp wants a tangent for every primal
+    t = [torch.zeros_like(p) if g is None and mode == "func_jvp" else g for p, g in zip((x, w, b), given)]
+    got, want = FORWARD_MODE[mode](ours, [x, w, b], t), FORWARD_MODE[mode](theirs, [x, w, b], t)
+    assert got is not None
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+
+
+_NO_FORWARD_MODE = {
+    "rms_norm_residual": (lambda a: ct.rms_norm(a, (8,), residual=a * 0.5)[0], (3, 8)),
+    "layer_norm_weight_offset": (lambda a: ct.layer_norm(a, (8,), torch.ones(8, dtype=a.dtype), weight_offset=1.0),
+                                 (3, 8)),
+    "batch_norm_training": (lambda a: ct.batch_norm(a, None, None, training=True), (4, 3, 5)),
+    "batch_norm_eval": (lambda a: ct.batch_norm(a, torch.zeros(3, dtype=a.dtype), torch.ones(3, dtype=a.dtype)),
+                        (4, 3, 5)),
+}
+
+
+@pytest.mark.parametrize("mode", ["forward_ad", "func_jvp", "jacfwd_x", "jvp_of_vmap"])
+@pytest.mark.parametrize("case", list(_NO_FORWARD_MODE))
+def test_cpu_forward_mode_through_ops_without_a_rule_raises(case, mode):
+    # custom ops with register_autograd have no forward-mode rule: torch dropped their
+    # tangents silently (func.jvp returned zeros, forward_ad None); now a clear error
+    f, shape = _NO_FORWARD_MODE[case]
+    x = torch.randn(*shape, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match="forward-mode AD"):
+        if mode == "jvp_of_vmap":
+            torch.func.jvp(torch.func.vmap(f), (x[None],), (x[None],))
+        else:
+            FORWARD_MODE[mode](lambda a, *_: f(a), [x], [torch.ones_like(x)])
+
+
+def test_cpu_forward_ad_level_without_tangents_runs_every_op():
+    # an open dual level alone refuses nothing: BatchNorm and the fused options run on plain
+    # tensors there, and vmap of them outside any level still runs
+    import torch.autograd.forward_ad as fwAD
+
+    x = torch.randn(4, 3, 5, dtype=torch.float64)
+    with fwAD.dual_level():
+        torch.testing.assert_close(ct.batch_norm(x, None, None, training=True),
+                                   F.batch_norm(x, None, None, training=True), rtol=1e-9, atol=1e-10)
+        y, h = ct.rms_norm(x, (5,), residual=x)
+        torch.testing.assert_close(y, F.rms_norm(2 * x, (5,)), rtol=1e-9, atol=1e-10)
+    got = torch.func.vmap(lambda a: ct.batch_norm(a, None, None, training=True))(x[None])
+    torch.testing.assert_close(got[0], F.batch_norm(x, None, None, training=True), rtol=1e-9, atol=1e-10)
+
 def test_cpu_parameter_input_takes_the_custom_ops():
     # a Parameter (a Tensor subclass) as the input goes through the ops and still matches
     x = torch.nn.Parameter(torch.randn(4, 8, dtype=torch.float64))
@@ -434,6 +512,25 @@ def test_gpu_torch_func_transforms_match_torch(transform):
     graph = make_fx(lambda a, v: ct.rms_norm(a, (1533,), v), tracing_mode="fake")(x, w)
     torch.testing.assert_close(graph(x + 1, w), ct.rms_norm(x + 1, (1533,), w), rtol=0, atol=0)
 
+
+
+@gpu
+@pytest.mark.parametrize("mode", list(FORWARD_MODE))
+def test_gpu_forward_mode_matches_torch(mode):
+    # dual tensors and torch.func's forward mode through the kernels (CUDA, float64)
+    _cuda_or_skip()
+    torch.manual_seed(0)
+    x, tx = (torch.randn(5, 1533, dtype=torch.float64, device="cuda") for _ in range(2))
+    w, tw, b, tb = (torch.randn(1533, dtype=torch.float64, device="cuda") for _ in range(4))
+    t = [tx] if mode == "jacfwd_x" else [tx, tw, tb]
+    for ours, theirs in ((lambda a, v, c: ct.layer_norm(a, (1533,), v, c), lambda a, v, c: F.layer_norm(a, (1533,), v, c)),
+                         (lambda a, v, c: ct.rms_norm(a, (1533,), v), lambda a, v, c: F.rms_norm(a, (1533,), v))):
+        if mode == "jacfwd_x":  # one row: jacfwd's Jacobian is rows x rows
+            p = [x[:1], w, b]
+        else:
+            p = [x, w, b]
+        torch.testing.assert_close(FORWARD_MODE[mode](ours, p, t), FORWARD_MODE[mode](theirs, p, t),
+                                   rtol=1e-9, atol=1e-9)
 
 @gpu
 def test_gpu_opcheck():

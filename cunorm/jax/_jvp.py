@@ -62,7 +62,6 @@ def forward(x, weight, bias, eps: float, nd: int, rms: bool):
     axes = _axes(x, nd)
     xa = x.astype(acc)
     if rms:
-        mean = None
         rstd = jax.lax.rsqrt(jnp.mean(xa * xa, axis=axes) + jnp.asarray(eps, acc))
         xhat = xa * _expand(rstd, nd)
     else:

@@ -14,12 +14,13 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import torch
+from torch.autograd import forward_ad as _fwad
 
 from .. import _checks
 from ._common import _NUMPY_DTYPE, _as_dtype
 from ._cuda import _cuda_forward
 from ._batch_norm import batch_norm
-from . import _func, _fused
+from . import _forward_ad, _func, _fused
 from ._bn_modules import BatchNorm1d, BatchNorm2d, BatchNorm3d, _FusedBatchNorm
 from ._ops import _backward_impl, _forward_impl, _reducing_weight
 
@@ -187,7 +188,9 @@ def layer_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Opt
             return _fused.call(input, nd, weight, bias, eps, False, opts)
     if torch.compiler.is_compiling() or _traced(input):
         return torch.ops.cunorm.layer_norm_fwd(input, nd, weight, bias, eps)[0]
-    if _functorch_active():  # torch.func's grad, vmap, jacrev: functorch's own wrapped tensors
+    # torch.func's transforms (functorch's own wrapped tensors) and forward_ad's dual tensors
+    # (_forward_ad.active() inlined: this path is host-bound)
+    if _functorch_active() or (_fwad._current_level >= 0 and _forward_ad.has_tangent(input, weight, bias)):
         return _func.norm(input, nd, weight, bias, eps, False)
     # the eager call with a gradient, its helpers written out (each Python call costs ~0.3 us
     # on the H200 host, and this path is host-bound: NOTES v53)
@@ -211,7 +214,7 @@ def rms_norm(input: torch.Tensor, normalized_shape: Sequence[int], weight: Optio
             return _fused.call(input, nd, weight, None, eps, True, opts)
     if torch.compiler.is_compiling() or _traced(input):
         return torch.ops.cunorm.rms_norm_fwd(input, nd, weight, eps)[0]
-    if _functorch_active():
+    if _functorch_active() or (_fwad._current_level >= 0 and _forward_ad.has_tangent(input, weight)):
         return _func.norm(input, nd, weight, None, eps, True)
     if torch.is_grad_enabled() and (input.requires_grad or (weight is not None and weight.requires_grad)):
         return _RMS_NORM_APPLY(_unwrap_if_dead(input), nd, None if weight is None else _unwrap_if_dead(weight), eps)

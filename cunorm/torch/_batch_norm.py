@@ -11,6 +11,7 @@ import torch
 
 from .. import _checks, activations, reference
 from ..ops import _batch_norm
+from . import _forward_ad
 from ._common import _NUMPY_DTYPE, _TORCH_DTYPE, _acc
 from ._cpu import _from_numpy, _numpy_view
 from ._cuda import _Scratch, _stream
@@ -234,6 +235,7 @@ def batch_norm(input: torch.Tensor, running_mean: Optional[torch.Tensor], runnin
         raise ValueError("running_mean: eval (training=False) needs running_mean and running_var")
     factor = 0.0 if momentum is None else _checks.momentum(momentum)
     eps = _checks.eps(eps, None)
+    _forward_ad.refuse("cunorm.torch.batch_norm", input, weight, bias, residual)
     y, _, rm, rv = torch.ops.cunorm.batch_norm_fwd(input, weight, bias, running_mean, running_var, residual,
                                                    bool(training), factor, eps,
                                                    NO_ACTIVATION if activation is None else activation, param)

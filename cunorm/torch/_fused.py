@@ -18,6 +18,7 @@ import torch
 from .. import _checks
 from .._launch import make_current
 from ..ops import _fused, _fused_api
+from . import _forward_ad
 from ._common import _NUMPY_DTYPE, _TORCH_DTYPE, _acc, _check_tensors, _stats_shape
 from ._cpu import _from_numpy, _numpy_view
 from ._cuda import _Scratch, _addressable, _params, _stream
@@ -327,6 +328,8 @@ _fused_norm_fwd.register_autograd(_grad, setup_context=_setup)
 def call(input, nd, weight, bias, eps, rms, opts):
     """The fused functional call: y, then h with a residual, then amax with return_amax."""
     _check_tensors(input, nd, weight=weight, bias=bias)
+    _forward_ad.refuse(f"cunorm.torch.{'rms_norm' if rms else 'layer_norm'} with fused options", input, weight,
+                       bias, opts.residual)
     # the statistics serve only the backward: without one coming (inference) they are not written
     save_stats = torch.is_grad_enabled() and any(t is not None and t.requires_grad
                                                  for t in (input, weight, bias, opts.residual))
