@@ -13,7 +13,14 @@ count says the last ones wait. Main's tiles by default; ``--fit`` sets v120's fe
 rule for float32 too (needs v120's patch: _config.CLUSTER_FWD_NONPORTABLE_FIT and
 CLUSTER_FWD_NONPORTABLE_SIZES; float32 keeps sixteen there unless this flag widens it).
 
-    python benchmarks/probe_cluster_waves.py [--fit] [--json out.json]
+``--backward`` does the same for the persistent cluster backward (one dW / dB partial row a
+cluster, grid = the counted clusters, `_row_norm.backward_plan`): its clusters of 9, 12 and
+16 blocks (rows of 147456 / 196608 / 262144; the benchmark's 262144 backwards read 0.66-0.74
+of copy against 0.72-0.92 at 131072 in eight) and the wide clusters of bf16 65536 (0.66),
+the benchmark's worst backward below 0.80. A step down at the count says the count's last
+cluster waits; time still falling at the count says more clusters would run.
+
+    python benchmarks/probe_cluster_waves.py [--fit | --backward] [--json out.json]
 """
 from __future__ import annotations
 
@@ -30,6 +37,9 @@ from cunorm.ops import _row_norm
 F32 = numpy.dtype(numpy.float32)
 CASES = [("layer_norm", F32, 147456), ("rms_norm", F32, 147456), ("layer_norm", BFLOAT16, 147456),
          ("layer_norm", F32, 262144)]
+BACKWARD_CASES = [("layer_norm", BFLOAT16, 65536), ("rms_norm", BFLOAT16, 65536), ("layer_norm", F32, 147456),
+                  ("layer_norm", F32, 196608), ("layer_norm", F32, 262144), ("rms_norm", F32, 262144),
+                  ("layer_norm", BFLOAT16, 147456), ("layer_norm", BFLOAT16, 262144)]
 
 
 def _fit_float32_too() -> None:
@@ -82,14 +92,64 @@ def probe(log=print) -> list[dict]:
     return rows
 
 
+def probe_backward(log=print) -> list[dict]:
+    """The persistent cluster backward with 1 .. counted + 1 clusters (each its partial row)."""
+    import cupy
+
+    copy = _bench.copy_gbps()
+    stream = cupy.cuda.get_current_stream().ptr
+    device = cupy.cuda.Device().id
+    rows = []
+    for op, dtype, n in BACKWARD_CASES:
+        rms, m = op == "rms_norm", (64 << 20) // n
+        rng = cupy.random.default_rng(3)
+        x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
+        dy = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
+        dx = cupy.empty_like(x)
+        w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(dtype)
+        dw, db = cupy.empty_like(w), cupy.empty_like(w)
+        xf = x.astype(numpy.float32)
+        mean = xf.mean(axis=1)
+        rstd = 1 / cupy.sqrt((xf * xf).mean(axis=1) if rms else xf.var(axis=1) + 1e-5)
+        del xf
+        plan = _row_norm.backward_plan((m, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, device, 0, 0)
+        cfg = _row_norm._backward_kernels(dtype.name, dtype.name, dtype.name, n, 16 // dtype.itemsize, rms,
+                                          device)[0]
+        if plan is None or not isinstance(cfg, _config.ClusterConfig) or plan.split is not None \
+                or plan.grid_rows is not None or plan.column_blocks:
+            log(f"{op} {dtype.name} {n}: not a persistent cluster backward here")
+            continue
+        cluster, counted = cfg.cluster, plan.groups
+        scratch = [cupy.empty(shape, dtype=acc) for shape, acc in
+                   _row_norm.backward_scratch(plan._replace(groups=counted + 1), True, not rms)]
+        nbytes = 3 * m * n * dtype.itemsize
+        for clusters in range(1, counted + 2):
+            p = plan._replace(blocks=clusters * cluster, groups=clusters)
+
+            def call(p=p):
+                held = iter([a.data.ptr for a in scratch])
+                _row_norm.run_backward(p, dy.data.ptr, x.data.ptr, w.data.ptr, 0 if rms else mean.data.ptr,
+                                       rstd.data.ptr, dx.data.ptr, dw.data.ptr, 0 if rms else db.data.ptr,
+                                       lambda shape, acc: next(held), stream)
+
+            ms = _bench.queued_time_ms(call, stream)
+            row = {"op": op, "dtype": dtype.name, "N": n, "cluster": cluster, "tpb": cfg.tpb, "counted": counted,
+                   "clusters": clusters, "ms": round(ms, 5), "of_copy": round(nbytes / ms / 1e6 / copy, 3)}
+            log(f"bwd {op:10s} {dtype.name:8s} N={n} {cluster:2d} x {cfg.tpb} a cluster, {clusters:2d} of "
+                f"{counted} counted: {ms:8.4f} ms, {row['of_copy']:.3f} of copy")
+            rows.append(row)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fit", action="store_true", help="float32 rows in the fewest blocks too (v120's patch)")
+    ap.add_argument("--backward", action="store_true", help="the persistent cluster backward instead")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args()
     if args.fit:
         _fit_float32_too()
-    rows = probe()
+    rows = probe_backward() if args.backward else probe()
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
