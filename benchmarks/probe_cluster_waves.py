@@ -18,9 +18,13 @@ cluster, grid = the counted clusters, `_row_norm.backward_plan`): its clusters o
 16 blocks (rows of 147456 / 196608 / 262144; the benchmark's 262144 backwards read 0.66-0.74
 of copy against 0.72-0.92 at 131072 in eight) and the wide clusters of bf16 65536 (0.66),
 the benchmark's worst backward below 0.80. A step down at the count says the count's last
-cluster waits; time still falling at the count says more clusters would run.
+cluster waits; time still falling at the count says more clusters would run. Its first run
+(NOTES "bwaves outcome") found bf16 65536's wide clusters of four fastest at 21-23 of the 30
+counted. ``--more`` then takes the benchmark's persistent rows of 16384-131072 (backward:
+the single wide block at 16384 too, one block a unit; forward: the clusters at 65536 and
+131072), past 40 units every fourth count.
 
-    python benchmarks/probe_cluster_waves.py [--fit | --backward] [--json out.json]
+    python benchmarks/probe_cluster_waves.py [--fit | --backward] [--more] [--json out.json]
 """
 from __future__ import annotations
 
@@ -40,6 +44,22 @@ CASES = [("layer_norm", F32, 147456), ("rms_norm", F32, 147456), ("layer_norm", 
 BACKWARD_CASES = [("layer_norm", BFLOAT16, 65536), ("rms_norm", BFLOAT16, 65536), ("layer_norm", F32, 147456),
                   ("layer_norm", F32, 196608), ("layer_norm", F32, 262144), ("rms_norm", F32, 262144),
                   ("layer_norm", BFLOAT16, 147456), ("layer_norm", BFLOAT16, 262144)]
+# --more (after the first --backward run, NOTES "bwaves"): the benchmark's other persistent
+# backwards and forwards under their targets or near them, where a grid of fewer units than
+# the count might win as bf16 65536's backward did
+MORE_BACKWARD_CASES = [("layer_norm", BFLOAT16, 16384), ("layer_norm", BFLOAT16, 32768), ("rms_norm", BFLOAT16, 32768),
+                       ("layer_norm", BFLOAT16, 65536), ("rms_norm", BFLOAT16, 65536), ("layer_norm", F32, 65536),
+                       ("layer_norm", F32, 131072), ("layer_norm", BFLOAT16, 131072)]
+MORE_CASES = [("layer_norm", BFLOAT16, 65536), ("rms_norm", BFLOAT16, 65536), ("layer_norm", F32, 65536),
+              ("layer_norm", BFLOAT16, 131072)]
+
+
+def _counts(counted: int) -> list[int]:
+    """1 .. counted + 1, every one up to 40 and past it every fourth and the last five (the
+    single-block backwards count 132 blocks)."""
+    if counted <= 40:
+        return list(range(1, counted + 2))
+    return sorted(set(range(1, counted - 4, 4)) | set(range(counted - 4, counted + 2)))
 
 
 def _fit_float32_too() -> None:
@@ -55,13 +75,13 @@ def _fit_float32_too() -> None:
     _config.nonportable_cluster_fwd_config = fitted
 
 
-def probe(log=print) -> list[dict]:
+def probe(log=print, cases=CASES) -> list[dict]:
     import cupy
 
     copy = _bench.copy_gbps()
     stream = cupy.cuda.get_current_stream().ptr
     rows = []
-    for op, dtype, n in CASES:
+    for op, dtype, n in cases:
         rms, m = op == "rms_norm", (64 << 20) // n
         rng = cupy.random.default_rng(3)  # not constant rows: those take LayerNorm's second pass
         x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
@@ -76,7 +96,7 @@ def probe(log=print) -> list[dict]:
         cfg = _row_norm._forward_kernels(dtype.name, dtype.name, n, 16 // dtype.itemsize, rms, 0)[0]
         cluster, counted = cfg.cluster, plan.grid // cfg.cluster
         nbytes = 2 * m * n * dtype.itemsize
-        for clusters in range(1, counted + 2):
+        for clusters in _counts(counted):
             p = plan._replace(grid=clusters * cluster)
 
             def call(p=p):
@@ -92,15 +112,16 @@ def probe(log=print) -> list[dict]:
     return rows
 
 
-def probe_backward(log=print) -> list[dict]:
-    """The persistent cluster backward with 1 .. counted + 1 clusters (each its partial row)."""
+def probe_backward(log=print, cases=BACKWARD_CASES) -> list[dict]:
+    """The persistent backward with 1 .. counted + 1 units (a cluster, or one block where the
+    plan is the single wide or row block), each its own dW / dB partial rows."""
     import cupy
 
     copy = _bench.copy_gbps()
     stream = cupy.cuda.get_current_stream().ptr
     device = cupy.cuda.Device().id
     rows = []
-    for op, dtype, n in BACKWARD_CASES:
+    for op, dtype, n in cases:
         rms, m = op == "rms_norm", (64 << 20) // n
         rng = cupy.random.default_rng(3)
         x = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
@@ -115,16 +136,22 @@ def probe_backward(log=print) -> list[dict]:
         plan = _row_norm.backward_plan((m, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, device, 0, 0)
         cfg = _row_norm._backward_kernels(dtype.name, dtype.name, dtype.name, n, 16 // dtype.itemsize, rms,
                                           device)[0]
-        if plan is None or not isinstance(cfg, _config.ClusterConfig) or plan.split is not None \
-                or plan.grid_rows is not None or plan.column_blocks:
-            log(f"{op} {dtype.name} {n}: not a persistent cluster backward here")
+        if plan is None or plan.split is not None or plan.grid_rows is not None or plan.column_blocks:
+            log(f"{op} {dtype.name} {n}: not a persistent backward here")
             continue
-        cluster, counted = cfg.cluster, plan.groups
-        scratch = [cupy.empty(shape, dtype=acc) for shape, acc in
-                   _row_norm.backward_scratch(plan._replace(groups=counted + 1), True, not rms)]
+        if isinstance(cfg, _config.ClusterConfig):
+            unit, rows_a_unit, shape = cfg.cluster, 1, f"{cfg.cluster:2d} x {cfg.tpb} a cluster"
+        else:
+            unit, rows_a_unit, shape = 1, cfg.rows_per_block, f"blocks of {cfg.block}"
+        # the GPU's own count, not the plan's grid (which v122's cap may hold under it)
+        counted = (_row_norm.max_active_clusters(plan.main, plan.block, plan.smem, unit) if unit > 1 else
+                   _row_norm.sm_count(device) * _row_norm.blocks_per_sm(plan.main, plan.block, plan.smem)) \
+            or plan.blocks // unit
+        scratch = [cupy.empty(s, dtype=acc) for s, acc in
+                   _row_norm.backward_scratch(plan._replace(groups=(counted + 1) * rows_a_unit), True, not rms)]
         nbytes = 3 * m * n * dtype.itemsize
-        for clusters in range(1, counted + 2):
-            p = plan._replace(blocks=clusters * cluster, groups=clusters)
+        for units in _counts(counted):
+            p = plan._replace(blocks=units * unit, groups=units * rows_a_unit)
 
             def call(p=p):
                 held = iter([a.data.ptr for a in scratch])
@@ -133,10 +160,10 @@ def probe_backward(log=print) -> list[dict]:
                                        lambda shape, acc: next(held), stream)
 
             ms = _bench.queued_time_ms(call, stream)
-            row = {"op": op, "dtype": dtype.name, "N": n, "cluster": cluster, "tpb": cfg.tpb, "counted": counted,
-                   "clusters": clusters, "ms": round(ms, 5), "of_copy": round(nbytes / ms / 1e6 / copy, 3)}
-            log(f"bwd {op:10s} {dtype.name:8s} N={n} {cluster:2d} x {cfg.tpb} a cluster, {clusters:2d} of "
-                f"{counted} counted: {ms:8.4f} ms, {row['of_copy']:.3f} of copy")
+            row = {"op": op, "dtype": dtype.name, "N": n, "unit": unit, "block": cfg.block, "counted": counted,
+                   "units": units, "ms": round(ms, 5), "of_copy": round(nbytes / ms / 1e6 / copy, 3)}
+            log(f"bwd {op:10s} {dtype.name:8s} N={n} {shape}, {units:3d} of {counted} counted: "
+                f"{ms:8.4f} ms, {row['of_copy']:.3f} of copy")
             rows.append(row)
     return rows
 
@@ -144,12 +171,17 @@ def probe_backward(log=print) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fit", action="store_true", help="float32 rows in the fewest blocks too (v120's patch)")
-    ap.add_argument("--backward", action="store_true", help="the persistent cluster backward instead")
+    ap.add_argument("--backward", action="store_true", help="the persistent backward instead")
+    ap.add_argument("--more", action="store_true",
+                    help="the benchmark's rows of 16384-131072 instead (MORE_CASES / MORE_BACKWARD_CASES)")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args()
     if args.fit:
         _fit_float32_too()
-    rows = probe_backward() if args.backward else probe()
+    if args.backward:
+        rows = probe_backward(cases=MORE_BACKWARD_CASES if args.more else BACKWARD_CASES)
+    else:
+        rows = probe(cases=MORE_CASES if args.more else CASES)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
