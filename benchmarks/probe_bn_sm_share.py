@@ -1,8 +1,9 @@
 """Does BatchNorm's training forward / backward read faster on fewer SMs? bwaves (NOTES
 "bwaves outcome") found the row norms' persistent wide-cluster backward at bf16 65536 0.09
-of copy faster on 88 of 132 SMs than on 120. This plans every BatchNorm pass as if the GPU
+of copy faster on 88 of 132 SMs than on 120. This plans BatchNorm's passes as if the GPU
 had ``share`` of its SMs (``_batch_norm.sm_count`` scaled, the loaded modules dropped so
-every plan is made anew) and times the passes as bn_pass_times does, at issue 5's 56 x 56
+every plan is made anew; the clustered stages, sized by the driver's cluster count, keep
+theirs) and times the passes as bn_pass_times does, at issue 5's 56 x 56
 and 112 x 112 shapes in both layouts, bf16 and float32: the whole call's kernel time
 (_bench.queued_time_ms). Bytes: forward 2 x numel x s, backward 3 x numel x s (the
 benchmark's).
