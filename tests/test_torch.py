@@ -295,7 +295,6 @@ def test_cpu_batched_backward_matches_torch(op):
                                torch.autograd.functional.jacobian(theirs, x, vectorize=True), rtol=1e-9, atol=1e-10)
 
 
-
 def _forward_ad_tangent(f, primals, tangents):
     """f's output tangent through torch.autograd.forward_ad dual tensors (None: none came out)."""
     import torch.autograd.forward_ad as fwAD
@@ -306,7 +305,7 @@ def _forward_ad_tangent(f, primals, tangents):
 
 
 FORWARD_MODE = {
-    "forward_ad": lambda f, p, t: _forward_ad_tangent(f, p, t),
+    "forward_ad": _forward_ad_tangent,
     "func_jvp": lambda f, p, t: torch.func.jvp(f, tuple(p), tuple(t))[1],
     "jacfwd_x": lambda f, p, t: torch.func.jacfwd(lambda a: f(a, *p[1:]))(p[0]),
 }
@@ -372,6 +371,7 @@ def test_cpu_forward_ad_level_without_tangents_runs_every_op():
         torch.testing.assert_close(y, F.rms_norm(2 * x, (5,)), rtol=1e-9, atol=1e-10)
     got = torch.func.vmap(lambda a: ct.batch_norm(a, None, None, training=True))(x[None])
     torch.testing.assert_close(got[0], F.batch_norm(x, None, None, training=True), rtol=1e-9, atol=1e-10)
+
 
 def test_cpu_parameter_input_takes_the_custom_ops():
     # a Parameter (a Tensor subclass) as the input goes through the ops and still matches
@@ -513,7 +513,6 @@ def test_gpu_torch_func_transforms_match_torch(transform):
     torch.testing.assert_close(graph(x + 1, w), ct.rms_norm(x + 1, (1533,), w), rtol=0, atol=0)
 
 
-
 @gpu
 @pytest.mark.parametrize("mode", list(FORWARD_MODE))
 def test_gpu_forward_mode_matches_torch(mode):
@@ -531,6 +530,7 @@ def test_gpu_forward_mode_matches_torch(mode):
             p = [x, w, b]
         torch.testing.assert_close(FORWARD_MODE[mode](ours, p, t), FORWARD_MODE[mode](theirs, p, t),
                                    rtol=1e-9, atol=1e-9)
+
 
 @gpu
 def test_gpu_opcheck():
