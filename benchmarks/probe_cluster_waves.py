@@ -34,6 +34,7 @@ import json
 
 import numpy
 
+import cunorm
 from cunorm import _bench, _config
 from cunorm._checks import BFLOAT16
 from cunorm.ops import _row_norm
@@ -60,6 +61,19 @@ def _counts(counted: int) -> list[int]:
     if counted <= 40:
         return list(range(1, counted + 2))
     return sorted(set(range(1, counted - 4, 4)) | set(range(counted - 4, counted + 2)))
+
+
+def _time_units(counted: int, launch, nbytes: int, copy: float, stream: int, row: dict, units_key: str,
+                label: str, log) -> list[dict]:
+    """``launch(units)`` timed for each of _counts(counted): a row each (``row``'s keys, the
+    count, ``units_key``: the units in the grid, ms, fraction of copy), logged as ``label``."""
+    rows = []
+    for units in _counts(counted):
+        ms = _bench.queued_time_ms(lambda: launch(units), stream)
+        rows.append({**row, "counted": counted, units_key: units, "ms": round(ms, 5),
+                     "of_copy": round(nbytes / ms / 1e6 / copy, 3)})
+        log(f"{label}, {units:2d} of {counted} counted: {ms:8.4f} ms, {rows[-1]['of_copy']:.3f} of copy")
+    return rows
 
 
 def _fit_float32_too() -> None:
@@ -94,21 +108,15 @@ def probe(log=print, cases=CASES) -> list[dict]:
             log(f"{op} {dtype.name} {n}: not a persistent cluster forward here (grid {plan.grid})")
             continue
         cfg = _row_norm._forward_kernels(dtype.name, dtype.name, n, 16 // dtype.itemsize, rms, 0)[0]
-        cluster, counted = cfg.cluster, plan.grid // cfg.cluster
-        nbytes = 2 * m * n * dtype.itemsize
-        for clusters in _counts(counted):
-            p = plan._replace(grid=clusters * cluster)
+        cluster = cfg.cluster
 
-            def call(p=p):
-                _row_norm.run_forward(p, x.data.ptr, y.data.ptr, w.data.ptr, 0 if rms else b.data.ptr,
-                                      mean.data.ptr, rstd.data.ptr, None, stream)
+        def launch(clusters):
+            _row_norm.run_forward(plan._replace(grid=clusters * cluster), x.data.ptr, y.data.ptr, w.data.ptr,
+                                  0 if rms else b.data.ptr, mean.data.ptr, rstd.data.ptr, None, stream)
 
-            ms = _bench.queued_time_ms(call, stream)
-            row = {"op": op, "dtype": dtype.name, "N": n, "cluster": cluster, "counted": counted,
-                   "clusters": clusters, "ms": round(ms, 5), "of_copy": round(nbytes / ms / 1e6 / copy, 3)}
-            log(f"{op:10s} {dtype.name:8s} N={n} {cluster:2d} blocks a cluster, {clusters:2d} of {counted} counted: "
-                f"{ms:8.4f} ms, {row['of_copy']:.3f} of copy")
-            rows.append(row)
+        rows += _time_units(plan.grid // cluster, launch, 2 * m * n * dtype.itemsize, copy, stream,
+                            {"op": op, "dtype": dtype.name, "N": n, "cluster": cluster}, "clusters",
+                            f"{op:10s} {dtype.name:8s} N={n} {cluster:2d} blocks a cluster", log)
     return rows
 
 
@@ -128,11 +136,14 @@ def probe_backward(log=print, cases=BACKWARD_CASES) -> list[dict]:
         dy = rng.standard_normal((m, n), dtype=numpy.float32).astype(dtype)
         dx = cupy.empty_like(x)
         w = (1 + 0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(dtype)
+        b = (0.1 * rng.standard_normal(n, dtype=numpy.float32)).astype(dtype)
         dw, db = cupy.empty_like(w), cupy.empty_like(w)
-        xf = x.astype(numpy.float32)
-        mean = xf.mean(axis=1)
-        rstd = 1 / cupy.sqrt((xf * xf).mean(axis=1) if rms else xf.var(axis=1) + 1e-5)
-        del xf
+        # the statistics as the backward gets them: from the forward
+        if rms:
+            mean = None
+            _, rstd = cunorm.rms_norm(x, w, return_stats=True)
+        else:
+            _, mean, rstd = cunorm.layer_norm(x, w, b, return_stats=True)
         plan = _row_norm.backward_plan((m, n), (n, 1), (n, 1), dtype, dtype, dtype, 1, rms, device, 0, 0)
         cfg = _row_norm._backward_kernels(dtype.name, dtype.name, dtype.name, n, 16 // dtype.itemsize, rms,
                                           device)[0]
@@ -149,22 +160,16 @@ def probe_backward(log=print, cases=BACKWARD_CASES) -> list[dict]:
             or plan.blocks // unit
         scratch = [cupy.empty(s, dtype=acc) for s, acc in
                    _row_norm.backward_scratch(plan._replace(groups=(counted + 1) * rows_a_unit), True, not rms)]
-        nbytes = 3 * m * n * dtype.itemsize
-        for units in _counts(counted):
-            p = plan._replace(blocks=units * unit, groups=units * rows_a_unit)
 
-            def call(p=p):
-                held = iter([a.data.ptr for a in scratch])
-                _row_norm.run_backward(p, dy.data.ptr, x.data.ptr, w.data.ptr, 0 if rms else mean.data.ptr,
-                                       rstd.data.ptr, dx.data.ptr, dw.data.ptr, 0 if rms else db.data.ptr,
-                                       lambda shape, acc: next(held), stream)
+        def launch(units):
+            held = iter([a.data.ptr for a in scratch])
+            _row_norm.run_backward(plan._replace(blocks=units * unit, groups=units * rows_a_unit), dy.data.ptr,
+                                   x.data.ptr, w.data.ptr, 0 if rms else mean.data.ptr, rstd.data.ptr, dx.data.ptr,
+                                   dw.data.ptr, 0 if rms else db.data.ptr, lambda shape, acc: next(held), stream)
 
-            ms = _bench.queued_time_ms(call, stream)
-            row = {"op": op, "dtype": dtype.name, "N": n, "unit": unit, "block": cfg.block, "counted": counted,
-                   "units": units, "ms": round(ms, 5), "of_copy": round(nbytes / ms / 1e6 / copy, 3)}
-            log(f"bwd {op:10s} {dtype.name:8s} N={n} {shape}, {units:3d} of {counted} counted: "
-                f"{ms:8.4f} ms, {row['of_copy']:.3f} of copy")
-            rows.append(row)
+        rows += _time_units(counted, launch, 3 * m * n * dtype.itemsize, copy, stream,
+                            {"op": op, "dtype": dtype.name, "N": n, "unit": unit, "block": cfg.block}, "units",
+                            f"bwd {op:10s} {dtype.name:8s} N={n} {shape}", log)
     return rows
 
 
