@@ -184,13 +184,16 @@ def nvrtc_options(arch: str) -> list[str]:
             *_nvrtc_include_options()]
 
 
-def compile_check(filename: str, name_expressions: list[str], arch: str) -> None:
+def compile_check(filename: str, name_expressions: list[str], arch: str,
+                  extra_options: tuple[str, ...] = ()) -> None:
     """Compile instantiations of kernels/<filename> for ``arch`` (e.g. "sm_90") with NVRTC,
-    as CuPy would (same source, options, -ftz=true). Raises RuntimeError with the log on a
-    compile error or a name expression NVRTC cannot lower. Needs no GPU."""
+    as CuPy would (same source, options, -ftz=true), plus ``extra_options`` (the CPU tests
+    pass NVRTC's fast-compile level here rather than touching COMPILE_OPTIONS, which the
+    run-time compile reads). Raises RuntimeError with the log on a compile error or a name
+    expression NVRTC cannot lower. Needs no GPU."""
     from cupy_backends.cuda.libs import nvrtc
 
-    options = [*nvrtc_options(arch), *COMPILE_OPTIONS]
+    options = [*nvrtc_options(arch), *COMPILE_OPTIONS, *extra_options]
     prog = nvrtc.createProgram(kernel_source(filename), filename, [], [])
     try:
         for name in name_expressions:

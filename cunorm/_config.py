@@ -773,6 +773,29 @@ def wide_cluster_bwd_config(n: int, vec: int, itemsize: int, rms: bool = False, 
     return ClusterConfig(t.vec, t.packs, t.tpr, blocks) if blocks in sizes else None
 
 
+# v122: the persistent cluster backward's grid takes fewer clusters than the GPU runs at once
+# where more read slower (bwaves, sixty-first session, benchmarks/results/bwaves-61-h100.txt,
+# probe_cluster_waves.py --backward on an H100, 132 SMs): bf16 rows of 65536 in the wide
+# clusters of four 1024-thread blocks (30 counted) read, backward of copy, LayerNorm 0.625 /
+# 0.717 / 0.755 / 0.710 / 0.662 and RMSNorm 0.735 / 0.834 / 0.781 / 0.737 / 0.753 at 16 / 21 /
+# 23 / 24 / 30 clusters, rising to ~22 and falling past it. Clusters of 9, 12 and 16 blocks
+# (rows of 147456-262144) still rose at their counts of 7-9, so they keep them. The cap is a
+# share of the SMs (blocks = share x SMs, rounded down to whole clusters) for (x's element
+# size, blocks a cluster); a cluster size of 1 names the single wide block (rows of
+# 8193-16384, backward_plan's resident blocks); absent: the count.
+PERSISTENT_BWD_SM_SHARE: dict[tuple[int, int], float] = {(2, 4): 0.67}
+
+
+def persistent_bwd_clusters(active: int, itemsize: int, cluster: int, sms: int) -> int:
+    """The clusters (``cluster`` 1: single wide blocks) a persistent backward's grid takes:
+    the ``active`` the GPU runs at once, at most PERSISTENT_BWD_SM_SHARE's share of the
+    ``sms`` (never fewer than one)."""
+    share = PERSISTENT_BWD_SM_SHARE.get((itemsize, cluster))
+    if share is None:
+        return active
+    return max(1, min(active, int(share * sms) // cluster))
+
+
 # Half-precision backward rows past the full-row tile (N > 8192) on sm_90, v46: a cluster of
 # 2, 4 or 8 blocks, each the full-row backward's 1024-thread one-pack tile of 8192 columns
 # staged as that tile is (bwd_stage_depth), the row sums exchanged once (kernels/

@@ -437,6 +437,22 @@ def test_wide_cluster_backward(rng, wide_clusters, op, dtype, n, rows):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("n", [50000, 65536])
+def test_wide_cluster_backward_of_four_blocks_takes_the_capped_grid(rng, wide_clusters, op, n):
+    """v122: bf16 rows in wide clusters of four take PERSISTENT_BWD_SM_SHARE's share of the
+    SMs, not every cluster the GPU runs at once; dx, dW, dB as the reference at 300 rows
+    (each cluster walking several)."""
+    cfg = _assert_wide_cluster_plan(op, BFLOAT16, n, 300)
+    assert cfg.cluster == 4
+    plan = _row_norm.backward_plan((300, n), (n, 1), (n, 1), BFLOAT16, BFLOAT16, BFLOAT16, 1, op == "rms_norm",
+                                   0, 0, 0)
+    counted = _row_norm.max_active_clusters(plan.main, plan.block, plan.smem, 4)
+    assert plan.groups == _config.persistent_bwd_clusters(counted, 2, 4, _row_norm.sm_count(0)) <= counted
+    check(op, rng, (300, n), BFLOAT16)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("n", [16384, 24576, 65536])
 @pytest.mark.parametrize("rows", [3, 300])
 def test_wide_backward_half_rows_float32_weight(rng, wide_clusters, n, rows):

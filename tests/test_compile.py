@@ -4,6 +4,7 @@ skipping; elsewhere these skip with the reason."""
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import re
 import shutil
@@ -51,12 +52,11 @@ def nvrtc_ready():
 
 
 @pytest.fixture
-def every_instantiation(nvrtc_ready, monkeypatch):
+def every_instantiation(nvrtc_ready):
     """compile_check at CUNORM_COMPILE_OPT's level, for the tests that compile every
     instantiation."""
-    if COMPILE_OPT == "fast":
-        monkeypatch.setattr(_compile, "COMPILE_OPTIONS", (*_compile.COMPILE_OPTIONS, "-Ofc=max"))
-    return _compile.compile_check
+    extra = ("-Ofc=max",) if COMPILE_OPT == "fast" else ()
+    return functools.partial(_compile.compile_check, extra_options=extra)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -248,3 +248,18 @@ def test_float32_layer_norm_sixteen_block_tile_off(monkeypatch):
     monkeypatch.setattr(_config, "CLUSTER_FWD_F32_NONPORTABLE_SLOTS", False)
     tile = _config.nonportable_cluster_fwd_config(200000, 4, 4, False)
     assert _config.cluster_fwd_param_bytes(tile, 4, 4, False, 232448) == 0, "the sweep's control: no slots"
+
+
+def test_persistent_cluster_backward_takes_fewer_clusters_where_more_read_slower(monkeypatch):
+    clusters = _config.persistent_bwd_clusters
+    # v122: bf16 rows in wide clusters of four on 132 SMs: 0.67 x 132 = 88 blocks, 22 clusters
+    assert clusters(30, 2, 4, 132) == 22, "the H100's 30 counted clusters of four, capped"
+    assert clusters(10, 2, 4, 132) == 10, "a count under the cap stands"
+    assert clusters(30, 2, 4, 4) == 1, "never fewer than one cluster"
+    assert clusters(30, 4, 4, 132) == 30, "float32 clusters of four: not measured, the count"
+    assert [clusters(7, 2, size, 132) for size in (2, 8, 9, 16)] == [7] * 4, "other sizes: the count"
+    assert clusters(132, 2, 1, 132) == 132, "the single wide block: the count unless the table names it"
+    monkeypatch.setattr(_config, "PERSISTENT_BWD_SM_SHARE", {(2, 1): 0.75})
+    assert clusters(132, 2, 1, 132) == 99, "where it does: share x SMs blocks"
+    monkeypatch.setattr(_config, "PERSISTENT_BWD_SM_SHARE", {})
+    assert clusters(30, 2, 4, 132) == 30, "no table: the count everywhere"

@@ -556,10 +556,14 @@ def backward_plan(shape: tuple, x_strides: tuple, dy_strides: tuple, dtype, wdty
     if isinstance(cfg, _config.ClusterConfig):  # persistent clusters, one partial row each
         # as many as run at once: more ran a second wave at 4 and 8 blocks a cluster (v46)
         active = max_active_clusters(main, cfg.block, smem, cfg.cluster) or resident // cfg.cluster
-        clusters = max(1, min(m, active))
+        # and fewer where more read slower (v122, _config.PERSISTENT_BWD_SM_SHARE)
+        clusters = max(1, min(m, _config.persistent_bwd_clusters(active, dtype.itemsize, cfg.cluster,
+                                                                 sm_count(device))))
         return BackwardPlan(main, clusters * cfg.cluster, cfg.block, clusters, reduce, dyr.args(), xr.args(), m, n,
                             None, acc, 0, smem)
     if sums is None:
+        if _config.bwd_row_config(n, vec, dtype.itemsize, rms) is None:  # the single wide block
+            resident = _config.persistent_bwd_clusters(resident, dtype.itemsize, 1, sm_count(device))
         blocks = min(-(-m // cfg.rows_per_block), resident)
         return BackwardPlan(main, blocks, cfg.block, blocks * cfg.rows_per_block, reduce, dyr.args(), xr.args(),
                             m, n, None, acc, 0, smem)

@@ -15,7 +15,6 @@ import torch
 from torch.autograd import forward_ad
 
 
-
 def active() -> bool:
     """Whether a forward-AD level is open (``forward_ad.dual_level``; ``torch.func.jvp``
     opens one): a module global, so the common path pays one attribute read."""
