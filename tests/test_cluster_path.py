@@ -240,7 +240,6 @@ def test_cluster_forward_weight_slots(rng, clusters, dtype, n, rows):
 def test_cluster_forward_without_weight_slots(rng, clusters, dtype, n):
     """The tiles v105 leaves loading their parameters: LayerNorm's (float32 in clusters of
     four since v121), and half-precision RMSNorm's with a float32 weight."""
-    optin = _row_norm.smem_limits(0)[0]
     cfg = _config.cluster_config(n, 16 // dtype.itemsize)
     plan = _row_norm.forward_plan((300, n), (n, 1), dtype, dtype, 1, False, 1e-5, 0, 0, 0)
     assert plan.smem == _config.cluster_fwd_stage_bytes(cfg, dtype.itemsize, False)
