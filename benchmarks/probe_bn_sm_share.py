@@ -21,9 +21,10 @@ from cunorm._checks import BFLOAT16
 from cunorm.ops import _batch_norm
 
 SHAPES = ((32, 256, 56, 56), (128, 64, 112, 112))
+SHARES = (1.0, 0.85, 0.75, 0.67, 0.6)
 
 
-def main(shares=(1.0, 0.85, 0.75, 0.67, 0.6)) -> None:
+def main(shares=SHARES) -> None:
     import cupy
     import numpy
 
@@ -52,4 +53,4 @@ def main(shares=(1.0, 0.85, 0.75, 0.67, 0.6)) -> None:
 
 
 if __name__ == "__main__":
-    main(tuple(float(a) for a in sys.argv[1:]) or (1.0, 0.85, 0.75, 0.67, 0.6))
+    main(tuple(float(a) for a in sys.argv[1:]) or SHARES)
